@@ -1,0 +1,3 @@
+from tinyloop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,75 @@
+# tinyloop/stages.py
+#
+# The book's stages, in reading order: the one table that maps a stage's name
+# (what ``python -m tinyloop serve NAME`` takes) to the module that serves it
+# and the chapter that explains it.  Chapter files are named here and nowhere
+# else in the code, so moving a chapter renames no module.
+#
+# A stage module exposes ``serve(listener)``: it takes a bound, listening
+# socket and serves HTTP with :class:`tinyloop.http.HTTPConnection` until
+# interrupted (KeyboardInterrupt), closing every socket it opened.
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from ._override import apply_override
+
+__all__ = ["STAGES", "Stage", "get", "load"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    module: str
+    chapter: str
+    summary: str
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("blocking", "tinyloop.baseline.blocking", "baselines",
+          "one client at a time: accept, serve it until it leaves, repeat"),
+    Stage("threaded", "tinyloop.baseline.threaded", "baselines",
+          "a thread per connection, blocking calls in each"),
+    Stage("select", "tinyloop.raw.select_server", "readiness",
+          "non-blocking sockets and select(2); refuses descriptors >= FD_SETSIZE"),
+    Stage("poll", "tinyloop.raw.poll_server", "readiness",
+          "poll(2): no FD_SETSIZE, still a scan of every descriptor per call"),
+    Stage("epoll", "tinyloop.raw.epoll_server", "readiness",
+          "epoll(7), level-triggered: the kernel keeps the interest list"),
+    Stage("epoll-et", "tinyloop.raw.epoll_et_server", "readiness",
+          "epoll(7), edge-triggered: drain every socket to EAGAIN"),
+    Stage("kqueue", "tinyloop.raw.kqueue_server", "readiness",
+          "kqueue(2) change lists; on Linux an emulation on epoll"),
+    Stage("callbacks", "tinyloop.callbacks.server", "callbacks",
+          "a selectors-based reactor: ready queue, timer heap, callbacks"),
+    Stage("generators", "tinyloop.generators.server", "generators",
+          "a generator-stack scheduler: tasks yield traps, a trampoline runs them"),
+    Stage("yieldfrom", "tinyloop.generators.yieldfrom_server", "generators",
+          "the same scheduler with `yield from` keeping the stack"),
+    Stage("coroutines", "tinyloop.coroutines.server", "coroutines",
+          "async/await on our own Future and Task, with streams"),
+)
+
+_BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+def get(name: str) -> Stage:
+    """The stage called ``name``; raises ``KeyError`` listing the known names."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; known stages: {', '.join(_BY_NAME)}") from None
+
+
+def load(name: str) -> ModuleType:
+    """Import the module that serves stage ``name``.
+
+    Any module replaced through ``TINYLOOP_OVERRIDE`` (the exercise checker
+    uses it to run a student's file) is put in place first.
+    """
+    stage = get(name)
+    apply_override()
+    return importlib.import_module(stage.module)

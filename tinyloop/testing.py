@@ -1,0 +1,164 @@
+# tinyloop/testing.py
+#
+# Helpers shared by the tests, the exercise checker and the benchmark harness:
+# start a stage's server in its own process, find its port, look at its file
+# descriptors and CPU time, and stop it the way a user would (SIGTERM).
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+__all__ = ["ServerProcess", "http_get", "recv_response"]
+
+_ANNOUNCE = re.compile(r"serving \S+ on http://\[?([^\]/]+?)\]?:(\d+)/")
+
+
+class ServerProcess:
+    """Run ``python -m tinyloop serve STAGE --port 0`` and wait until it listens.
+
+    Use as a context manager; on exit the server gets SIGTERM and, if it has
+    not stopped within ``timeout`` seconds, SIGKILL.  ``env`` adds variables
+    to the server's environment (the checker sets ``TINYLOOP_STAGE_FILE``).
+    Standard error is collected in ``stderr_lines`` for assertions.
+
+    Raises ``RuntimeError`` with the server's own output if it exits, or has
+    not announced its port within ``timeout`` seconds.
+    """
+
+    def __init__(self, stage: str, *, env: Mapping[str, str] | None = None,
+                 timeout: float = 15.0, host: str = "127.0.0.1") -> None:
+        self.stage = stage
+        self.timeout = timeout
+        self.host = host
+        self._env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.stderr_lines: list[str] = []
+        self.stdout_lines: list[str] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "tinyloop", "serve", self.stage, "--host", self.host, "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True, env=self._env)
+        threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True).start()
+        deadline = time.monotonic() + self.timeout
+        found = threading.Event()
+
+        def read_stdout() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.stdout_lines.append(line)
+                match = _ANNOUNCE.search(line)
+                if match and not found.is_set():
+                    self.port = int(match.group(2))
+                    found.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        while not found.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"server {self.stage!r} did not start (exit code {self.proc.returncode}):\n"
+                    + "".join(self.stdout_lines + self.stderr_lines))
+        return self
+
+    @staticmethod
+    def _drain(stream, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line)
+
+    def stop(self) -> int:
+        """Send SIGTERM, wait, and return the exit code (SIGKILL after ``timeout``)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def connect(self, timeout: float = 5.0) -> socket.socket:
+        """A new client socket connected to the server."""
+        return socket.create_connection(self.address, timeout=timeout)
+
+    def fd_count(self) -> int:
+        """How many file descriptors the server holds (Linux: /proc/PID/fd)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server has used, in seconds (Linux: /proc/PID/stat)."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def thread_count(self) -> int:
+        """How many threads the server runs (Linux: /proc/PID/task)."""
+        return len(os.listdir(f"/proc/{self.pid}/task"))
+
+
+def recv_response(sock: socket.socket, buffer: bytearray | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Read one whole response from ``sock``: ``(status, headers, body)``.
+
+    ``buffer`` carries bytes read past one response into the next call, for
+    pipelining.  Header names come back lower-cased.  Raises ``ConnectionError``
+    if the peer closes before the response is complete.
+    """
+    buf = buffer if buffer is not None else bytearray()
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"connection closed after {bytes(buf)!r}")
+        buf += chunk
+    head, _, _ = bytes(buf).partition(b"\r\n\r\n")
+    del buf[: len(head) + 4]
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get(b"content-length", b"0"))
+    if status == 100:
+        return recv_response(sock, buf)
+    while len(buf) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed in the middle of a body")
+        buf += chunk
+    body = bytes(buf[:length])
+    del buf[:length]
+    return status, headers, body
+
+
+def http_get(address: tuple[str, int], path: str = "/", timeout: float = 5.0) -> tuple[int, bytes]:
+    """One ``GET`` on a new connection with ``Connection: close``: ``(status, body)``."""
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n" % path.encode())
+        status, _, body = recv_response(sock)
+        return status, body
