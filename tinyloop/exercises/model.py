@@ -1,0 +1,48 @@
+# tinyloop/exercises/model.py
+#
+# What an exercise is.  The solution lives in the reference source between
+# marker comments; this record says where, what the student is asked to do,
+# and which tests grade it.  Starter, reference and tests can then never
+# disagree: the starter is the reference with the region cut out, and the
+# tests are the stage's own.
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Exercise", "PROPERTIES"]
+
+# Loop properties the checker can measure on a running server, besides tests.
+PROPERTIES = ("single_thread", "idle_cpu", "no_fd_growth", "slow_client")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise.
+
+    ``name``          what ``python -m tinyloop check NAME`` takes, and the marker name
+                      (``# exercise NAME: begin`` / ``# exercise NAME: end``)
+    ``chapter``       the chapter that sets it (a file name in ``chapters/`` without ``.md``)
+    ``title``         one line
+    ``module``        the reference module holding the marked region(s), e.g. ``tinyloop.raw.connection``
+    ``instructions``  what to write, in a few sentences a student understands
+    ``tests``         pytest arguments, relative to the repository root, that grade the solution
+    ``stage``         the server stage whose loop properties are checked, or ``None``
+    ``properties``    which of :data:`PROPERTIES` to check on that stage's server
+    """
+
+    name: str
+    chapter: str
+    title: str
+    module: str
+    instructions: str
+    tests: tuple[str, ...]
+    stage: str | None = None
+    properties: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.properties) - set(PROPERTIES)
+        if unknown:
+            raise ValueError(f"exercise {self.name}: unknown properties {sorted(unknown)}")
+        if self.properties and self.stage is None:
+            raise ValueError(f"exercise {self.name}: properties need a stage")
