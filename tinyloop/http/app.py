@@ -5,16 +5,29 @@
 #
 #   GET  /        a short fixed body
 #   POST /echo    the request body, back again (exercises uploads and reads)
+#   GET  /compute?ms=N
+#                 burn N milliseconds of CPU (at most 1000) before answering:
+#                 the handler that shows what cooperative scheduling costs
 #   anything else 404, or 405 for a known path with the wrong method
 
 from __future__ import annotations
 
+import time
+
 from .parser import Request
 from .response import Response
 
-__all__ = ["HELLO", "hello_app"]
+__all__ = ["HELLO", "MAX_COMPUTE_MS", "burn_cpu", "hello_app"]
 
 HELLO = b"Hello, World!\n"
+MAX_COMPUTE_MS = 1000
+
+
+def burn_cpu(milliseconds: float) -> None:
+    """Keep this thread busy computing for ``milliseconds`` of wall time."""
+    deadline = time.perf_counter() + milliseconds / 1000
+    while time.perf_counter() < deadline:
+        sum(range(1000))
 
 
 def hello_app(request: Request) -> Response:
@@ -28,4 +41,19 @@ def hello_app(request: Request) -> Response:
         if request.method == b"POST":
             return Response(200, request.body, content_type=b"application/octet-stream")
         return Response(405, b"Method Not Allowed\n", [(b"Allow", b"POST")])
+    if path == b"/compute":
+        milliseconds = _query_int(request.target, b"ms")
+        if milliseconds is None or not 0 <= milliseconds <= MAX_COMPUTE_MS:
+            return Response(400, b"expected /compute?ms=N with 0 <= N <= %d\n" % MAX_COMPUTE_MS)
+        burn_cpu(milliseconds)
+        return Response(200, b"computed for %d ms\n" % milliseconds)
     return Response(404, b"Not Found\n")
+
+
+def _query_int(target: bytes, key: bytes) -> int | None:
+    """The integer value of ``key`` in the target's query string, or None."""
+    for pair in target.partition(b"?")[2].split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if name == key:
+            return int(value) if value.isdigit() else None
+    return None
