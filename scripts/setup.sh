@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — make this checkout ready to run: the system tools the
+# benchmarks and tests drive (ab, wrk, a C compiler, libuv), and a virtual
+# environment in .venv with tinyloop and its development extras installed.
+#
+# Sourced by scripts/test.sh and scripts/benchmark.sh; safe to run again (each
+# step is skipped when it is already done).  Exports TINYLOOP_PYTHON.
+
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- system packages -------------------------------------------------------
+# command -> package name, per package manager.
+need_tools() {
+    local missing=()
+    command -v ab >/dev/null 2>&1 || missing+=(ab)
+    command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+    command -v cc >/dev/null 2>&1 || missing+=(cc)
+    if ! { [ -e /usr/include/uv.h ] || [ -e /usr/local/include/uv.h ] || [ -e /opt/homebrew/include/uv.h ]; }; then
+        missing+=(libuv)
+    fi
+    printf '%s\n' "${missing[@]}"
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo "$@"
+    else return 1
+    fi
+}
+
+install_system_packages() {
+    local missing
+    missing=$(need_tools)
+    [ -z "$missing" ] && return 0
+    local pkgs=()
+    if command -v apt-get >/dev/null 2>&1; then
+        for tool in $missing; do case $tool in
+            ab) pkgs+=(apache2-utils) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc libc6-dev) ;; libuv) pkgs+=(libuv1-dev) ;;
+        esac; done
+        say "installing ${pkgs[*]} with apt-get"
+        if as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null 2>&1 ||
+           { as_root apt-get update -q >/dev/null 2>&1 &&
+             as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null; }; then
+            return 0
+        fi
+    elif command -v dnf >/dev/null 2>&1; then
+        for tool in $missing; do case $tool in
+            ab) pkgs+=(httpd-tools) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc) ;; libuv) pkgs+=(libuv-devel) ;;
+        esac; done
+        say "installing ${pkgs[*]} with dnf"
+        as_root dnf install -y -q "${pkgs[@]}" && return 0
+    elif command -v brew >/dev/null 2>&1; then
+        # macOS ships ab and a compiler; Homebrew brings the rest.
+        for tool in $missing; do case $tool in wrk) pkgs+=(wrk) ;; libuv) pkgs+=(libuv) ;; esac; done
+        if [ ${#pkgs[@]} -gt 0 ]; then say "installing ${pkgs[*]} with brew"; brew install "${pkgs[@]}" && return 0; fi
+    fi
+    missing=$(need_tools)
+    [ -z "$missing" ] && return 0
+    say "could not install: $(echo $missing | tr '\n' ' ')"
+    say "please install them by hand: ApacheBench (ab; Debian: apache2-utils), wrk, a C compiler, libuv (headers)"
+    return 1
+}
+
+# --- the virtual environment ----------------------------------------------
+find_python() {
+    for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        if command -v "$candidate" >/dev/null 2>&1 &&
+           "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"; return 0
+        fi
+    done
+    say "tinyloop needs Python 3.11 or newer (set PYTHON=/path/to/python3.11 to choose one)"
+    return 1
+}
+
+make_venv() {
+    local python stamp want
+    python=$(find_python)
+    if [ ! -x .venv/bin/python ]; then
+        say "creating .venv with $($python --version)"
+        "$python" -m venv .venv || { say "python -m venv failed (Debian: apt-get install python3-venv)"; return 1; }
+    fi
+    # Reinstall only when the declared dependencies change.
+    want=$(cat pyproject.toml | cksum)
+    stamp=.venv/.tinyloop-installed
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        say "installing tinyloop and its development dependencies into .venv"
+        .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+        .venv/bin/python -m pip install -q -e '.[dev]'
+        echo "$want" > "$stamp"
+    fi
+}
+
+install_system_packages
+make_venv
+export TINYLOOP_PYTHON="$PWD/.venv/bin/python"
