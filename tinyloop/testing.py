@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 __all__ = ["ServerProcess", "http_get", "recv_response"]
 
@@ -27,6 +27,8 @@ class ServerProcess:
     Use as a context manager; on exit the server gets SIGTERM and, if it has
     not stopped within ``timeout`` seconds, SIGKILL.  ``env`` adds variables
     to the server's environment (the checker sets ``TINYLOOP_STAGE_FILE``).
+    ``command`` runs another server instead of ``python -m tinyloop serve STAGE``
+    (the benchmark's peers); it must print the same announce line.
     Standard error is collected in ``stderr_lines`` for assertions.
 
     Raises ``RuntimeError`` with the server's own output if it exits, or has
@@ -34,10 +36,13 @@ class ServerProcess:
     """
 
     def __init__(self, stage: str, *, env: Mapping[str, str] | None = None,
-                 timeout: float = 15.0, host: str = "127.0.0.1") -> None:
+                 timeout: float = 15.0, host: str = "127.0.0.1",
+                 command: Sequence[str] | None = None) -> None:
         self.stage = stage
         self.timeout = timeout
         self.host = host
+        self.command = list(command or [sys.executable, "-m", "tinyloop", "serve", stage,
+                                        "--host", host, "--port", "0"])
         self._env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
@@ -54,8 +59,7 @@ class ServerProcess:
         return self.proc.pid
 
     def start(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "tinyloop", "serve", self.stage, "--host", self.host, "--port", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, text=True, env=self._env)
         threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True).start()
         deadline = time.monotonic() + self.timeout
