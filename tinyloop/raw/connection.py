@@ -158,24 +158,27 @@ class Connection:
             self.on_writable()
         return n > 0
 
-    def on_writable(self) -> None:
+    def on_writable(self) -> bool:
         """Send as much of the output as the kernel takes now; keep the rest.
 
-        A failed send (EPIPE, ECONNRESET) marks the connection ``failed``.
+        Returns True if the kernel took bytes (it may take more); False when
+        its send buffer was full (EAGAIN), or the send failed (EPIPE,
+        ECONNRESET: ``done`` is then true).
         """
         # exercise partial-writes: begin
         try:
             sent = self.sock.send(self.outgoing)
         except BlockingIOError:
-            return  # the send buffer is full: wait for write readiness
+            return False  # the send buffer is full: wait for write readiness
         except OSError:
             self.failed = True  # EPIPE, ECONNRESET: the peer will read no more
-            return
+            return False
         # Discussion: send() may take fewer bytes than offered (a partial
         # write); what it did not take stays at the front of the buffer.
         # Deleting from the front of a bytearray is cheap in CPython (it moves
         # a start offset rather than the bytes), so no memoryview is needed.
         del self.outgoing[:sent]
+        return sent > 0
         # exercise partial-writes: end
 
     def close(self) -> None:

@@ -1,0 +1,53 @@
+# tinyloop/baseline/threaded.py
+#
+# The honest synchronous baseline: a thread per connection, blocking calls in
+# each.  The main thread only accepts; every client gets a thread that runs
+# the blocking server's own per-client code, so a slow client now blocks only
+# its own thread.
+#
+# Rules this file keeps:
+#   * Nothing is shared between threads but the listener, which only the main
+#     thread touches; each thread owns its socket and closes it.
+#   * Threads are daemons: Ctrl-C (or SIGTERM) stops the main thread's
+#     accept(), and the process exits without waiting for clients.  The
+#     kernel closes the sockets the dying threads still hold.
+#
+# Discussion: with enough threads this is hard to beat on latency: the OS
+# schedules the threads, and blocking calls are the cheapest way to wait.
+# Its costs are memory (each thread reserves a stack; see the readiness
+# chapters for 10,000 idle clients on one thread) and the GIL, which lets one
+# thread run Python at a time.  The idle timeout inherited from the blocking
+# server frees the thread of a client that stays silent.
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from tinyloop.baseline.blocking import serve_client
+from tinyloop.serving import log
+
+__all__ = ["serve"]
+
+
+def _serve_and_close(sock: socket.socket) -> None:
+    with sock:
+        serve_client(sock)
+
+
+def serve(listener: socket.socket) -> None:
+    """Serve HTTP on ``listener`` (bound, listening, blocking) with a thread per connection.
+
+    Runs until KeyboardInterrupt (Ctrl-C, or SIGTERM through the CLI).
+    """
+    while True:
+        sock, address = listener.accept()
+        # exercise thread-per-connection: begin
+        thread = threading.Thread(target=_serve_and_close, args=(sock,),
+                                  name=f"client-{address[0]}:{address[1]}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # the OS will not give us another thread
+            log("threaded: cannot start a thread; closing the new connection")
+            sock.close()
+        # exercise thread-per-connection: end

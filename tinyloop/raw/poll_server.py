@@ -1,0 +1,72 @@
+# tinyloop/raw/poll_server.py
+#
+# The select server again, on poll(2):
+#
+#     poller.register(fd, POLLIN)      # interest in one descriptor
+#     poller.modify(fd, POLLIN | POLLOUT)
+#     poller.unregister(fd)
+#     for fd, events in poller.poll(timeout_ms): ...
+#
+# poll takes an array of (fd, events) pairs instead of three bit sets, so any
+# descriptor number works: no FD_SETSIZE.  Python's poll object keeps that
+# array between calls, so we register and modify interest as it changes
+# instead of rebuilding sets.  But the kernel still keeps nothing: every call
+# copies the whole array in, checks every descriptor and copies it back, so
+# one wakeup still costs O(n) in the number of connections, however few are
+# ready.  epoll(7) is the fix.
+#
+# poll is level-triggered, like select: a descriptor is reported for as long
+# as it is ready.  POLLHUP and POLLERR are reported whether asked for or not
+# (poll(2)); we let the next recv or send find out what happened.
+
+from __future__ import annotations
+
+import select
+import socket
+
+from tinyloop.raw.connection import Connection, accept_all
+
+__all__ = ["serve"]
+
+IN, OUT, ERR = select.POLLIN, select.POLLOUT, select.POLLERR | select.POLLHUP
+
+
+def _interest(conn: Connection) -> int:
+    """The events to wait for on ``conn``: read and write interest as it wants them."""
+    return (IN if conn.wants_read else 0) | (OUT if conn.wants_write else 0)
+
+
+def serve(listener: socket.socket) -> None:
+    """Serve HTTP on ``listener`` (bound, listening) with poll(2), until KeyboardInterrupt."""
+    listener.setblocking(False)
+    poller = select.poll()
+    poller.register(listener, IN)
+    connections: dict[int, Connection] = {}   # fd -> its connection
+    interest: dict[int, int] = {}             # fd -> the events registered for it
+    try:
+        while True:
+            for fd, events in poller.poll():
+                if fd == listener.fileno():
+                    for sock in accept_all(listener):
+                        conn = Connection(sock)
+                        connections[conn.fd] = conn
+                        interest[conn.fd] = IN
+                        poller.register(conn.fd, IN)
+                    continue
+
+                conn = connections[fd]
+                if events & (OUT | ERR) and conn.wants_write:
+                    conn.on_writable()
+                if events & (IN | ERR) and conn.wants_read:
+                    conn.on_readable()
+
+                if conn.done:
+                    poller.unregister(fd)  # before close(): the number is reused soon
+                    del connections[fd], interest[fd]
+                    conn.close()
+                elif (wanted := _interest(conn)) != interest[fd]:
+                    poller.modify(fd, wanted)
+                    interest[fd] = wanted
+    finally:
+        for conn in connections.values():
+            conn.close()
