@@ -1,0 +1,160 @@
+# docs/_ext/book_catalog.py
+#
+# Directives that render the code's own tables, so the book cannot fall out
+# of step with them:
+#
+#   {stages}              the stage table from tinyloop.stages.STAGES: name,
+#                         chapter, summary, and the command that serves it.
+#                         Option ``:chapter: NAME`` keeps one chapter's rows.
+#   {exercises} CHAPTER   the chapter's exercises from the exercise catalog,
+#                         each with its instructions and the commands that
+#                         write a starter file and grade a solution.
+#
+# A chapter that asks for exercises and finds none is a warning (so an error
+# under -W): the reader was promised them.  Each document that uses one of
+# these directives depends on the source files it read, so editing a
+# catalog or the stage table rebuilds the page.
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx import addnodes
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from book_tables import table
+
+__all__ = ["ExercisesDirective", "StagesDirective", "load_exercises", "setup"]
+
+logger = logging.getLogger(__name__)
+
+
+def _module_exists(name: str) -> bool:
+    """Whether module ``name`` can be imported (its parent packages included)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _depend_on(directive: SphinxDirective, module: object) -> None:
+    """Rebuild the current document when ``module``'s source file changes."""
+    try:
+        path = inspect.getsourcefile(module)  # type: ignore[arg-type]
+    except TypeError:
+        return
+    if path:
+        directive.env.note_dependency(path)
+
+
+def _doc_link(directive: SphinxDirective, docname: str) -> nodes.Node:
+    """A link to chapter ``docname`` if it exists yet, else its name as text."""
+    if docname not in directive.env.found_docs:
+        return nodes.Text(docname)
+    ref = addnodes.pending_xref("", refdomain="std", reftype="doc", reftarget="/" + docname,
+                                refexplicit=False, refwarn=True)
+    ref += nodes.inline(docname, docname)
+    return ref
+
+
+class StagesDirective(SphinxDirective):
+    """``{stages}``: the table of the book's stages, from ``tinyloop.stages.STAGES``."""
+
+    has_content = False
+    option_spec = {"chapter": directives.unchanged_required}
+
+    def run(self) -> list[nodes.Node]:
+        stages = importlib.import_module("tinyloop.stages")
+        _depend_on(self, stages)
+        chapter = self.options.get("chapter")
+        rows = []
+        for stage in stages.STAGES:
+            if chapter and stage.chapter != chapter:
+                continue
+            written = _module_exists(stage.module)
+            command = f"`python -m tinyloop serve {stage.name}`" if written else "(being written)"
+            rows.append([f"`{stage.name}`", _doc_link(self, stage.chapter), stage.summary, command])
+        if not rows:
+            logger.warning("{stages}: no stage belongs to chapter %r", chapter,
+                           location=self.get_location())
+            return []
+        return [table(["Stage", "Chapter", "What it shows", "Serve it"], rows,
+                      classes=["book-stages"])]
+
+
+def load_exercises(chapter: str) -> list[object]:
+    """The exercises of ``chapter``, in catalog order.
+
+    Asks ``tinyloop.exercises.catalog.by_chapter(chapter)``; while that module
+    does not exist, reads ``tinyloop.exercises.catalog_<chapter>.EXERCISES``.
+    Returns ``[]`` when neither exists.  Raises what a broken catalog raises.
+    """
+    if _module_exists("tinyloop.exercises.catalog"):
+        catalog = importlib.import_module("tinyloop.exercises.catalog")
+        return list(catalog.by_chapter(chapter))
+    name = f"tinyloop.exercises.catalog_{chapter}"
+    if not _module_exists(name):
+        return []
+    return [e for e in importlib.import_module(name).EXERCISES if e.chapter == chapter]
+
+
+class ExercisesDirective(SphinxDirective):
+    """``{exercises} CHAPTER``: the chapter's exercises, from the exercise catalog."""
+
+    has_content = False
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        chapter = self.arguments[0]
+        try:
+            exercises = load_exercises(chapter)
+        except Exception as error:  # a broken catalog must stop the build, visibly
+            logger.warning("{exercises}: cannot load the catalog for %r: %s: %s", chapter,
+                           type(error).__name__, error, location=self.get_location())
+            return []
+        for name in ("tinyloop.exercises.catalog", f"tinyloop.exercises.catalog_{chapter}"):
+            if _module_exists(name):
+                _depend_on(self, importlib.import_module(name))
+        if not exercises:
+            logger.warning("{exercises}: the catalog has no exercises for chapter %r", chapter,
+                           location=self.get_location())
+            return []
+        return [self._render(exercise) for exercise in exercises]
+
+    def _render(self, exercise: object) -> nodes.Node:
+        name = exercise.name  # type: ignore[attr-defined]
+        box = nodes.admonition(classes=["book-exercise"], ids=[f"exercise-{name}"])
+        title = f"Exercise {name}: {exercise.title}"  # type: ignore[attr-defined]
+        box += nodes.title(title, title)
+        box.extend(self.parse_text_to_nodes(exercise.instructions))  # type: ignore[attr-defined]
+        module_path = exercise.module.replace(".", "/") + ".py"  # type: ignore[attr-defined]
+        where = nodes.paragraph()
+        where += nodes.Text("You write the missing part of ")
+        where += nodes.literal(module_path, module_path)
+        graded = ", ".join(exercise.tests)  # type: ignore[attr-defined]
+        where += nodes.Text("; it is graded by ")
+        where += nodes.literal(graded, graded)
+        stage = exercise.stage  # type: ignore[attr-defined]
+        properties = exercise.properties  # type: ignore[attr-defined]
+        if stage and properties:
+            checked = ", ".join(p.replace("_", " ") for p in properties)
+            where += nodes.Text(f", and on the running {stage} server by the loop properties: ")
+            where += nodes.emphasis(checked, checked)
+        where += nodes.Text(".")
+        box += where
+        commands = (f"python -m tinyloop start {name}              # writes ./{name}.py\n"
+                    f"python -m tinyloop check {name} {name}.py")
+        box += nodes.literal_block(commands, commands, language="sh")
+        return box
+
+
+def setup(app: Sphinx) -> dict[str, object]:
+    app.add_directive("stages", StagesDirective)
+    app.add_directive("exercises", ExercisesDirective)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
