@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
-from .parser import Request
-from .response import Response
+from tinyloop.http.parser import Request
+from tinyloop.http.response import Response
 
 __all__ = ["HELLO", "MAX_COMPUTE_MS", "burn_cpu", "hello_app"]
 
@@ -51,9 +51,14 @@ def hello_app(request: Request) -> Response:
 
 
 def _query_int(target: bytes, key: bytes) -> int | None:
-    """The integer value of ``key`` in the target's query string, or None."""
+    """The value of the first ``key=DIGITS`` in the target's query string, or None.
+
+    None also when the value is not 1 to 9 ASCII digits: a longer one would
+    be out of range anyway, and ``int()`` refuses numbers of more than 4300
+    digits with an exception (CPython's int_max_str_digits).
+    """
     for pair in target.partition(b"?")[2].split(b"&"):
         name, _, value = pair.partition(b"=")
         if name == key:
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isdigit() and len(value) <= 9 else None
     return None
