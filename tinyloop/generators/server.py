@@ -30,7 +30,7 @@ from tinyloop.generators.traps import Coroutine, read_wait, spawn, write_wait
 from tinyloop.http import HTTPConnection
 from tinyloop.raw.connection import accept_all
 
-__all__ = ["accept_connections", "handle_connection", "recv", "sendall", "serve"]
+__all__ = ["accept_connections", "close", "handle_connection", "recv", "sendall", "serve"]
 
 
 def serve(listener: socket.socket) -> None:
@@ -54,6 +54,7 @@ def accept_connections(listener: socket.socket) -> Coroutine:
 def handle_connection(sock: socket.socket) -> Coroutine:
     """Serve one client until HTTP says to close, it closes, or it resets."""
     http = HTTPConnection()
+    graceful = True
     try:
         while not http.should_close:
             data = yield recv(sock, READ_SIZE)   # b"" at end of stream
@@ -61,9 +62,27 @@ def handle_connection(sock: socket.socket) -> Coroutine:
             if response:
                 yield sendall(sock, response)
     except ConnectionError:
-        pass  # ECONNRESET, EPIPE: the client is gone, nobody to answer
+        graceful = False  # ECONNRESET, EPIPE: the client is gone, nobody to answer
     finally:
-        sock.close()
+        close(sock, graceful)
+
+
+def close(sock: socket.socket, graceful: bool) -> None:
+    """Close ``sock``; if ``graceful``, send FIN first (shutdown(2), SHUT_WR).
+
+    Discussion: a client may still be sending when we close (the rest of an
+    oversized header after our 431, say).  close() on a socket with unread
+    input sends RST at once (RFC 2525, 2.17), and the client's kernel may
+    throw our response away unread.  shutdown(SHUT_WR) first queues FIN right
+    behind the response, so the client sees response and end of stream
+    before the reset.
+    """
+    if graceful:
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # already reset by the peer
+    sock.close()
 
 
 def recv(sock: socket.socket, max_bytes: int) -> Coroutine:

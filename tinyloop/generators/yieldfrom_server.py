@@ -7,9 +7,9 @@
 # ``yield from callee(...)`` instead of ``yield callee(...)``, and the tasks
 # run on YieldFromScheduler.  The code reads the same; what differs is who
 # keeps the stack (the interpreter, in the chain of suspended frames) and
-# what reaches the scheduler (traps only).  ``diff server.py
-# yieldfrom_server.py`` shows nothing else: the two are kept side by side on
-# purpose, as the chapter's pair of listings.
+# what reaches the scheduler (traps only).  The coroutines are kept side by
+# side on purpose, as the chapter's pair of listings; what is not a
+# coroutine (``close``) is imported from server.py.
 #
 # Rules this file keeps: those of server.py.
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 import socket
 
 from tinyloop.baseline.blocking import READ_SIZE
+from tinyloop.generators.server import close
 from tinyloop.generators.traps import Coroutine, read_wait, spawn, write_wait
-from tinyloop.http import HTTPConnection
 from tinyloop.generators.yieldfrom import YieldFromScheduler
+from tinyloop.http import HTTPConnection
 from tinyloop.raw.connection import accept_all
 
 __all__ = ["accept_connections", "handle_connection", "recv", "sendall", "serve"]
@@ -47,6 +48,7 @@ def accept_connections(listener: socket.socket) -> Coroutine:
 def handle_connection(sock: socket.socket) -> Coroutine:
     """Serve one client until HTTP says to close, it closes, or it resets."""
     http = HTTPConnection()
+    graceful = True
     try:
         while not http.should_close:
             data = yield from recv(sock, READ_SIZE)  # b"" at end of stream
@@ -54,9 +56,9 @@ def handle_connection(sock: socket.socket) -> Coroutine:
             if response:
                 yield from sendall(sock, response)
     except ConnectionError:
-        pass  # ECONNRESET, EPIPE: the client is gone, nobody to answer
+        graceful = False  # ECONNRESET, EPIPE: the client is gone, nobody to answer
     finally:
-        sock.close()
+        close(sock, graceful)
 
 
 def recv(sock: socket.socket, max_bytes: int) -> Coroutine:
