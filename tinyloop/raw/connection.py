@@ -119,7 +119,9 @@ class Connection:
     @property
     def wants_read(self) -> bool:
         """True while we will read more: the request stream goes on and output is below HIGH_WATER."""
+        # exercise backpressure: begin
         return not self.failed and not self.http.should_close and len(self.outgoing) < HIGH_WATER
+        # exercise backpressure: end
 
     @property
     def wants_write(self) -> bool:

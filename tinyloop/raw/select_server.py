@@ -66,6 +66,7 @@ def serve(listener: socket.socket) -> None:
 
 def _accept(listener: socket.socket, connections: set[Connection]) -> None:
     for sock in accept_all(listener):
+        # exercise fd-setsize: begin
         fd = sock.fileno()
         if fd >= FD_SETSIZE:
             log(f"select: refusing a connection: descriptor {fd} >= FD_SETSIZE ({FD_SETSIZE}),"
@@ -73,3 +74,4 @@ def _accept(listener: socket.socket, connections: set[Connection]) -> None:
             sock.close()
         else:
             connections.add(Connection(sock))
+        # exercise fd-setsize: end
