@@ -1,0 +1,284 @@
+# tinyloop/exercises/checker.py
+#
+# Grade a student's file for one exercise.
+#
+# The checker trusts nothing it has not run.  In order, it asks:
+#   1. does the file compile?                        (compile(), in-process)
+#   2. is the exercise written at all?               (the placeholder is gone)
+#   3. does it define what the reference module does? (the right file was given)
+#   4. do the exercise's tests pass with it?         (pytest, in a subprocess)
+#   5. does the stage's server keep its loop properties with it?  (properties.py)
+# and stops at the first step that fails, because later steps would only
+# repeat the same failure in a harder-to-read form.
+#
+# The student's file replaces the reference module through TINYLOOP_OVERRIDE
+# (tinyloop/_override.py), set in the environment of the pytest run and of
+# every server process: in-process tests and servers started by tests, or by
+# step 5, all load the student's code under the reference module's name.
+#
+# Rules this module keeps:
+#   * Output fits on a screen: one line per step, at most a few failures with
+#     two lines each, and a last line that says PASSED or FAILED.
+#   * Messages speak of the student's file and line numbers, never of the
+#     checker's internals.
+#   * Every subprocess has a time limit.
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tinyloop
+from tinyloop._override import ENV
+from tinyloop.exercises import markers, properties
+from tinyloop.exercises.model import Exercise
+
+__all__ = ["CheckerError", "Report", "Step", "check", "repository_root"]
+
+# The pytest run's wall-clock limit, in seconds.  Single tests are limited by
+# pytest-timeout (pyproject.toml); this catches anything else that hangs.
+TESTS_TIMEOUT = 600.0
+SHOW_FAILURES = 3  # failed tests shown in full; the rest are counted
+
+
+class CheckerError(Exception):
+    """The check cannot run at all (no such file, no source checkout): a usage error."""
+
+
+@dataclass
+class Step:
+    """One line of the report: ``status`` is ``"ok"``, ``"FAIL"`` or ``"skip"``."""
+
+    status: str
+    text: str
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    exercise: Exercise
+    path: Path
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(step.status != "FAIL" for step in self.steps)
+
+    def render(self) -> str:
+        e = self.exercise
+        lines = [f"check {e.name}: {e.title} (chapter {e.chapter})", f"file  {self.path}"]
+        for step in self.steps:
+            lines.append(f"{step.status:<5} {step.text}")
+            lines += [f"        {detail}" for detail in step.details]
+        lines.append("PASSED" if self.passed else "FAILED")
+        return "\n".join(lines)
+
+
+def repository_root() -> Path:
+    """The source checkout tinyloop runs from: the directory holding ``tinyloop/`` and ``tests/``.
+
+    Raises :class:`CheckerError` when ``tests/`` is not there (an installed copy).
+    """
+    root = Path(tinyloop.__file__).resolve().parent.parent
+    if not (root / "tests").is_dir():
+        raise CheckerError(f"the checker runs the book's tests, and there is no tests/ directory "
+                           f"beside the tinyloop package in {root}; it needs a source checkout "
+                           "(clone the repository and `pip install -e .` in it)")
+    return root
+
+
+def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
+          root: Path | None = None, stop_when_unwritten: bool = True) -> Report:
+    """Grade the file ``path`` as a solution to ``exercise``.
+
+    ``quick`` measures the loop properties with smaller counts (for the test
+    suite).  ``root`` is where the exercise's tests are found (default: the
+    source checkout, :func:`repository_root`).  ``stop_when_unwritten=False``
+    runs the tests even on an untouched starter (the test suite uses it to
+    prove the tests catch one).  Raises :class:`CheckerError` if ``path`` does
+    not exist or there is no checkout.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise CheckerError(f"there is no file {path}; write the starter with "
+                           f"`python -m tinyloop start {exercise.name}`")
+    root = root if root is not None else repository_root()
+    report = Report(exercise, path)
+    text = path.read_text()
+    for step_check in (_compiles, _written if stop_when_unwritten else None, _defines):
+        if step_check is None:
+            continue
+        step = step_check(exercise, path, text)
+        report.steps.append(step)
+        if step.status == "FAIL":
+            return report
+    override = {ENV: f"{exercise.module}={path}",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tinyloop.__file__).parent.parent),
+                                                           os.environ.get("PYTHONPATH")])),
+                "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the student's file
+    step = _run_tests(exercise, path, root, override)
+    report.steps.append(step)
+    if exercise.stage and exercise.properties:
+        if step.status == "FAIL":
+            report.steps.append(Step("skip", "loop properties: measured once the tests pass"))
+        else:
+            limits = properties.QUICK if quick else properties.FULL
+            for result in properties.check(exercise.stage, exercise.properties, env=override,
+                                           limits=limits):
+                report.steps.append(Step("ok" if result.passed else "FAIL",
+                                         f"{result.name}: {result.message}"))
+    return report
+
+
+def _compiles(exercise: Exercise, path: Path, text: str) -> Step:
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as error:
+        details = []
+        if error.text and error.text.strip():
+            code = error.text.rstrip("\n")
+            indent = len(code) - len(code.lstrip())
+            details.append(code.strip())
+            if error.offset and error.offset > indent:
+                details.append(" " * (error.offset - 1 - indent) + "^")
+        return Step("FAIL", f"your file does not compile: line {error.lineno}: {error.msg}", details)
+    return Step("ok", "the file compiles")
+
+
+def _written(exercise: Exercise, path: Path, text: str) -> Step:
+    lines = markers.unwritten_lines(text, exercise.name)
+    if not lines:
+        return Step("ok", "the exercise is written")
+    where = ", ".join(map(str, lines))
+    return Step("FAIL", f"not written yet: line{'s' * (len(lines) > 1)} {where} still "
+                f"raise{'s' * (len(lines) == 1)} NotImplementedError",
+                ["write your code there, between the markers, and delete that line"])
+
+
+def _defines(exercise: Exercise, path: Path, text: str) -> Step:
+    reference = markers.source_path(exercise.module).read_text()
+    missing = sorted(_public_names(ast.parse(reference)) - _bound_names(ast.parse(text)))
+    if not missing:
+        return Step("ok", f"it defines what {exercise.module} does")
+    return Step("FAIL", f"your file does not define {', '.join(missing)}, which "
+                f"{exercise.module} defines",
+                [f"is it the file `python -m tinyloop start {exercise.name}` wrote?"])
+
+
+def _public_names(tree: ast.Module) -> set[str]:
+    """The names a module exports: its ``__all__`` if it is a literal, else its public names."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                 for t in node.targets)):
+            try:
+                return set(ast.literal_eval(node.value))
+            except ValueError:
+                break
+    return {name for name in _bound_names(tree) if not name.startswith("_")}
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Names bound at module level (also inside top-level ``if``/``try``/``with``)."""
+    names: set[str] = set()
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                pending += getattr(node, name, [])
+    return names
+
+
+# The pytest process applies the override before anything can import the
+# reference module, then runs pytest.
+_PYTEST_MAIN = """\
+import sys
+from tinyloop._override import apply_override
+apply_override()
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, str]) -> Step:
+    with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
+                   f"--junitxml={junit}", *exercise.tests]
+        try:
+            run = subprocess.run(command, cwd=root, env={**os.environ, **override},
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 timeout=TESTS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
+                        ["does your code wait for something that never happens?"])
+        if not junit.exists():  # pytest never started: the file fails on import
+            return _import_failure(path, run.stderr)
+        cases = list(ET.parse(junit).iter("testcase"))
+    output = run.stdout + run.stderr
+    if run.returncode in (4, 5) or not cases:  # usage error, or no test collected
+        return Step("FAIL", f"the exercise's tests did not run: pytest {' '.join(exercise.tests)}",
+                    ["this is a fault in the exercise, not in your file: tell your teacher",
+                     properties.last_line(output)])
+    failed = [case for case in cases
+              if case.find("failure") is not None or case.find("error") is not None]
+    what = _clip(" ".join(exercise.tests), 60)
+    if not failed and run.returncode == 0:
+        return Step("ok", f"tests: {len(cases)} passed ({what})")
+    if not failed:
+        return Step("FAIL", f"the tests stopped (pytest exit code {run.returncode})",
+                    [properties.last_line(output)])
+    details = []
+    for case in failed[:SHOW_FAILURES]:
+        details += _describe(case, exercise, path)
+    if len(failed) > SHOW_FAILURES:
+        details.append(f"... and {len(failed) - SHOW_FAILURES} more")
+    return Step("FAIL", f"tests: {len(failed)} of {len(cases)} failed ({what})", details)
+
+
+def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
+    """Two lines for a failed test: its name and where, then what went wrong."""
+    problem = case.find("failure")
+    if problem is None:
+        problem = case.find("error")
+    assert problem is not None
+    traceback = problem.text or ""
+    name = case.get("name", "?")
+    module = case.get("classname", "")
+    where = ""
+    # pytest writes "FILE:LINE:" for each frame, FILE relative to the directory it runs in.
+    lines_in_file = re.findall(rf"(?:^|[\s/]){re.escape(path.name)}:(\d+):", traceback, re.M)
+    if lines_in_file:
+        where = f", at line {lines_in_file[-1]} of your file"
+    if f"NotImplementedError: {markers.placeholder_message(exercise.name)}" in traceback:
+        return [f"{name} ({module}){where}: not written yet (it raised NotImplementedError)"]
+    # pytest marks the lines that explain a failure with "E   ".
+    explanation = [line[1:].strip() for line in traceback.splitlines() if line.startswith("E ")]
+    if not explanation:
+        explanation = [line for line in (problem.get("message") or "").splitlines() if line.strip()]
+    return [f"{name} ({module}){where}:"] + [f"  {_clip(line)}" for line in explanation[:2]]
+
+
+def _import_failure(path: Path, stderr: str) -> Step:
+    """The file raised while being loaded: say where in it, and what."""
+    lines = re.findall(rf'File "{re.escape(str(path))}", line (\d+)', stderr)
+    where = f" at line {lines[-1]}" if lines else ""
+    return Step("FAIL", f"your file fails when it is imported{where}", [_clip(properties.last_line(stderr))])
+
+
+def _clip(line: str, width: int = 100) -> str:
+    return line if len(line) <= width else line[:width - 3] + "..."

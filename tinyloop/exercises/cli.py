@@ -1,0 +1,87 @@
+# tinyloop/exercises/cli.py
+#
+# The three exercise commands of ``python -m tinyloop`` (tinyloop/cli.py
+# parses the arguments and calls these):
+#
+#   exercises               list them, by chapter
+#   start NAME [FILE]       write the starter file, say what to do
+#   check NAME [FILE]       grade a solution
+#
+# Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
+# usage error (no such exercise or file, a file in the way).  Errors go to
+# standard error in one line; nothing here prints a traceback at a student.
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from tinyloop.exercises import catalog, checker, markers
+
+__all__ = ["check", "list_exercises", "start"]
+
+
+def _error(message: str) -> int:
+    print(f"tinyloop: {message}", file=sys.stderr)
+    return 2
+
+
+def _find(name: str):
+    try:
+        return catalog.get(name)
+    except KeyError as error:
+        return error.args[0]
+
+
+def list_exercises() -> int:
+    found = catalog.exercises()
+    if not found:
+        print("no exercises yet")
+        return 0
+    width = max(len(e.name) for e in found)
+    for chapter in catalog.chapters():
+        print(f"{chapter}:")
+        for e in catalog.by_chapter(chapter):
+            print(f"  {e.name:<{width}}  {e.title}")
+    print("\nstart one with `python -m tinyloop start NAME`")
+    return 0
+
+
+def start(name: str, file: str | None) -> int:
+    exercise = _find(name)
+    if isinstance(exercise, str):
+        return _error(exercise)
+    target = Path(file if file is not None else f"{name}.py")
+    text = markers.starter(exercise, file)
+    if target.exists():
+        if not target.is_file() or target.read_text() != text:
+            return _error(f"{target} exists and is not the untouched starter; not overwriting "
+                          "it (move it away, or give another file name)")
+        print(f"{target} is already the starter file")
+    else:
+        target.write_text(text)
+        print(f"wrote {target}")
+    print()
+    print(f"Exercise {exercise.name} (chapter {exercise.chapter}): {exercise.title}")
+    print()
+    print(textwrap.fill(" ".join(exercise.instructions.split()), width=79))
+    print()
+    lines = markers.unwritten_lines(text, exercise.name)
+    print(f"Write your code in place of the NotImplementedError on line"
+          f"{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, then run:")
+    print(f"    {markers.check_command(exercise.name, file)}")
+    return 0
+
+
+def check(name: str, file: str | None) -> int:
+    exercise = _find(name)
+    if isinstance(exercise, str):
+        return _error(exercise)
+    path = file if file is not None else f"{name}.py"
+    try:
+        report = checker.check(exercise, path)
+    except checker.CheckerError as error:
+        return _error(str(error))
+    print(report.render())
+    return 0 if report.passed else 1

@@ -1,0 +1,294 @@
+# tinyloop/exercises/markers.py
+#
+# Solution regions in the reference source, and the files cut from them.
+#
+# A region is marked by two comment lines at the indentation of the code:
+#
+#     <indent># exercise NAME: begin
+#     <indent>...the solution lines...
+#     <indent># exercise NAME: end
+#
+# Rules this file keeps:
+#   * Markers are found with ``tokenize``, so only real comments count: the
+#     marker text quoted in a docstring (as above) is not a marker.  A
+#     comment that looks like a marker but is misspelt is an error, never
+#     silently ignored.
+#   * A region is a whole run of sibling statements at the markers'
+#     indentation: begin and end match, do not nest, share their indentation,
+#     hold at least one statement, and cut no statement in half (checked on
+#     the ``ast``).  Replacing it by one ``raise`` therefore leaves valid
+#     Python, and the starter is compiled to prove it.
+#   * One exercise may own several regions in one file; all are cut.
+#   * The starter and the reference differ only inside the exercise's
+#     regions, so a student can diff them after the fact.  Both keep that
+#     exercise's markers (they show where to write) and drop every other
+#     exercise's markers, keeping their code: the file then points at one
+#     task, and a region of another exercise reads as the plain reference
+#     code it is.
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import re
+import textwrap
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinyloop.exercises.model import Exercise
+
+__all__ = ["MarkerError", "Region", "check_command", "find_all", "find_regions", "placeholder",
+           "placeholder_message", "reference", "source_path", "starter", "unwritten_lines"]
+
+NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+_MARKER = re.compile(rf"# exercise ({NAME}): (begin|end)")
+# Near misses: "#exercise x: begin", "# exercise x begin", "# Exercise X: End".
+_LOOKS_LIKE_MARKER = re.compile(r"#\s*exercise\s+\S+?\s*:?\s*(begin|end)\s*$", re.IGNORECASE)
+
+
+class MarkerError(ValueError):
+    """A marker that is malformed, unmatched, nested, or cuts a statement in half.
+
+    ``str(error)`` reads ``FILE:LINE: what is wrong``.
+    """
+
+    def __init__(self, filename: str, line: int, message: str) -> None:
+        super().__init__(f"{filename}:{line}: {message}")
+        self.filename = filename
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Region:
+    """One marked region: ``begin`` and ``end`` are the 1-based lines of its two markers."""
+
+    name: str
+    begin: int
+    end: int
+    indent: str
+
+
+def placeholder_message(name: str) -> str:
+    """The message of the NotImplementedError a starter raises for exercise ``name``."""
+    return f"exercise {name}: see the chapter"
+
+
+def placeholder(name: str) -> str:
+    """The statement that stands for exercise ``name``'s code in a starter file."""
+    return f'raise NotImplementedError("{placeholder_message(name)}")'
+
+
+def find_regions(source: str, filename: str = "<source>") -> list[Region]:
+    """Every marked region in ``source`` (Python text), in file order.
+
+    Raises :class:`MarkerError` on a misspelt marker, a begin without its end
+    (or the reverse), a region inside another, markers at different
+    indentations, an empty region, or a region that is not a run of whole
+    statements; ``SyntaxError`` if ``source`` is not valid Python.
+    """
+    tree = ast.parse(source, filename)  # a SyntaxError first, before tokenize's own errors
+    lines = source.splitlines()
+    regions: list[Region] = []
+    open_: tuple[str, int, str] | None = None  # (name, line, indent) of a begin seen
+    for line_no, col, text, nested in _comment_lines(source):
+        indent = lines[line_no - 1][:col]
+        match = _MARKER.fullmatch(text.rstrip())
+        if match is None:
+            if _LOOKS_LIKE_MARKER.match(text):
+                raise MarkerError(filename, line_no, f"malformed marker {text.strip()!r}; "
+                                  "write '# exercise NAME: begin' or '# exercise NAME: end' "
+                                  "(NAME in lower case, words joined by '-')")
+            continue
+        name, kind = match.groups()
+        if nested:
+            raise MarkerError(filename, line_no, f"the marker of exercise {name} is inside "
+                              "brackets; a region holds whole statements, not part of an expression")
+        if kind == "begin":
+            if open_ is not None:
+                raise MarkerError(filename, line_no, f"exercise {name} begins inside exercise "
+                                  f"{open_[0]} (begun on line {open_[1]}); regions do not nest")
+            open_ = (name, line_no, indent)
+            continue
+        if open_ is None:
+            raise MarkerError(filename, line_no, f"exercise {name} ends, but no region is open")
+        if open_[0] != name:
+            raise MarkerError(filename, line_no, f"exercise {name} ends, but the open region "
+                              f"is exercise {open_[0]} (begun on line {open_[1]})")
+        if indent != open_[2]:
+            raise MarkerError(filename, line_no, f"the end marker of exercise {name} is not at "
+                              f"the indentation of its begin marker (line {open_[1]})")
+        regions.append(Region(name, open_[1], line_no, indent))
+        open_ = None
+    if open_ is not None:
+        raise MarkerError(filename, open_[1], f"exercise {open_[0]} begins here and never ends")
+    if regions:
+        _check_statements(tree, regions, filename)
+    return regions
+
+
+def _comment_lines(source: str):
+    """``(line, column, text, in_brackets)`` of every comment alone on its line."""
+    depth = 0  # open brackets: a comment inside them is inside an expression
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.OP and token.string in "([{":
+            depth += 1
+        elif token.type == tokenize.OP and token.string in ")]}":
+            depth -= 1
+        elif token.type == tokenize.COMMENT and not token.line[:token.start[1]].strip():
+            yield token.start[0], token.start[1], token.string, depth > 0
+
+
+def _check_statements(tree: ast.Module, regions: list[Region], filename: str) -> None:
+    """Raise MarkerError unless each region is a run of sibling statements at its indentation."""
+    parents: dict[ast.AST, ast.AST] = {}
+    statements: list[ast.stmt] = []
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+        if isinstance(node, ast.stmt):
+            statements.append(node)
+
+    def enclosing(node: ast.AST) -> ast.AST | None:
+        """The statement around ``node`` (through except handlers and match cases)."""
+        node = parents.get(node)
+        while node is not None and not isinstance(node, ast.stmt):
+            node = parents.get(node)
+        return node
+
+    def span(node: ast.stmt) -> tuple[int, int]:
+        decorators = getattr(node, "decorator_list", [])
+        first = min([node.lineno] + [d.lineno for d in decorators])
+        return first, node.end_lineno or node.lineno
+
+    for region in regions:
+        inside = [s for s in statements if region.begin < span(s)[0] and span(s)[1] < region.end]
+        outermost = [s for s in inside if enclosing(s) not in inside]
+        if not outermost:
+            raise MarkerError(filename, region.begin, f"exercise {region.name}: the region holds "
+                              "no statement")
+        ancestors = set()
+        node = parents[outermost[0]]
+        while node in parents:
+            ancestors.add(node)
+            node = parents[node]
+        for s in statements:
+            first, last = span(s)
+            # Only a statement around the whole region may start before it and
+            # end inside or after it; none may start inside and end after it.
+            crosses = ((first < region.begin <= last and s not in ancestors)
+                       or region.begin < first < region.end < last)
+            if crosses:
+                raise MarkerError(filename, region.begin, f"exercise {region.name}: the region "
+                                  f"cuts the statement on lines {first}-{last} in half")
+        for s in outermost:
+            if parents[s] is not parents[outermost[0]] or s.col_offset != len(region.indent):
+                raise MarkerError(filename, s.lineno, f"exercise {region.name}: every statement "
+                                  "of the region must start at the markers' indentation")
+
+
+def find_all(directory: Path) -> list[tuple[Path, Region]]:
+    """Every region in the ``*.py`` files under ``directory``, as ``(file, region)``.
+
+    Raises :class:`MarkerError` (or ``SyntaxError``) for the first bad file.
+    """
+    found = []
+    for path in sorted(directory.rglob("*.py")):
+        text = path.read_text()
+        if "exercise" in text:  # most files have no marker: skip tokenizing them
+            found += [(path, region) for region in find_regions(text, str(path))]
+    return found
+
+
+def source_path(module: str) -> Path:
+    """The file of reference module ``module`` (dotted name), found without importing it.
+
+    Raises ``ModuleNotFoundError`` if there is none.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ModuleNotFoundError(f"no Python source for module {module!r}", name=module)
+    return Path(spec.origin)
+
+
+def _cut(source: str, filename: str, name: str, keep_solution: bool) -> str:
+    """``source`` with exercise ``name``'s regions kept or replaced by the placeholder,
+    and every other exercise's marker lines removed."""
+    regions = find_regions(source, filename)
+    if not any(r.name == name for r in regions):
+        raise MarkerError(filename, 1, f"no region of exercise {name} in this file")
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()     # 0-based indices of lines to leave out
+    replace: dict[int, str] = {}
+    for r in regions:
+        if r.name != name:
+            drop.update((r.begin - 1, r.end - 1))
+        elif not keep_solution:
+            drop.update(range(r.begin, r.end - 1))
+            replace[r.begin] = f"{r.indent}{placeholder(name)}\n"
+    out = []
+    for i, line in enumerate(lines):
+        if i in replace:
+            out.append(replace[i])
+        if i not in drop:
+            out.append(line)
+    return "".join(out)
+
+
+def check_command(name: str, filename: str | None = None) -> str:
+    """The shell command that grades ``filename`` (``./NAME.py`` when None) for exercise ``name``."""
+    if filename is None or filename in (f"{name}.py", f"./{name}.py"):
+        return f"python -m tinyloop check {name}"
+    return f"python -m tinyloop check {name} {filename}"
+
+
+def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
+    wrap = textwrap.TextWrapper(width=77, initial_indent="# ", subsequent_indent="# ")
+    what = ("Write your code between its markers below, in place of the line that "
+            "raises NotImplementedError, then grade it with:") if kind == "starter" else (
+            "This is the reference solution; it passes:")
+    lines = [f"# Exercise {exercise.name} (chapter {exercise.chapter}): {exercise.title}", "#"]
+    lines += wrap.wrap(" ".join(exercise.instructions.split()))
+    lines += ["#"] + wrap.wrap(what)
+    lines += ["#", f"#     {check_command(exercise.name, filename)}", "#"]
+    lines += wrap.wrap(f"The checker runs this file in place of {exercise.module}; the rest "
+                       "of it is that module's reference code.")
+    return "\n".join(lines) + "\n\n"
+
+
+def _with_header(exercise: Exercise, filename: str | None, kind: str) -> str:
+    path = source_path(exercise.module)
+    body = _cut(path.read_text(), str(path), exercise.name, keep_solution=(kind == "reference"))
+    # A shebang or coding cookie must stay on the first two lines.
+    lines = body.splitlines(keepends=True)
+    keep = 0
+    while keep < min(2, len(lines)) and (lines[keep].startswith("#!") or
+                                          re.match(r"^[ \t\f]*#.*?coding[:=]", lines[keep])):
+        keep += 1
+    text = "".join(lines[:keep]) + _header(exercise, filename, kind) + "".join(lines[keep:])
+    compile(text, filename or f"{exercise.name}.py", "exec")  # a bad region fails here, not in class
+    return text
+
+
+def starter(exercise: Exercise, filename: str | None = None) -> str:
+    """The starter file's text for ``exercise``: the reference module with the exercise's
+    regions replaced by :func:`placeholder`, under a header naming the exercise, its
+    chapter and the check command for ``filename`` (``./NAME.py`` when None).
+
+    Raises :class:`MarkerError` if the module's markers are wrong or it has no
+    region of this exercise, ``ModuleNotFoundError`` if the module has no source.
+    """
+    return _with_header(exercise, filename, "starter")
+
+
+def reference(exercise: Exercise, filename: str | None = None) -> str:
+    """The reference solution as a file a student could submit: :func:`starter` with
+    the solution left in place.  Raises as :func:`starter` does."""
+    return _with_header(exercise, filename, "reference")
+
+
+def unwritten_lines(text: str, name: str) -> list[int]:
+    """Lines (1-based) of ``text`` that still hold exercise ``name``'s placeholder."""
+    stub = placeholder(name)
+    return [i for i, line in enumerate(text.splitlines(), 1) if line.strip() == stub]
