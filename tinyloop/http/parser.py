@@ -223,7 +223,7 @@ class RequestParser:
             # The next search resumes here, less the two bytes of a line
             # ending that the next feed may complete.
             self._searched = max(0, len(buffer) - 2)
-            self._check_head_so_far(len(buffer) + 1)
+            self._check_head_so_far(len(buffer))
             return None
         self._searched = 0
         limits = self.limits
@@ -246,7 +246,7 @@ class RequestParser:
     def _check_head_so_far(self, size: int) -> None:
         """Refuse a head, complete or not, that is already sure to be too long or not HTTP.
 
-        ``size`` is the head's length in bytes, or the least it can be.
+        ``size`` is the head's length in bytes, or a lower bound on it.
 
         Discussion: these checks run in the same order whether the head is
         complete or still arriving, so that one input gives the same answer
@@ -295,7 +295,7 @@ class RequestParser:
         RFC 9112 section 6.3 decides the length; section 9.3 the persistence.
         """
         lengths: list[bytes] = []
-        codings: list[bytes] = []
+        codings: list[bytes] | None = None  # None: no Transfer-Encoding field at all
         connection: list[bytes] = []
         hosts = 0
         for name, value in request.headers:
@@ -304,9 +304,11 @@ class RequestParser:
             elif name == b"connection":
                 connection += _split_list(value.lower())
             elif name == b"content-length":
-                lengths += _split_list(value)
+                # Not a list field, but RFC 9110 section 8.6 lets "42, 42"
+                # (a repeated field, joined) be read as 42: split, keep empties.
+                lengths += [length.strip(b" \t") for length in value.split(b",")]
             elif name == b"transfer-encoding":
-                codings += _split_list(value.lower())
+                codings = (codings or []) + _split_list(value.lower())
             elif name == b"expect":
                 # RFC 9110 section 10.1.1: an HTTP/1.0 client cannot wait for 100.
                 if b"100-continue" in _split_list(value.lower()) and request.version == b"1.1":
@@ -319,26 +321,28 @@ class RequestParser:
         else:
             request.keep_alive = b"keep-alive" in connection and b"close" not in connection
 
-        if codings:
+        if codings is not None:
             # Discussion: RFC 9112 section 6.3 lets Transfer-Encoding override
             # Content-Length, but a message that carries both is how request
             # smuggling starts: a proxy in front of us may have used the other
             # one.  We refuse, as the RFC allows.  An HTTP/1.0 message with
-            # Transfer-Encoding is faulty framing (section 6.1), and chunked
-            # must be the last coding, applied once (section 7).
+            # Transfer-Encoding is faulty framing (section 6.1).  Chunked must
+            # be the last coding, applied once (section 7); if it is not, the
+            # body's end cannot be found and the answer is 400, not 501.
             if lengths:
                 raise HTTPError(400, "both Transfer-Encoding and Content-Length")
             if request.version == b"1.0":
                 raise HTTPError(400, "Transfer-Encoding in an HTTP/1.0 request")
-            if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
+            if codings[-1:] != [b"chunked"] or codings.count(b"chunked") > 1:
                 raise HTTPError(400, "chunked is not the final transfer coding")
             if len(codings) > 1:
                 raise HTTPError(501, "unsupported transfer coding")
             self._chunks = bytearray()
         elif lengths:
-            # RFC 9110 section 8.6: a list of identical values may be read as one.
             if not all(length.isdigit() for length in lengths) or len(set(lengths)) != 1:
                 raise HTTPError(400, "invalid Content-Length")
+            # More than 19 digits is more than 2**63 bytes; and int() would
+            # refuse a few thousand digits with a ValueError of its own.
             if len(lengths[0]) > 19 or int(lengths[0]) > self.limits.max_body:
                 raise HTTPError(413, "body too large")
             self._body_left = int(lengths[0])
