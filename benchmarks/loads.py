@@ -1,0 +1,294 @@
+# benchmarks/loads.py
+#
+# The three loads the harness puts on every server, how to run each tool, and
+# how to read what it prints.  Rules this file keeps:
+#
+#   * A load never hangs the harness.  Every tool gets its own time-out (ab's
+#     -s, wrk's --timeout) and a wall-clock limit on top; past the limit the
+#     tool gets SIGINT (ab then prints what it measured so far), then SIGKILL.
+#     Whatever happens, the tool's process is waited for before we return.
+#   * The parsers read the tools' own words ("Requests per second:",
+#     "Latency Distribution") and nothing else; a line they do not find leaves
+#     its figure as None instead of guessing.  They are tested on real output
+#     kept in tests/data/bench_*.
+#   * Figures leave here in one set of units: requests per second, latency in
+#     milliseconds, counts of requests.
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["LOADS", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
+           "parse_ab_csv", "parse_wrk", "run"]
+
+
+@dataclass(frozen=True)
+class Load:
+    """One way of loading a server.
+
+    ``name`` is how the JSON, the table and ``--loads`` call it; ``tool`` is
+    ``"ab"`` or ``"wrk"``; ``concurrency`` is the number of connections the
+    tool keeps open at once; ``keepalive`` says whether a connection carries
+    more than one request.
+    """
+
+    name: str
+    tool: str
+    concurrency: int
+    keepalive: bool
+    title: str
+    measures: str
+
+
+LOADS: tuple[Load, ...] = (
+    Load("ab-close", "ab", 10, False,
+         "ab -c 10, a new connection per request",
+         "accept, one request, close: the cost of a connection (the classic per-stage table)"),
+    Load("ab-keepalive", "ab", 100, True,
+         "ab -k -c 100, keep-alive",
+         "100 open connections, one request in flight on each: the loop's cost per ready socket"),
+    Load("wrk", "wrk", 100, True,
+         "wrk -t1 -c 100, keep-alive, fixed duration",
+         "the same shape for a fixed time, from a faster client, with a latency distribution"),
+)
+
+_BY_NAME = {load.name: load for load in LOADS}
+
+
+def get(name: str) -> Load:
+    """The load called ``name``; raises ``KeyError`` listing the known names."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown load {name!r}; known loads: {', '.join(_BY_NAME)}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How big and how patient each load is.
+
+    ``requests`` maps an ab load's name to its ``-n``; ``duration`` is wrk's
+    ``-d`` in seconds; ``socket_timeout`` is how long, in seconds, a tool
+    waits on a silent server (ab ``-s``, wrk ``--timeout``); ``run_timeout``
+    is the wall-clock limit on one ab run, in seconds (a wrk run's limit is
+    its duration plus ``socket_timeout`` plus 10 s).
+    """
+
+    requests: dict[str, int]
+    duration: float
+    socket_timeout: float
+    run_timeout: float
+
+
+def command(load: Load, url: str, settings: Settings, csv_path: Path | None = None) -> list[str]:
+    """The tool's argument list for ``load`` against ``url`` (which ends in ``/``).
+
+    ab gets ``-r`` so that a receive error counts as a failed request instead
+    of ending the run, ``-q`` to keep its progress lines out of the output, and
+    ``-e csv_path`` for its percentiles with microsecond resolution (the text
+    table rounds them to whole milliseconds).
+    """
+    timeout = f"{settings.socket_timeout:g}"
+    if load.tool == "ab":
+        argv = ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]),
+                "-c", str(load.concurrency)]
+        if load.keepalive:
+            argv.append("-k")
+        if csv_path is not None:
+            argv += ["-e", str(csv_path)]
+        return argv + [url]
+    if load.tool == "wrk":
+        return ["wrk", "-t1", "-c", str(load.concurrency), "-d", f"{settings.duration:g}s",
+                "--timeout", f"{timeout}s", "--latency", url]
+    raise ValueError(f"unknown tool {load.tool!r}")
+
+
+@dataclass
+class Measurement:
+    """What one run of a tool reported.
+
+    ``completed`` counts responses received; ``failed`` counts requests the
+    tool saw fail (ab: "Failed requests" plus "Non-2xx responses"; wrk: socket
+    errors plus "Non-2xx or 3xx responses").  ``rps`` is requests per second,
+    ``p50_ms``/``p99_ms`` latency percentiles in milliseconds.  ``timed_out``
+    is true when the tool gave up waiting (its own time-out, or the harness's
+    wall-clock limit); ``error`` holds the tool's own complaint, if any.
+    Figures the output did not contain are None.
+    """
+
+    completed: int | None = None
+    failed: int | None = None
+    rps: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    seconds: float | None = None
+    timed_out: bool = False
+    error: str | None = None
+    exit_code: int | None = None
+
+
+# --- ApacheBench ---------------------------------------------------------
+
+_AB_FIELDS = {
+    "completed": re.compile(r"^Complete requests:\s+(\d+)", re.M),
+    "failed": re.compile(r"^Failed requests:\s+(\d+)", re.M),
+    "non_2xx": re.compile(r"^Non-2xx responses:\s+(\d+)", re.M),
+    "rps": re.compile(r"^Requests per second:\s+([\d.]+)", re.M),
+    "seconds": re.compile(r"^Time taken for tests:\s+([\d.]+) seconds", re.M),
+}
+# "  50%      3" in the text table: whole milliseconds.
+_AB_PERCENT = re.compile(r"^\s*(\d+)%\s+(\d+)", re.M)
+# ab's complaints when it gives up: "apr_pollset_poll: The timeout specified has expired (70007)".
+_AB_ERROR = re.compile(r"^(?:.*?\.\.\.)?(apr_\w+(?:\(\))?: .*|ab: .*|Total of \d+ requests completed)$", re.M)
+
+
+def parse_ab(text: str, csv_text: str | None = None) -> Measurement:
+    """Read ab's standard output (and, if given, the ``-e`` CSV) into a :class:`Measurement`.
+
+    Percentiles come from the CSV when there is one (``"50,0.820"``: percent,
+    milliseconds with three decimals), else from the text table, which ab
+    rounds to whole milliseconds.  ``failed`` adds "Non-2xx responses" to
+    "Failed requests", because ab counts a 404 or a 500 as a success.
+    """
+    found: dict[str, float] = {}
+    for key, pattern in _AB_FIELDS.items():
+        match = pattern.search(text)
+        if match:
+            found[key] = float(match.group(1))
+    result = Measurement()
+    if "completed" in found:
+        result.completed = int(found["completed"])
+    if "failed" in found or "non_2xx" in found:
+        result.failed = int(found.get("failed", 0) + found.get("non_2xx", 0))
+    result.rps = found.get("rps")
+    result.seconds = found.get("seconds")
+    percentiles = parse_ab_csv(csv_text) if csv_text else {}
+    if not percentiles:
+        percentiles = {int(p): float(ms) for p, ms in _AB_PERCENT.findall(text)}
+    if result.completed:  # with nothing completed ab's percentiles are zeros
+        result.p50_ms = percentiles.get(50)
+        result.p99_ms = percentiles.get(99)
+    errors = _AB_ERROR.findall(text)
+    if errors:
+        result.error = "; ".join(errors)
+        result.timed_out = any("timeout" in error.lower() for error in errors)
+    return result
+
+
+def parse_ab_csv(text: str) -> dict[int, float]:
+    """ab's ``-e`` file (``"Percentage served,Time in ms"`` then ``"P,MS"`` lines) -> {P: MS}."""
+    out: dict[int, float] = {}
+    for line in text.splitlines()[1:]:
+        percent, _, ms = line.partition(",")
+        try:
+            out[int(percent)] = float(ms)
+        except ValueError:
+            continue
+    return out
+
+
+# --- wrk -----------------------------------------------------------------
+
+# wrk prints durations with the largest unit that keeps them >= 1 (us, ms, s, m, h).
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+_WRK_PERCENT = re.compile(r"^\s*(50|75|90|99)%\s+([\d.]+)(us|ms|s|m|h)\s*$", re.M)
+_WRK_TOTAL = re.compile(r"^\s*(\d+) requests in ([\d.]+)(us|ms|s|m|h)", re.M)
+_WRK_RPS = re.compile(r"^Requests/sec:\s+([\d.]+)", re.M)
+_WRK_SOCKET = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
+_WRK_NON_2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
+
+
+def parse_wrk(text: str) -> Measurement:
+    """Read ``wrk --latency`` output into a :class:`Measurement`.
+
+    Percentiles come from the "Latency Distribution" block, converted to
+    milliseconds from whatever unit wrk chose.  ``failed`` adds every socket
+    error (connect, read, write, timeout) to the non-2xx/3xx responses.
+    """
+    result = Measurement()
+    total = _WRK_TOTAL.search(text)
+    if total:
+        result.completed = int(total.group(1))
+        result.seconds = float(total.group(2)) * _UNITS_MS[total.group(3)] / 1000
+    rps = _WRK_RPS.search(text)
+    if rps:
+        result.rps = float(rps.group(1))
+    if result.completed:  # with nothing completed wrk prints 0.00us percentiles
+        percentiles = {int(p): float(v) * _UNITS_MS[unit] for p, v, unit in _WRK_PERCENT.findall(text)}
+        result.p50_ms = percentiles.get(50)
+        result.p99_ms = percentiles.get(99)
+    failed = 0
+    socket_errors = _WRK_SOCKET.search(text)
+    if socket_errors:
+        failed += sum(int(n) for n in socket_errors.groups())
+        result.timed_out = int(socket_errors.group(4)) > 0 and not result.completed
+    non_2xx = _WRK_NON_2XX.search(text)
+    if non_2xx:
+        failed += int(non_2xx.group(1))
+    if total:
+        result.failed = failed
+    return result
+
+
+# --- running a tool ------------------------------------------------------
+
+def run(load: Load, url: str, settings: Settings, workdir: Path,
+        prefix: Sequence[str] = ()) -> tuple[Measurement, list[str], str]:
+    """Run ``load`` against ``url``; return ``(measurement, argv, output)``.
+
+    ``prefix`` goes before the tool's command (``taskset -c 1``); ``workdir``
+    holds ab's CSV file while it runs.  The tool runs in its own session so a
+    Ctrl-C at the terminal reaches the harness, which then kills the tool
+    before re-raising: no tool outlives the harness.
+    """
+    csv_path = workdir / f"{load.name}-percentiles.csv" if load.tool == "ab" else None
+    if csv_path is not None:
+        csv_path.unlink(missing_ok=True)
+    argv = [*prefix, *command(load, url, settings, csv_path)]
+    if load.tool == "ab":
+        limit = settings.run_timeout
+    else:
+        limit = settings.duration + settings.socket_timeout + 10
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    wall_limit_hit = False
+    try:
+        try:
+            output, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            # ab answers SIGINT by printing what it has measured so far.
+            wall_limit_hit = True
+            proc.send_signal(signal.SIGINT)
+            try:
+                output, _ = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    elapsed = time.monotonic() - started
+    csv_text = None
+    if csv_path is not None and csv_path.exists():
+        csv_text = csv_path.read_text()
+        csv_path.unlink()
+    result = parse_ab(output, csv_text) if load.tool == "ab" else parse_wrk(output)
+    result.exit_code = proc.returncode
+    if result.seconds is None:
+        result.seconds = elapsed
+    if wall_limit_hit:
+        result.timed_out = True
+        result.error = (f"stopped after the {limit:g} s wall-clock limit"
+                        + (f"; {result.error}" if result.error else ""))
+    elif proc.returncode != 0 and result.error is None:
+        tail = output.strip().splitlines()[-1:] or ["no output"]
+        result.error = f"{argv[len(prefix)]} exited with code {proc.returncode}: {tail[0]}"
+    return result, argv, output

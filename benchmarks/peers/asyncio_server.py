@@ -1,0 +1,99 @@
+# benchmarks/peers/asyncio_server.py
+#
+# The yardstick every stage is measured against: the same HTTP layer
+# (tinyloop.http.HTTPConnection) served by asyncio, written two ways, on two
+# loops.  Only the loop and the API change between the four peers, so their
+# differences are the loop's and the API's, never the parser's.
+#
+#   --api protocol   asyncio.Protocol callbacks: data_received -> write
+#   --api streams    asyncio.start_server: a coroutine per connection that
+#                    awaits reader.read() and writer.drain()
+#   --loop asyncio   the standard library's loop (selectors, pure Python)
+#   --loop uvloop    uvloop's loop (Cython on libuv), installed the usual way
+#
+# Usage: python benchmarks/peers/asyncio_server.py --api protocol --loop asyncio --port 0
+# It prints ``tinyloop: serving NAME on http://127.0.0.1:PORT/`` when it
+# listens and stops cleanly on SIGTERM or Ctrl-C.
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from tinyloop.http import HTTPConnection
+from tinyloop.serving import announce, listen, log
+
+
+class HTTPProtocol(asyncio.Protocol):
+    """One connection, driven by the loop's callbacks."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.http = HTTPConnection()
+
+    def data_received(self, data: bytes) -> None:
+        self._send(self.http.receive_data(data))
+
+    def eof_received(self) -> bool:
+        self._send(self.http.receive_data(b""))
+        return False  # let the transport close once its buffer is flushed
+
+    def _send(self, out: bytes) -> None:
+        if out:
+            self.transport.write(out)
+        if self.http.should_close:
+            # close() flushes what write() buffered before it closes.
+            self.transport.close()
+
+
+async def handle_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One connection as a coroutine: read, answer, drain, until the HTTP layer says close."""
+    http = HTTPConnection()
+    try:
+        while not http.should_close:
+            data = await reader.read(65536)
+            out = http.receive_data(data)
+            if out:
+                writer.write(out)
+                await writer.drain()
+            if not data:
+                break
+    except ConnectionError:
+        pass  # the peer reset: nothing to answer
+    finally:
+        writer.close()
+
+
+async def serve(name: str, api: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    sock = listen("127.0.0.1", port)
+    if api == "protocol":
+        server = await loop.create_server(HTTPProtocol, sock=sock)
+    else:
+        server = await asyncio.start_server(handle_stream, sock=sock)
+    async with server:
+        announce(name, sock)
+        await stop.wait()
+    log(f"{name}: stopped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--api", choices=("protocol", "streams"), default="protocol")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    name = f"{args.loop}-{args.api}"
+    if args.loop == "uvloop":
+        import uvloop
+        uvloop.run(serve(name, args.api, args.port))
+    else:
+        asyncio.run(serve(name, args.api, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+module tinyloop/benchmarks/peers/go
+
+go 1.21

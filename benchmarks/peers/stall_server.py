@@ -1,0 +1,62 @@
+# benchmarks/peers/stall_server.py
+#
+# A server that stops answering: the harness's test of its own time-outs.
+# It answers the first ``--answer N`` requests (default 1, so the harness's
+# readiness probe passes), then keeps accepting connections and reading
+# requests without ever answering one, as a wedged server would.  A load
+# against it must end in a "timeout" row within the harness's time-out,
+# never a hang.  Not a default peer: ask for it with ``--peers stall``.
+#
+# Usage: python benchmarks/peers/stall_server.py [--answer N] --port 0
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from tinyloop.http import HTTPConnection
+from tinyloop.serving import announce, listen, log
+
+
+class StallProtocol(asyncio.Protocol):
+    answers_left = 1  # shared by every connection: the server's budget
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.http = HTTPConnection()
+
+    def data_received(self, data: bytes) -> None:
+        if StallProtocol.answers_left <= 0:
+            return  # read and drop: the client waits for ever
+        out = self.http.receive_data(data)
+        if out:
+            StallProtocol.answers_left -= 1
+            self.transport.write(out)
+        if self.http.should_close:
+            self.transport.close()
+
+
+async def serve(answers: int, port: int) -> None:
+    StallProtocol.answers_left = answers
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    sock = listen("127.0.0.1", port)
+    async with await loop.create_server(StallProtocol, sock=sock):
+        announce("stall", sock)
+        await stop.wait()
+    log("stall: stopped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--answer", type=int, default=1, help="requests answered before it stalls")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    asyncio.run(serve(args.answer, args.port))
+
+
+if __name__ == "__main__":
+    main()

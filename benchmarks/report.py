@@ -1,0 +1,339 @@
+# benchmarks/report.py
+"""Turn the harness's JSON into tables and plots: the one reader of the results.
+
+    python benchmarks/report.py [JSON] [--plot OUT.png]
+
+prints the tables of a saved run (default benchmarks/results/latest.json).
+The book imports this module (``benchmarks.report``) to render its tables and
+figures at build time, so importing it does nothing but define functions:
+no I/O, no matplotlib (``plot`` imports it when called, and draws with the
+Agg canvas, never a window).  It reads the JSON alone and needs nothing else
+from the project.
+
+The JSON (schema 1), as benchmarks/run.py writes it::
+
+    schema      1
+    date        ISO 8601, UTC
+    command     the command line that produced it
+    machine     cpu_model, cpus, cpus_usable, memory_gib, os, system, kernel, machine, python
+    tools       ab, wrk, go, node, cc, taskset, uvloop, matplotlib: version strings (None: absent)
+    pinning     enabled, tool, server_cpus, load_cpus, harness_cpus, reason
+    settings    quick, repeat, requests {load: N}, duration_s, socket_timeout_s,
+                run_timeout_s, cpu_source, order
+    baseline    the server every ratio divides by ("asyncio-protocol"), or None
+    loads       [{name, tool, title, measures, concurrency, keepalive, requests,
+                  duration_s, command}]
+    servers     [{name, kind ("stage" | "peer"), summary, chapter, command, env,
+                  skipped (None, or why it did not run)}]
+    runs        [{rep, server, load, status, note, rps, p50_ms, p99_ms, completed,
+                  failed, cpu_s, cpu_us_per_req, seconds, newcomer_ms}]
+    results     {load: {server: {status, note, runs, ok_runs, rps, p50_ms, p99_ms,
+                  cpu_us_per_req, completed, newcomer_ms, failed,
+                  ratio: {rps, p50_ms, p99_ms, cpu_us_per_req}}}}
+
+A run's status is "ok"; "timeout" (the tool gave up waiting: the server
+answered nothing, or stopped answering); "starved" (wrk only: a connection
+opened halfway through the load got no answer before it ended, so wrk's
+figures describe the few connections the server did serve); or "error" (the
+server did not start, answered wrongly, or exited).  A result's status is
+"ok" if every run was, "partial" if some were, else the failed runs' status.
+``newcomer_ms`` is that halfway connection's wait for its answer (wrk only).
+
+Figures in ``results`` are medians over the repetitions whose status is "ok";
+``failed`` is summed over all of them; a figure nobody measured is None.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["FOOTNOTES", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
+           "plot", "server_names", "table"]
+
+SCHEMA = 1
+DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"
+
+# The general notes under every table, keyed so the book can pick some.
+FOOTNOTES = {
+    "ratio": ("In parentheses: the figure divided by stdlib asyncio's (asyncio-protocol) in the same "
+              "load. Above 1 is better for req/s; below 1 is better for latency and CPU."),
+    "cpu": ("CPU µs/req is the server process's own user + system CPU time during the load (all "
+            "its threads) divided by the requests it answered. It is the figure to compare "
+            "stages by on a two-core machine: with the server pinned to one core and the load "
+            "generator to the other, the generator saturates first (ab alone fills a core at about "
+            "20,000 new connections a second), so req/s often measures the client, while the "
+            "server's CPU per request does not depend on how fast the client is."),
+    "latency": ("p50 and p99: the median and the 99th-percentile time from sending a request to "
+                "receiving its whole response, in milliseconds, as the load generator saw it."),
+    "failed": ("failed: requests the tool counted as failed (ab: failed + non-2xx; wrk: socket "
+               "errors + non-2xx/3xx), summed over every repetition."),
+    "partial": "*: some repetitions failed; the figures are medians of the others.",
+}
+
+_DASH = "—"
+# A server whose every run ended so has no figures, only this word in the table.
+_FAILED = ("timeout", "starved", "error")
+
+
+def load(path: str | Path | None = None) -> dict:
+    """Read a results JSON (default benchmarks/results/latest.json).
+
+    Raises ``FileNotFoundError`` if it is missing and ``ValueError`` if it is
+    not a schema this module reads.
+    """
+    data = json.loads(Path(path or DEFAULT_PATH).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a tinyloop benchmark JSON of schema {SCHEMA}")
+    return data
+
+
+def describe_machine(data: dict) -> str:
+    """One line saying where and how the numbers were measured (for captions).
+
+    ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython 3.11.2; server on CPU 0, load on
+    CPU 1; median of 3; 2026-01-31"``.
+    """
+    machine = data.get("machine", {})
+    pinning = data.get("pinning", {})
+    settings = data.get("settings", {})
+    parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
+             f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
+    where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
+             if pinning.get("enabled") else "unpinned")
+    repeat = settings.get("repeat")
+    how = f"median of {repeat}" if repeat and repeat > 1 else "1 run"
+    if settings.get("quick"):
+        how += " (--quick: a smoke test, not a measurement)"
+    return f"{', '.join(p for p in parts if p)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
+
+
+def server_names(data: dict, load_name: str | None = None) -> list[str]:
+    """Every server of the run in table order: stages in reading order, then peers.
+
+    With ``load_name``, only those with results for that load, plus the skipped ones.
+    """
+    entries = data.get("servers", [])
+    ordered = [e for e in entries if e.get("kind") == "stage"] + [e for e in entries if e.get("kind") != "stage"]
+    results = data.get("results", {}).get(load_name, {}) if load_name else None
+    return [e["name"] for e in ordered
+            if results is None or e["name"] in results or e.get("skipped")]
+
+
+def _number(value: float | None, kind: str) -> str:
+    if value is None:
+        return _DASH
+    if kind == "rps":
+        return f"{value:.0f}"
+    if kind == "ratio":
+        return f"{value:.2f}×"
+    if kind == "cpu":
+        return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+    # milliseconds: three significant figures are plenty
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _with_ratio(value: float | None, ratio: float | None, kind: str, ratios: bool) -> str:
+    text = _number(value, kind)
+    if ratios and value is not None and ratio is not None:
+        text += f" ({_number(ratio, 'ratio')})"
+    return text
+
+
+def _load_entry(data: dict, load_name: str) -> dict:
+    for entry in data.get("loads", []):
+        if entry["name"] == load_name:
+            return entry
+    known = ", ".join(entry["name"] for entry in data.get("loads", []))
+    raise KeyError(f"no load {load_name!r} in these results; they have: {known}")
+
+
+def table(data: dict, load_name: str, servers: list[str] | None = None, *,
+          ratios: bool = True) -> tuple[list[str], list[list[str]]]:
+    """One load's results as ``(header, rows)`` of strings, one row per server.
+
+    Columns: server, req/s, p50 ms, p99 ms, CPU µs/req, failed.  With
+    ``ratios``, each figure is followed by its ratio to the baseline
+    (asyncio-protocol) in parentheses: ``"8123 (1.32×)"``.  Rows follow
+    ``servers`` if given (names of servers in the run), else
+    :func:`server_names` order.  A server that did not run or whose runs all
+    failed says so in the req/s column (``"skipped"``, ``"timeout"``,
+    ``"error"``) and has dashes elsewhere; a partly failed one has ``*`` after
+    its req/s (see ``FOOTNOTES["partial"]``).  Column 0 is a name, every
+    other column a number or a dash.
+
+    Raises ``KeyError`` for a load or server name the results do not have.
+    """
+    _load_entry(data, load_name)
+    results = data.get("results", {}).get(load_name, {})
+    skipped = {e["name"]: e.get("skipped") for e in data.get("servers", [])}
+    if servers is None:
+        servers = server_names(data, load_name)
+    else:
+        unknown = [name for name in servers if name not in results and not skipped.get(name)]
+        if unknown:
+            raise KeyError(f"no results for {', '.join(map(repr, unknown))} in load {load_name!r}; "
+                           f"the results have: {', '.join(server_names(data, load_name))}")
+    header = ["server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
+    rows = []
+    for name in servers:
+        summary = results.get(name)
+        if summary is None:
+            rows.append([name, "skipped", _DASH, _DASH, _DASH, _DASH])
+            continue
+        failed = _DASH if summary.get("failed") is None else str(summary["failed"])
+        if summary["status"] in _FAILED:
+            rows.append([name, summary["status"], _DASH, _DASH, _DASH, failed])
+            continue
+        ratio = summary.get("ratio") or {}
+        rps = _with_ratio(summary["rps"], ratio.get("rps"), "rps", ratios)
+        if summary["status"] == "partial":
+            rps = rps.replace(" ", "* ", 1) if " " in rps else rps + "*"
+        rows.append([
+            name, rps,
+            _with_ratio(summary["p50_ms"], ratio.get("p50_ms"), "ms", ratios),
+            _with_ratio(summary["p99_ms"], ratio.get("p99_ms"), "ms", ratios),
+            _with_ratio(summary["cpu_us_per_req"], ratio.get("cpu_us_per_req"), "cpu", ratios),
+            failed,
+        ])
+    return header, rows
+
+
+def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> list[str]:
+    """The notes particular to one load's table: why each failed or skipped row is so."""
+    results = data.get("results", {}).get(load_name, {})
+    skipped = {e["name"]: e.get("skipped") for e in data.get("servers", [])}
+    notes = []
+    for name in servers or server_names(data, load_name):
+        summary = results.get(name)
+        if summary is None and skipped.get(name):
+            notes.append(f"{name}: skipped: {skipped[name]}")
+        elif summary is not None and summary.get("note"):
+            notes.append(f"{name}: {summary['note']}")
+    return notes
+
+
+def _align(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return lines
+
+
+def format_text(data: dict, load_names: list[str] | None = None) -> str:
+    """Every load's table for a terminal, each with its notes, then the general footnotes."""
+    out = [f"tinyloop benchmarks: {describe_machine(data)}"]
+    baseline = data.get("baseline")
+    for entry in data.get("loads", []):
+        if load_names is not None and entry["name"] not in load_names:
+            continue
+        header, rows = table(data, entry["name"], ratios=baseline is not None)
+        out += ["", f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", ""]
+        out += _align(header, rows)
+        out += [f"  {note}" for note in footnotes(data, entry["name"])]
+    out.append("")
+    keys = ["ratio"] if baseline else []
+    keys += ["latency", "cpu", "failed"]
+    if any(s.get("status") == "partial" for r in data.get("results", {}).values() for s in r.values()):
+        keys.append("partial")
+    out += [f"- {FOOTNOTES[key]}" for key in keys]
+    if not baseline:
+        out.append("- No ratios: asyncio-protocol was not in this run.")
+    return "\n".join(out)
+
+
+# --- plots -----------------------------------------------------------------
+
+_COLOURS = {"stage": "#4c72b0", "peer": "#dd8452"}
+
+
+def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] | None = None) -> Path:
+    """Draw requests/s and CPU µs/request bars per server into a PNG at ``out_path``.
+
+    ``load`` picks one load (one row of two panels); None draws every load
+    of the run, one row each.  Stages and peers have different colours; a
+    server without figures gets a label ("timeout", "skipped") instead of a
+    bar.  Returns the path.  Raises ``ImportError`` without matplotlib and
+    ``KeyError`` as :func:`table` does.
+    """
+    # Imported here, so that importing this module stays cheap and draws nothing.
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    load_names = [load] if load else [entry["name"] for entry in data.get("loads", [])]
+    kinds = {e["name"]: e.get("kind", "peer") for e in data.get("servers", [])}
+    panels = []
+    for name in load_names:
+        table(data, name, servers)  # validates the names the same way
+        order = servers or server_names(data, name)
+        results = data.get("results", {}).get(name, {})
+        panels.append((_load_entry(data, name), order, results))
+    rows_per_panel = max(len(order) for _, order, _ in panels)
+    figure = Figure(figsize=(11, len(panels) * (0.28 * rows_per_panel + 1.3) + 0.4))
+    axes = figure.subplots(len(panels), 2, squeeze=False)
+    for (entry, order, results), (left, right) in zip(panels, axes):
+        for ax, figure_key, label, fmt in (
+                (left, "rps", "requests/s (higher is better)", "rps"),
+                (right, "cpu_us_per_req", "server CPU µs per request (lower is better)", "cpu")):
+            positions = range(len(order))
+            values = []
+            for server in order:
+                summary = results.get(server)
+                ok = summary is not None and summary["status"] in ("ok", "partial")
+                values.append(summary[figure_key] if ok and summary[figure_key] is not None else None)
+            ax.barh(list(positions), [v or 0 for v in values],
+                    color=[_COLOURS.get(kinds.get(s, "peer"), "#888888") for s in order])
+            top = max((v for v in values if v is not None), default=1) or 1
+            for y, (server, value) in enumerate(zip(order, values)):
+                if value is None:
+                    summary = results.get(server)
+                    text = summary["status"] if summary else "skipped"
+                    ax.text(0, y, f" {text}", va="center", fontsize=8, color="#aa0000")
+                else:
+                    ratio = (results[server].get("ratio") or {}).get(figure_key)
+                    text = _with_ratio(value, ratio, fmt, True)
+                    ax.text(value + top * 0.01, y, text, va="center", fontsize=7)
+            ax.set_yticks(list(positions), order, fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xlim(0, top * 1.3)
+            ax.set_title(f"{entry['name']}: {label}", fontsize=9)
+            ax.tick_params(axis="x", labelsize=7)
+    handles = [Patch(color=colour, label=f"{kind}s") for kind, colour in _COLOURS.items()]
+    figure.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    figure.suptitle(describe_machine(data), fontsize=8)
+    figure.tight_layout(rect=(0, 0.03, 1, 0.97))
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="benchmarks/report.py", description="Print a saved run's tables.")
+    parser.add_argument("json", nargs="?", type=Path, default=DEFAULT_PATH,
+                        help="results file (default benchmarks/results/latest.json)")
+    parser.add_argument("--loads", help="comma list of loads to print (default all)")
+    parser.add_argument("--plot", type=Path, help="also draw the plot into this PNG")
+    args = parser.parse_args(argv)
+    try:
+        data = load(args.json)
+    except FileNotFoundError:
+        print(f"report.py: {args.json} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"report.py: {error}", file=sys.stderr)
+        return 1
+    print(format_text(data, args.loads.split(",") if args.loads else None))
+    if args.plot:
+        print(f"drew {plot(data, None, args.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

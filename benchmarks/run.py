@@ -1,0 +1,574 @@
+# benchmarks/run.py
+"""Measure every stage's server and the peers under ab and wrk.
+
+    python benchmarks/run.py                     every stage, every peer, 3 loads, 3 repetitions
+    python benchmarks/run.py --quick             a smoke run: tiny loads, 1 repetition
+    python benchmarks/run.py --stages epoll,poll --peers asyncio-protocol --loads ab-close
+    python benchmarks/run.py --list              what can run here, and why not the rest
+
+Writes benchmarks/results/latest.json (and a timestamped copy under
+benchmarks/results/runs/), prints one table per load and draws
+benchmarks/results/latest.png.  ``python benchmarks/report.py`` prints the
+tables again from a saved JSON.
+"""
+
+# Rules this file keeps:
+#
+#   * Repetitions are interleaved: repetition 1 runs every load on every
+#     server, then repetition 2 does it again, and so on.  Whatever drifts on
+#     the machine while we measure (a cron job, thermal throttling) then
+#     spreads over every server instead of landing on one.  Each figure
+#     reported is the median of the repetitions.
+#   * Every run gets a fresh server process: started, asked for GET / until
+#     it answers, loaded once, stopped.  No run inherits another's
+#     connections, memory or warm caches.
+#   * With two or more CPUs the server runs on one and the load generator on
+#     another (taskset), so they never take turns on the same core.  On a
+#     two-core machine the load generator is then the first to saturate, which
+#     is why the table's headline figure is CPU time per request (see
+#     report.FOOTNOTES).
+#   * Nothing hangs and nothing is left behind: the tools have time-outs
+#     (benchmarks/loads.py), servers are stopped in ``finally`` blocks, and a
+#     run that fails becomes a row that says how it failed.
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks.loads import Load, Settings  # noqa: E402
+from benchmarks.servers import Server  # noqa: E402
+from tinyloop import stages  # noqa: E402
+from tinyloop.http import HELLO  # noqa: E402
+from tinyloop.testing import ServerProcess, http_get, recv_response  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+SCHEMA = 1
+
+# Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
+# takes about ten minutes on a 2-core machine; --quick is for tests.
+DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 3,
+            "socket_timeout": 5.0, "run_timeout": 60.0}
+QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
+         "socket_timeout": 2.0, "run_timeout": 15.0}
+
+# Rough speeds for the estimate printed at start (a Python stage on one core).
+_ESTIMATE_RPS = {"ab-close": 4000, "ab-keepalive": 12000}
+_ESTIMATE_OVERHEAD = 0.6  # seconds to start, probe and stop a server
+
+
+# --- choosing what to run -------------------------------------------------
+
+def _names(argument: str | None, known: list[str], what: str, default: list[str]) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``, checked against ``known``; None -> ``default``; "none" -> []."""
+    if argument is None:
+        return default
+    if argument.strip().lower() in ("", "none"):
+        return []
+    if argument.strip().lower() == "all":
+        return known
+    chosen = [name.strip() for name in argument.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise SystemExit(f"run.py: unknown {what} {', '.join(map(repr, unknown))}; "
+                         f"choose from: {', '.join(known)} (or 'all', 'none')")
+    return chosen
+
+
+def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
+    """``"5000"`` sets both ab loads; ``"ab-close=5000,ab-keepalive=20000"`` sets each."""
+    out = dict(base)
+    if argument is None:
+        return out
+    try:
+        if "=" not in argument:
+            return {name: int(argument) for name in out}
+        for part in argument.split(","):
+            name, _, value = part.partition("=")
+            if name.strip() not in out:
+                raise SystemExit(f"run.py: --requests: {name.strip()!r} is not an ab load; "
+                                 f"choose from: {', '.join(out)}")
+            out[name.strip()] = int(value)
+    except ValueError:
+        raise SystemExit(f"run.py: --requests: expected N or LOAD=N[,LOAD=N], got {argument!r}") from None
+    if any(n < 1 for n in out.values()):
+        raise SystemExit("run.py: --requests must be at least 1")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    stage_names = ", ".join(stage.name for stage in stages.STAGES)
+    peer_names = ", ".join(peer.name for peer in servers.PEERS)
+    load_names = ", ".join(load.name for load in loads.LOADS)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny loads, one repetition, short time-outs: a smoke test, not a measurement")
+    parser.add_argument("--stages", help=f"comma list, 'all' or 'none' (default all: {stage_names})")
+    parser.add_argument("--peers", help=f"comma list, 'all' or 'none' (default all but stall: {peer_names})")
+    parser.add_argument("--loads", help=f"comma list (default all: {load_names})")
+    parser.add_argument("--repeat", type=int, help="repetitions, interleaved (default 3; --quick 1)")
+    parser.add_argument("--requests", help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M "
+                                           f"(default ab-close={DEFAULTS['ab-close']},"
+                                           f"ab-keepalive={DEFAULTS['ab-keepalive']})")
+    parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
+    parser.add_argument("--timeout", type=float,
+                        help="seconds a tool waits on a silent server: ab -s, wrk --timeout "
+                             f"(default {DEFAULTS['socket_timeout']:g})")
+    parser.add_argument("--run-timeout", type=float,
+                        help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
+    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json",
+                        help="where to write the JSON (default benchmarks/results/latest.json); "
+                             "a timestamped copy goes to runs/ beside it")
+    parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
+    parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
+    return parser
+
+
+# --- the machine ------------------------------------------------------------
+
+def fingerprint() -> dict[str, object]:
+    """What the numbers were measured on: CPU, cores, memory, OS, kernel, Python."""
+    import platform
+
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.partition(":")[2].strip()
+                    break
+    except OSError:
+        pass
+    memory = None
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])  # "MemTotal:  16384000 kB"
+            memory = round(kib / 1024 / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu_model": model or platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": usable,
+        "memory_gib": memory,
+        "os": platform.platform(),
+        "system": platform.system(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+    }
+
+
+def choose_pinning(disabled: bool) -> dict[str, object]:
+    """Pin the server to one CPU and the load generator to another, when we can.
+
+    Returns the JSON's ``pinning`` entry; ``server_prefix``/``load_prefix``
+    are the argument lists to put before each command (dropped from the JSON).
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    off = {"enabled": False, "server_prefix": [], "load_prefix": []}
+    if disabled:
+        return {**off, "reason": "--no-pin"}
+    if len(cpus) < 2:
+        return {**off, "reason": f"{len(cpus) or 'an unknown number of'} usable CPU(s): nothing to separate"}
+    if shutil.which("taskset") is None:
+        print("note: taskset (util-linux) is not installed: server and load generator run unpinned")
+        return {**off, "reason": "taskset is not installed"}
+    server_cpu, load_cpu = cpus[0], cpus[1]
+    # The harness itself mostly waits; keep it off the server's CPU too.
+    os.sched_setaffinity(0, {load_cpu})
+    return {"enabled": True, "tool": "taskset", "server_cpus": str(server_cpu), "load_cpus": str(load_cpu),
+            "harness_cpus": str(load_cpu), "reason": None,
+            "server_prefix": ["taskset", "-c", str(server_cpu)],
+            "load_prefix": ["taskset", "-c", str(load_cpu)]}
+
+
+# --- one run ------------------------------------------------------------
+
+def _cpu_seconds(process: ServerProcess) -> float | None:
+    """The server's user + system CPU time so far, all its threads, in seconds; None if unknown."""
+    # Discussion: /proc/PID/stat (ServerProcess.cpu_seconds) counts in clock
+    # ticks, 10 ms each, which is coarse for a run that costs the server a
+    # few hundred milliseconds.  Linux also gives every process a CPU-time
+    # clock that any other process may read, in nanoseconds, covering all its
+    # threads, dead ones included: the clock id clock_getcpuclockid(3) would
+    # return is (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; see the
+    # kernel's posix-cpu-timers.c).  Elsewhere we fall back to /proc, and
+    # where there is no /proc either, to None: resource.getrusage cannot
+    # see another running process.
+    if sys.platform == "linux":
+        try:
+            return time.clock_gettime((~process.pid << 3) | 2)
+        except (OSError, OverflowError):
+            pass
+    try:
+        return process.cpu_seconds()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Newcomer(threading.Thread):
+    """One GET / on a new connection, sent ``delay`` seconds into a load.
+
+    wrk counts only the requests that were answered, so a server that serves
+    one connection and leaves the other 99 waiting (the blocking baseline)
+    looks fast to it.  A newcomer that gets no answer while the load lasts
+    shows that.  ``latency_ms`` is its wait in milliseconds, or None;
+    ``answered_at`` the ``time.monotonic()`` of its answer, or None.
+    """
+
+    def __init__(self, address: tuple[str, int], delay: float, timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.address, self.delay, self.timeout = address, delay, timeout
+        self.latency_ms: float | None = None
+        self.answered_at: float | None = None
+        self._cancelled = threading.Event()
+        self._sock: socket.socket | None = None
+
+    def run(self) -> None:
+        if self._cancelled.wait(self.delay):
+            return
+        try:
+            with socket.create_connection(self.address, timeout=self.timeout) as sock:
+                self._sock = sock
+                sent = time.monotonic()
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: newcomer\r\nConnection: close\r\n\r\n")
+                status, _, _ = recv_response(sock)
+                if status == 200:
+                    self.answered_at = time.monotonic()
+                    self.latency_ms = (self.answered_at - sent) * 1000
+        except (OSError, ValueError, IndexError):
+            pass  # no answer: the caller sees answered_at is None
+
+    def finish(self) -> None:
+        """Stop waiting (the load is over) and return once the thread has ended."""
+        self._cancelled.set()
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv
+            except OSError:
+                pass
+        self.join(self.timeout)
+
+
+def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path) -> dict:
+    """Start ``server``, wait until it answers, put ``load`` on it, stop it.
+
+    Returns the run's JSON record: ``status`` is ``"ok"``, ``"timeout"`` (the
+    tool or the probe waited in vain), ``"starved"`` (wrk's figures are real,
+    but a newcomer got no answer while the load lasted: see
+    :class:`Newcomer`) or ``"error"`` (the server did not start, answered
+    wrongly, or died); ``note`` says what happened.
+    """
+    record: dict = {"server": server.name, "load": load.name, "status": "error", "note": None,
+                    "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
+                    "cpu_s": None, "cpu_us_per_req": None, "seconds": None, "newcomer_ms": None}
+    try:
+        process = servers.launch(server, pinning["server_prefix"])
+    except RuntimeError as error:
+        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
+        return record
+    try:
+        try:
+            status, body = http_get(process.address, "/", timeout=settings.socket_timeout)
+        except (socket.timeout, TimeoutError):
+            record.update(status="timeout", note=f"no answer to GET / within {settings.socket_timeout:g} s")
+            return record
+        except OSError as error:
+            record["note"] = f"GET / failed: {error}"
+            return record
+        if status != 200 or body != HELLO:
+            record["note"] = f"GET / answered {status} {body[:40]!r}"
+            return record
+        url = f"http://{process.host}:{process.port}/"
+        newcomer = None
+        if load.tool == "wrk":
+            newcomer = Newcomer(process.address, settings.duration / 2,
+                                settings.duration + settings.socket_timeout)
+            newcomer.start()
+        before = _cpu_seconds(process)
+        try:
+            result, _, output = loads.run(load, url, settings, workdir, pinning["load_prefix"])
+        finally:
+            load_ended = time.monotonic()
+            after = _cpu_seconds(process)
+            if newcomer is not None:
+                newcomer.finish()
+        exit_code = process.proc.poll() if process.proc else None
+        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
+                      completed=result.completed, failed=result.failed, seconds=result.seconds)
+        if newcomer is not None:
+            record["newcomer_ms"] = newcomer.latency_ms
+        if before is not None and after is not None:
+            record["cpu_s"] = round(after - before, 6)
+            if result.completed:
+                record["cpu_us_per_req"] = (after - before) * 1e6 / result.completed
+        if exit_code is not None:
+            record["note"] = f"the server exited with code {exit_code} during the run"
+        elif result.timed_out:
+            record["status"] = "timeout"
+            record["note"] = result.error
+        elif result.completed is None:
+            tail = output.strip().splitlines()[-1:] or ["no output"]
+            record["note"] = result.error or f"could not read the tool's output: {tail[0]}"
+        elif result.completed == 0:
+            record["status"] = "timeout"
+            record["note"] = f"no response in the {result.seconds:.1f} s run"
+        elif newcomer is not None and (newcomer.answered_at is None or newcomer.answered_at > load_ended):
+            record["status"] = "starved"
+            record["note"] = (f"a connection opened {newcomer.delay:g} s into the load got no answer "
+                              f"before it ended ({result.completed} requests went to the others)")
+        else:
+            record["status"] = "ok"
+            if result.error:
+                record["note"] = result.error
+        return record
+    finally:
+        process.stop()
+
+
+# --- medians and ratios -------------------------------------------------
+
+FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")
+
+
+def _median(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dict]]:
+    """Fold the run records into ``{load: {server: summary}}``.
+
+    A summary's figures (FIGURES, ``completed``, ``newcomer_ms``) are medians over the
+    runs whose status is ``"ok"``; ``failed`` is the sum over every run.
+    ``status`` is ``"ok"`` when every run was, the failing runs' status when
+    none was, and ``"partial"`` in between.  ``ratio`` divides each figure by
+    the ``baseline`` server's in the same load (None where either is missing).
+    """
+    grouped: dict[str, dict[str, list[dict]]] = {}
+    for run in runs:
+        grouped.setdefault(run["load"], {}).setdefault(run["server"], []).append(run)
+    results: dict[str, dict[str, dict]] = {}
+    for load_name, by_server in grouped.items():
+        table: dict[str, dict] = {}
+        for server_name, server_runs in by_server.items():
+            ok = [run for run in server_runs if run["status"] == "ok"]
+            bad = [run for run in server_runs if run["status"] != "ok"]
+            summary: dict = {"runs": len(server_runs), "ok_runs": len(ok)}
+            for figure in (*FIGURES, "completed", "newcomer_ms"):
+                summary[figure] = _median([run[figure] for run in ok])
+            failed = [run["failed"] for run in server_runs if run["failed"] is not None]
+            summary["failed"] = sum(failed) if failed else None
+            if not bad:
+                summary["status"], summary["note"] = "ok", None
+            else:
+                summary["status"] = bad[0]["status"] if not ok else "partial"
+                kinds = sorted({run["status"] for run in bad})
+                notes = sorted({run["note"] for run in bad if run["note"]})
+                summary["note"] = (f"{len(bad)} of {len(server_runs)} runs: {', '.join(kinds)}"
+                                   + (f" ({'; '.join(notes)})" if notes else ""))
+            table[server_name] = summary
+        base = table.get(baseline) if baseline else None
+        for summary in table.values():
+            summary["ratio"] = {
+                figure: (summary[figure] / base[figure]
+                         if base and summary[figure] is not None and base[figure] else None)
+                for figure in FIGURES}
+        results[load_name] = table
+    return results
+
+
+# --- the whole run ------------------------------------------------------
+
+def estimate_seconds(chosen_loads: list[Load], n_servers: int, settings: Settings, repeat: int) -> float:
+    """A rough wall-clock estimate for the plan, in seconds."""
+    per_server = 0.0
+    for load in chosen_loads:
+        per_server += _ESTIMATE_OVERHEAD
+        if load.tool == "ab":
+            per_server += settings.requests[load.name] / _ESTIMATE_RPS[load.name]
+        else:
+            per_server += settings.duration + 0.3
+    return per_server * n_servers * repeat
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _progress(index: int, total: int, rep: int, repeat: int, record: dict, width: int) -> str:
+    head = f"[{index:>{len(str(total))}}/{total}] rep {rep}/{repeat} {record['server']:<{width}} {record['load']:<12} ..."
+    if record["status"] != "ok":
+        return f"{head} {record['status'].upper()}: {record['note']}"
+    parts = [f"{record['rps']:.0f} req/s" if record["rps"] is not None else "? req/s"]
+    if record["p99_ms"] is not None:
+        parts.append(f"p99 {record['p99_ms']:.1f} ms")
+    if record["cpu_us_per_req"] is not None:
+        parts.append(f"cpu {record['cpu_us_per_req']:.0f} µs/req")
+    if record["failed"]:
+        parts.append(f"{record['failed']} failed")
+    return f"{head} {' '.join(parts)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    base = QUICK if args.quick else DEFAULTS
+    stage_names = _names(args.stages, [s.name for s in stages.STAGES], "stage",
+                         [s.name for s in stages.STAGES])
+    peer_names = _names(args.peers, [p.name for p in servers.PEERS], "peer",
+                        [p.name for p in servers.PEERS if p.default])
+    load_names = _names(args.loads, [load.name for load in loads.LOADS], "load",
+                        [load.name for load in loads.LOADS])
+    repeat = args.repeat if args.repeat is not None else int(base["repeat"])
+    if repeat < 1:
+        raise SystemExit("run.py: --repeat must be at least 1")
+    settings = Settings(
+        requests=_requests(args.requests, {"ab-close": int(base["ab-close"]),
+                                           "ab-keepalive": int(base["ab-keepalive"])}),
+        duration=args.duration if args.duration is not None else float(base["duration"]),
+        socket_timeout=args.timeout if args.timeout is not None else float(base["socket_timeout"]),
+        run_timeout=args.run_timeout if args.run_timeout is not None else float(base["run_timeout"]),
+    )
+    chosen_loads = [loads.get(name) for name in load_names]
+    candidates = ([servers.stage_server(stages.get(name)) for name in stage_names]
+                  + [servers.peer_server(name) for name in peer_names])
+
+    missing_tools = sorted({load.tool for load in chosen_loads if shutil.which(load.tool) is None})
+    skipped: dict[str, str] = {}
+    for server in candidates:
+        note = servers.prepare(server)
+        if note:
+            skipped[server.name] = note
+    ready = [server for server in candidates if server.name not in skipped]
+
+    if args.list:
+        for server in candidates:
+            state = f"skipped: {skipped[server.name]}" if server.name in skipped else "ready"
+            print(f"{server.kind:<5}  {server.name:<16}  {state}")
+        for load in loads.LOADS:
+            state = "ready" if shutil.which(load.tool) else f"skipped: {load.tool} is not installed"
+            print(f"load   {load.name:<16}  {state}  ({load.title})")
+        return 0
+    if missing_tools:
+        raise SystemExit(f"run.py: {' and '.join(missing_tools)} not found; install ApacheBench (Debian: "
+                         "apache2-utils) and wrk, or run `bash scripts/setup.sh`")
+    for name, note in skipped.items():
+        print(f"skip {name}: {note}")
+    if not ready:
+        raise SystemExit("run.py: no server can run here")
+
+    pinning = choose_pinning(args.no_pin)
+    plan = [(rep, load, server) for rep in range(1, repeat + 1) for load in chosen_loads for server in ready]
+    where = (f"server on CPU {pinning['server_cpus']}, load generator on CPU {pinning['load_cpus']}"
+             if pinning["enabled"] else f"unpinned ({pinning['reason']})")
+    print(f"{len(ready)} servers x {len(chosen_loads)} loads x {repeat} repetitions = {len(plan)} runs; "
+          f"{where}; estimate about {_minutes(estimate_seconds(chosen_loads, len(ready), settings, repeat))}",
+          flush=True)
+
+    started = time.monotonic()
+    date = datetime.now(timezone.utc)
+    runs: list[dict] = []
+    width = max(len(server.name) for server in ready)
+    rep_started = started
+    with tempfile.TemporaryDirectory(prefix="tinyloop-bench-") as workdir:
+        for index, (rep, load, server) in enumerate(plan, 1):
+            record = {"rep": rep, **measure(server, load, settings, pinning, Path(workdir))}
+            runs.append(record)
+            print(_progress(index, len(plan), rep, repeat, record, width), flush=True)
+            if index % (len(plan) // repeat) == 0 and rep < repeat:
+                took = time.monotonic() - rep_started
+                rep_started = time.monotonic()
+                print(f"rep {rep}/{repeat} took {_minutes(took)}; about {_minutes(took * (repeat - rep))} to go",
+                      flush=True)
+
+    baseline = servers.BASELINE if any(s.name == servers.BASELINE for s in ready) else None
+    data = {
+        "schema": SCHEMA,
+        "date": date.isoformat(timespec="seconds"),
+        "command": shlex.join(["python", "benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": fingerprint(),
+        "tools": servers.tool_versions(),
+        "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
+        "settings": {
+            "quick": args.quick, "repeat": repeat, "requests": settings.requests,
+            "duration_s": settings.duration, "socket_timeout_s": settings.socket_timeout,
+            "run_timeout_s": settings.run_timeout,
+            "cpu_source": ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
+                           if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none"),
+            "order": "interleaved: each repetition runs every load on every server; "
+                     "a fresh server process per run; figures are medians over repetitions",
+        },
+        "baseline": baseline,
+        "loads": [{"name": load.name, "tool": load.tool, "title": load.title, "measures": load.measures,
+                   "concurrency": load.concurrency, "keepalive": load.keepalive,
+                   "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
+                   "duration_s": settings.duration if load.tool == "wrk" else None,
+                   "command": shlex.join(loads.command(load, "http://127.0.0.1:PORT/", settings,
+                                                       Path("PERCENTILES.csv") if load.tool == "ab" else None))}
+                  for load in chosen_loads],
+        "servers": [{"name": server.name, "kind": server.kind, "summary": server.summary,
+                     "chapter": server.chapter, "command": shlex.join(server.argv),
+                     "env": server.env or None, "skipped": skipped.get(server.name)}
+                    for server in candidates],
+        "runs": runs,
+        "results": summarize(runs, baseline),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    out = write(data, args.out)
+    print()
+    print(report.format_text(data))
+    print(f"\nwrote {_relative(out)} in {_minutes(data['elapsed_s'])}")
+    if not args.no_plot:
+        png = args.plot or args.out.with_suffix(".png")
+        try:
+            report.plot(data, None, png)
+            print(f"drew {_relative(png)}")
+        except ImportError:
+            print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
+    return 0
+
+
+def write(data: dict, out: Path) -> Path:
+    """Write ``data`` to ``out`` and a timestamped copy to ``out``'s ``runs/``; returns ``out``."""
+    import json
+
+    text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    stamp = data["date"].replace(":", "").replace("+0000", "Z")
+    copy = out.parent / "runs" / f"{out.stem}-{stamp}.json"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_text(text, encoding="utf-8")
+    return out
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

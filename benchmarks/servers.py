@@ -1,0 +1,192 @@
+# benchmarks/servers.py
+#
+# Every server the harness can measure, and how to get each one running.
+# Rules this file keeps:
+#
+#   * One launcher for all.  A stage (``python -m tinyloop serve STAGE``) and
+#     a peer (Python, Go, Node or C, from benchmarks/peers/) are both an
+#     argument list that takes ``--port 0`` and prints the same announce line,
+#     ``tinyloop: serving NAME on http://127.0.0.1:PORT/``; tinyloop.testing's
+#     ServerProcess starts either and stops it with SIGTERM.
+#   * A server that cannot run here is skipped with a note saying why (a
+#     stage whose module is not written yet, no ``go`` on PATH, a failed
+#     build), never an error that stops the other servers.
+#   * Compiled peers build into benchmarks/build/ (git-ignored), only when
+#     their source is newer than the binary, and offline: standard libraries
+#     only, Go's caches inside the build directory, no toolchain download.
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tinyloop import stages
+from tinyloop.testing import ServerProcess
+
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "launch", "peer_server", "prepare",
+           "stage_server", "tool_versions"]
+
+HERE = Path(__file__).resolve().parent
+PEER_DIR = HERE / "peers"
+BUILD = HERE / "build"
+
+# The row every ratio in the table is relative to.
+BASELINE = "asyncio-protocol"
+
+
+@dataclass(frozen=True)
+class Server:
+    """Something to measure: ``kind`` is ``"stage"`` or ``"peer"``; ``argv``
+    starts it listening on a free port; ``env`` adds environment variables."""
+
+    name: str
+    kind: str
+    summary: str
+    argv: tuple[str, ...]
+    chapter: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer's recipe.  ``needs`` names what must exist here: a Python module
+    (``"module:uvloop"``) or a program on PATH (``"go"``); ``default`` is false
+    for peers that only the harness's own tests ask for."""
+
+    name: str
+    summary: str
+    needs: str | None = None
+    default: bool = True
+
+
+PEERS: tuple[Peer, ...] = (
+    Peer("asyncio-protocol", "stdlib asyncio, Protocol callbacks (the baseline of every ratio)"),
+    Peer("asyncio-streams", "stdlib asyncio, start_server streams"),
+    Peer("uvloop-protocol", "the same Protocol code on uvloop", "module:uvloop"),
+    Peer("uvloop-streams", "the same streams code on uvloop", "module:uvloop"),
+    Peer("go-nethttp", "Go net/http, GOMAXPROCS=1", "go"),
+    Peer("node-http", "Node.js http module", "node"),
+    Peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "cc"),
+    Peer("stall", "answers one request, then never again (tests the time-outs)", default=False),
+)
+
+_PEERS = {peer.name: peer for peer in PEERS}
+
+
+def stage_server(stage: stages.Stage) -> Server:
+    """The server for one row of ``tinyloop.stages.STAGES``."""
+    argv = (sys.executable, "-m", "tinyloop", "serve", stage.name, "--host", "127.0.0.1", "--port", "0")
+    return Server(stage.name, "stage", stage.summary, argv, chapter=stage.chapter)
+
+
+def peer_server(name: str) -> Server:
+    """The server for peer ``name``; raises ``KeyError`` for an unknown name."""
+    peer = _PEERS[name]
+    python = sys.executable
+    if name.startswith(("asyncio-", "uvloop-")):
+        loop, api = name.split("-")
+        argv: tuple[str, ...] = (python, str(PEER_DIR / "asyncio_server.py"), "--loop", loop,
+                                 "--api", api, "--port", "0")
+        return Server(name, "peer", peer.summary, argv)
+    if name == "go-nethttp":
+        return Server(name, "peer", peer.summary, (str(BUILD / "go-nethttp"), "-port", "0"),
+                      env={"GOMAXPROCS": "1"})
+    if name == "node-http":
+        return Server(name, "peer", peer.summary, ("node", str(PEER_DIR / "node" / "server.js"), "--port", "0"))
+    if name == "c-epoll":
+        return Server(name, "peer", peer.summary, (str(BUILD / "http_floor"), "--port", "0"))
+    if name == "stall":
+        return Server(name, "peer", peer.summary, (python, str(PEER_DIR / "stall_server.py"), "--port", "0"))
+    raise KeyError(name)
+
+
+def prepare(server: Server) -> str | None:
+    """Make ``server`` ready to start: None if it is, else a note saying why not.
+
+    A stage is ready when its module imports (Part II stages may not exist
+    yet); a peer when what it needs is installed and its build succeeds.
+    """
+    if server.kind == "stage":
+        try:
+            stages.load(server.name)
+        except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
+            module = stages.get(server.name).module
+            first = str(error).splitlines()[0] if str(error) else ""
+            return f"{module} does not import ({type(error).__name__}: {first})"
+        return None
+    peer = _PEERS[server.name]
+    if peer.needs and peer.needs.startswith("module:"):
+        module = peer.needs.partition(":")[2]
+        if importlib.util.find_spec(module) is None:
+            return f"Python module {module} is not installed"
+    elif peer.needs and shutil.which(peer.needs) is None:
+        return f"{peer.needs} is not on PATH"
+    if server.name == "go-nethttp":
+        return _build(BUILD / "go-nethttp", [PEER_DIR / "go" / "main.go", PEER_DIR / "go" / "go.mod"],
+                      ["go", "build", "-o", str(BUILD / "go-nethttp"), "."], cwd=PEER_DIR / "go",
+                      env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
+                           "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
+    if server.name == "c-epoll":
+        source = PEER_DIR / "c" / "http_floor.c"
+        return _build(BUILD / "http_floor", [source],
+                      [os.environ.get("CC", "cc"), "-O2", "-o", str(BUILD / "http_floor"), str(source)])
+    return None
+
+
+def _build(binary: Path, sources: Sequence[Path], argv: list[str], *, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> str | None:
+    """Run ``argv`` unless ``binary`` is newer than every source; None on success, else a note."""
+    if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
+        return None
+    BUILD.mkdir(exist_ok=True)
+    print(f"building {binary.name}: {' '.join(argv)}", flush=True)
+    try:
+        done = subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                              text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"build failed: {error}"
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        return f"build failed: {lines[-1] if lines else f'exit code {done.returncode}'}"
+    return None
+
+
+def launch(server: Server, prefix: Sequence[str] = (), timeout: float = 15.0) -> ServerProcess:
+    """Start ``server`` (with ``prefix``, e.g. ``taskset -c 0``, before its command) and
+    return the running ServerProcess; raises ``RuntimeError`` if it does not announce its port."""
+    process = ServerProcess(server.name, command=[*prefix, *server.argv], env=server.env, timeout=timeout)
+    return process.start()
+
+
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return lines[0].strip() if lines else None
+
+
+def tool_versions() -> dict[str, str | None]:
+    """The version line of every program and library the numbers depend on (None: absent)."""
+    versions: dict[str, str | None] = {
+        "ab": _first_line(["ab", "-V"]),
+        "wrk": _first_line(["wrk", "-v"]),
+        "go": _first_line(["go", "version"]) if shutil.which("go") else None,
+        "node": _first_line(["node", "--version"]) if shutil.which("node") else None,
+        "cc": _first_line([os.environ.get("CC", "cc"), "--version"]),
+        "taskset": _first_line(["taskset", "--version"]) if shutil.which("taskset") else None,
+    }
+    for module in ("uvloop", "matplotlib"):
+        try:
+            versions[module] = importlib.metadata.version(module)
+        except importlib.metadata.PackageNotFoundError:
+            versions[module] = None
+    return versions
