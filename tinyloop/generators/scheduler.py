@@ -275,7 +275,12 @@ class Scheduler:
             return None, error
 
     def _finish(self, task: Task, result: Any, exc: BaseException | None) -> None:
-        """Record that ``task`` ended; wake its joiners; report an error nobody will see."""
+        """Record that ``task`` ended; wake its joiners; report an error nobody will see.
+
+        Called by the trampoline, with the exception it caught (if any).
+        """
+        if exc is not None:
+            exc = _drop_own_frame(exc)
         task.done, task.result, task.exception = True, result, exc
         del self.tasks[task.id]
         joiners, task._joiners = task._joiners, []
@@ -403,8 +408,8 @@ def _not_a_trap(yielded: Any) -> str:
 def _drop_own_frame(error: BaseException) -> BaseException:
     """``error`` without the trampoline's own line at the head of its traceback.
 
-    Discussion: an exception caught in ``_trampoline`` has gained a traceback
-    entry for the trampoline itself.  Thrown into the caller as it is, the
+    Discussion: an exception caught in a ``_trampoline`` method has gained a
+    traceback entry for the trampoline itself.  Thrown into the caller as it is, the
     next hop would add the caller, and the one after the trampoline again, so
     a traceback through five generators would list the scheduler five times
     between them.  Dropping our own entry at each hop leaves the traceback
@@ -413,6 +418,6 @@ def _drop_own_frame(error: BaseException) -> BaseException:
     interpreter never leaves the chain of frames.)
     """
     tb = error.__traceback__
-    if tb is not None and tb.tb_frame.f_code is Scheduler._trampoline.__code__:
+    if tb is not None and tb.tb_frame.f_code.co_name == "_trampoline":
         error.__traceback__ = tb.tb_next
     return error
