@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from tinyloop.callbacks import loop as loop_module
+
 __all__ = ["FakeSelector", "VirtualClock", "WouldBlockForever", "run_until_idle"]
 
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -171,12 +173,19 @@ def run_until_idle(loop: Any, selector: FakeSelector, limit: int = 10_000) -> in
     """Run ``loop.run_once()`` until nothing is left to do; return how many iterations ran.
 
     Idle means: the ready queue is empty, no live timer is left in the heap,
-    and the selector has nothing to report.  Raises AssertionError after
-    ``limit`` iterations (a callback that reschedules itself forever).
+    and the selector has nothing to report.  While it runs, the loop is this
+    thread's running loop, as under ``run_forever`` (so ``get_running_loop()``
+    works in callbacks and tasks).  Raises AssertionError after ``limit``
+    iterations (a callback that reschedules itself forever).
     """
-    for iteration in range(limit):
-        if (not loop._ready and not selector.ready_events()
-                and all(timer.cancelled() for timer in loop._scheduled)):
-            return iteration
-        loop.run_once()
+    previous = getattr(loop_module._running, "loop", None)
+    loop_module._running.loop = loop
+    try:
+        for iteration in range(limit):
+            if (not loop._ready and not selector.ready_events()
+                    and all(timer.cancelled() for timer in loop._scheduled)):
+                return iteration
+            loop.run_once()
+    finally:
+        loop_module._running.loop = previous
     raise AssertionError(f"the loop was still busy after {limit} iterations")
