@@ -132,7 +132,7 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 
 __all__ = [
@@ -184,7 +184,8 @@ class kevent:
 
     Raises TypeError for a non-integer field, OverflowError for one outside
     its C type (``filter`` short, ``flags`` u_short, ``fflags`` u_int,
-    ``data`` intptr_t, ``udata`` uintptr_t).
+    ``data`` intptr_t, ``udata`` uintptr_t).  CPython silently truncates an
+    oversized ``flags``, ``fflags`` or ``udata``; the emulation refuses it.
     """
 
     __slots__ = ("ident", "filter", "flags", "fflags", "data", "udata")
@@ -273,7 +274,7 @@ class _Filter:
     ``kevent.data``.
     """
 
-    def __init__(self, filter: int, asks: int, eof: int, amount) -> None:
+    def __init__(self, filter: int, asks: int, eof: int, amount: Callable[[int, int], int]) -> None:
         self.filter = filter
         self.asks = asks
         self.eof = eof
@@ -480,7 +481,7 @@ class kqueue:
         (st_dev, st_ino) names it while it is open, and every new socket or
         pipe gets a new inode, so a different pair means a different file.
         """
-        if fd > 0x7FFFFFFF:
+        if fd > 0x7FFFFFFF:  # no descriptor is that large
             raise _oserror(errno.EBADF)
         file = os.fstat(fd)
         for flt in self._filters.values():
