@@ -158,12 +158,13 @@ def test_body_split_over_many_small_packets(server: ServerProcess) -> None:
 
 
 def test_large_upload_and_download(server: ServerProcess) -> None:
-    # 1 MiB each way.  The client's small receive buffer, and its waiting a
-    # moment before reading, make the server's send() take the response in
-    # pieces: the server must keep what the kernel did not take (partial
-    # writes).  The upload arrives faster than one read takes it, so an
-    # edge-triggered server must read until EAGAIN.
-    body = bytes(range(256)) * 4096
+    # 8 MiB each way.  Linux lets a loopback socket's send buffer grow to
+    # 4 MiB (net.ipv4.tcp_wmem), so a smaller response could leave in one
+    # send(); this one cannot, while the client waits before reading with a
+    # small receive buffer.  The server must keep what the kernel did not
+    # take (partial writes).  The upload arrives faster than one read takes
+    # it, so an edge-triggered server must read until EAGAIN.
+    body = bytes(range(256)) * (8 * 4096)
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         sock.settimeout(TIMEOUT)
