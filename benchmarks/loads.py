@@ -285,6 +285,9 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
     if result.seconds is None:
         result.seconds = elapsed
     if wall_limit_hit:
+        # ab's percentiles after SIGINT index its planned count of requests,
+        # not the completed ones: some come out as 0.000.  Keep none of them.
+        result.p50_ms = result.p99_ms = None
         result.timed_out = True
         result.error = (f"stopped after the {limit:g} s wall-clock limit"
                         + (f"; {result.error}" if result.error else ""))

@@ -1,0 +1,315 @@
+# tests/test_benchmarks.py
+#
+# The benchmark harness: its parsers against real ab and wrk output (kept in
+# tests/data/bench_*), its medians and ratios, its table, and one --quick run
+# on a couple of stages and peers, including a server that stops answering.
+# None of these tests looks at a speed: they check that the harness measures,
+# reports and cleans up, whatever the numbers are.
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import loads, report  # noqa: E402
+from benchmarks.run import summarize  # noqa: E402
+from tinyloop import stages  # noqa: E402
+
+QUICK_RUN_TIMEOUT = 80  # seconds; the run below takes about 15
+
+
+def sample(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+# --- parsing real output -------------------------------------------------
+
+def test_ab_close_figures_come_from_the_text_and_percentiles_from_the_csv() -> None:
+    result = loads.parse_ab(sample("bench_ab_close.txt"), sample("bench_ab_close.csv"))
+    assert result.completed == 2000
+    assert result.failed == 0
+    assert result.rps == 4450.11
+    assert result.seconds == 0.449
+    assert (result.p50_ms, result.p99_ms) == (1.231, 14.772)
+    assert not result.timed_out and result.error is None
+
+
+def test_ab_percentiles_fall_back_to_the_text_table_in_whole_milliseconds() -> None:
+    result = loads.parse_ab(sample("bench_ab_close.txt"))
+    text = sample("bench_ab_close.txt")
+    expected = {int(line.split()[0].rstrip("%")): float(line.split()[1])
+                for line in text.splitlines() if line.strip().startswith(("50%", "99%"))}
+    assert (result.p50_ms, result.p99_ms) == (expected[50], expected[99])
+
+
+def test_ab_counts_non_2xx_responses_as_failed() -> None:
+    result = loads.parse_ab(sample("bench_ab_keepalive_404.txt"), sample("bench_ab_keepalive_404.csv"))
+    assert result.completed == 2000
+    assert result.failed == 2000  # "Failed requests: 0" + "Non-2xx responses: 2000"
+
+
+def test_ab_that_gave_up_on_a_silent_server_is_a_timeout_without_figures() -> None:
+    result = loads.parse_ab(sample("bench_ab_timeout.txt"))
+    assert result.timed_out
+    assert "timeout specified has expired" in result.error
+    assert result.completed is None and result.rps is None and result.p99_ms is None
+
+
+def test_ab_interrupted_reports_what_it_measured_so_far() -> None:
+    result = loads.parse_ab(sample("bench_ab_interrupted.txt"), sample("bench_ab_interrupted.csv"))
+    assert result.completed == 20
+    assert result.rps == 16.66
+    assert not result.timed_out  # the harness, which sent SIGINT, marks it
+
+
+def test_wrk_latency_distribution_is_converted_to_milliseconds() -> None:
+    result = loads.parse_wrk(sample("bench_wrk.txt"))
+    assert result.completed == 21707
+    assert result.rps == 21560.60
+    assert (result.p50_ms, result.p99_ms) == (4.64, 10.61)
+    assert result.failed == 0
+    result = loads.parse_wrk(sample("bench_wrk_404.txt"))
+    assert result.p50_ms == pytest.approx(0.231)  # "231.00us"
+    assert result.p99_ms == 20.57
+
+
+@pytest.mark.parametrize(("unit", "ms"), [("us", 0.25), ("ms", 250.0), ("s", 250_000.0), ("m", 15_000_000.0)])
+def test_wrk_units(unit: str, ms: float) -> None:
+    text = sample("bench_wrk.txt").replace("99%   10.61ms", f"99%  250.00{unit}")
+    assert loads.parse_wrk(text).p99_ms == pytest.approx(ms)
+
+
+def test_wrk_counts_socket_errors_and_non_2xx_as_failed() -> None:
+    assert loads.parse_wrk(sample("bench_wrk_404.txt")).failed == 50223
+    assert loads.parse_wrk(sample("bench_wrk_errors.txt")).failed == 5928 + 5928  # read errors + 500s
+
+
+def test_wrk_against_a_silent_server_has_no_responses_and_no_percentiles() -> None:
+    result = loads.parse_wrk(sample("bench_wrk_stall.txt"))
+    assert result.completed == 0
+    assert result.p50_ms is None and result.p99_ms is None
+
+
+def test_commands_carry_the_settings() -> None:
+    settings = loads.Settings({"ab-close": 123, "ab-keepalive": 456}, 2.5, 3.0, 10.0)
+    ab = loads.command(loads.get("ab-keepalive"), "http://127.0.0.1:1/", settings, Path("p.csv"))
+    assert ab == ["ab", "-q", "-r", "-s", "3", "-n", "456", "-c", "100", "-k", "-e", "p.csv",
+                  "http://127.0.0.1:1/"]
+    wrk = loads.command(loads.get("wrk"), "http://127.0.0.1:1/", settings)
+    assert wrk == ["wrk", "-t1", "-c", "100", "-d", "2.5s", "--timeout", "3s", "--latency", "http://127.0.0.1:1/"]
+    with pytest.raises(KeyError, match="known loads: ab-close, ab-keepalive, wrk"):
+        loads.get("siege")
+
+
+# --- medians and ratios ---------------------------------------------------
+
+def _run(server: str, rps: float | None, cpu: float | None, status: str = "ok", load: str = "wrk",
+         failed: int | None = 0) -> dict:
+    return {"server": server, "load": load, "status": status, "note": None if status == "ok" else "why",
+            "rps": rps, "p50_ms": 1.0, "p99_ms": 2.0 if rps else None, "completed": 100,
+            "failed": failed, "cpu_us_per_req": cpu, "newcomer_ms": None}
+
+
+def test_summary_is_the_median_of_ok_runs_with_ratios_to_the_baseline() -> None:
+    runs = [_run("asyncio-protocol", 100, 50), _run("asyncio-protocol", 300, 40), _run("asyncio-protocol", 200, 60),
+            _run("epoll", 500, 10), _run("epoll", 400, 30, failed=2), _run("epoll", None, None, "timeout", failed=5)]
+    results = summarize(runs, "asyncio-protocol")["wrk"]
+    base, epoll = results["asyncio-protocol"], results["epoll"]
+    assert (base["rps"], base["cpu_us_per_req"], base["status"]) == (200, 50, "ok")
+    assert base["ratio"] == {"rps": 1.0, "p50_ms": 1.0, "p99_ms": 1.0, "cpu_us_per_req": 1.0}
+    # The timed-out run is left out of the medians, counted in "failed" and in the status.
+    assert (epoll["rps"], epoll["cpu_us_per_req"]) == (450, 20)
+    assert epoll["status"] == "partial" and epoll["ok_runs"] == 1 + 1 and epoll["runs"] == 3
+    assert epoll["failed"] == 7
+    assert "1 of 3 runs: timeout (why)" == epoll["note"]
+    assert epoll["ratio"]["rps"] == pytest.approx(450 / 200)
+    assert epoll["ratio"]["cpu_us_per_req"] == pytest.approx(20 / 50)
+
+
+def test_summary_of_failed_runs_has_their_status_and_no_figures() -> None:
+    runs = [_run("blocking", None, None, "timeout", "ab-keepalive", None)] * 2
+    summary = summarize(runs, None)["ab-keepalive"]["blocking"]
+    assert summary["status"] == "timeout"
+    assert summary["rps"] is None and summary["failed"] is None
+    assert summary["ratio"] == {"rps": None, "p50_ms": None, "p99_ms": None, "cpu_us_per_req": None}
+
+
+# --- the report -------------------------------------------------------------
+
+def _data() -> dict:
+    runs = [_run("asyncio-protocol", 200, 50), _run("epoll", 400, 25), _run("blocking", None, None, "starved")]
+    return {"schema": 1, "date": "2026-01-31T12:00:00+00:00", "baseline": "asyncio-protocol",
+            "machine": {"cpu_model": "Test CPU", "cpus": 2, "system": "Linux", "kernel": "6.1",
+                        "python": "CPython 3.11.7"},
+            "pinning": {"enabled": True, "server_cpus": "0", "load_cpus": "1"},
+            "settings": {"repeat": 3, "quick": False},
+            "loads": [{"name": "wrk", "title": "wrk -c 100", "command": "wrk URL"}],
+            "servers": [{"name": "asyncio-protocol", "kind": "peer"}, {"name": "epoll", "kind": "stage"},
+                        {"name": "blocking", "kind": "stage"},
+                        {"name": "go-nethttp", "kind": "peer", "skipped": "go is not on PATH"}],
+            "runs": runs, "results": summarize(runs, "asyncio-protocol")}
+
+
+def test_table_rows_stages_first_with_ratios_and_failure_words() -> None:
+    header, rows = report.table(_data(), "wrk")
+    assert header == ["server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
+    assert [row[0] for row in rows] == ["epoll", "blocking", "asyncio-protocol", "go-nethttp"]
+    assert rows[0] == ["epoll", "400 (2.00×)", "1.00 (1.00×)", "2.00 (1.00×)", "25 (0.50×)", "0"]
+    assert rows[1][1:] == ["starved", "—", "—", "—", "0"]
+    assert rows[3][1:] == ["skipped", "—", "—", "—", "—"]
+    assert report.table(_data(), "wrk", ["asyncio-protocol"], ratios=False)[1] == [
+        ["asyncio-protocol", "200", "1.00", "2.00", "50", "0"]]
+
+
+def test_table_refuses_names_it_does_not_have() -> None:
+    with pytest.raises(KeyError, match="no load 'ab-close'"):
+        report.table(_data(), "ab-close")
+    with pytest.raises(KeyError, match="no results for 'uv'"):
+        report.table(_data(), "wrk", ["epoll", "uv"])
+
+
+def test_text_report_has_every_table_and_the_notes() -> None:
+    text = report.format_text(_data())
+    assert "Test CPU, 2 CPUs, Linux 6.1, CPython 3.11.7; server on CPU 0, load on CPU 1; median of 3" in text
+    assert "blocking: 1 of 1 runs: starved (why)" in text
+    assert "go-nethttp: skipped: go is not on PATH" in text
+    assert report.FOOTNOTES["cpu"] in text
+
+
+def test_importing_report_loads_neither_matplotlib_nor_the_project() -> None:
+    code = ("import sys; sys.path.insert(0, %r); import benchmarks.report; "
+            "bad = [m for m in sys.modules if m.startswith(('matplotlib', 'tinyloop'))]; print(bad)") % str(ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+# --- a real --quick run ---------------------------------------------------
+
+def _importable(name: str) -> bool:
+    try:
+        stages.load(name)
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One --quick run on up to two stages, the asyncio baseline, the C floor, and the stalling fake."""
+    if shutil.which("ab") is None or shutil.which("wrk") is None:
+        pytest.skip("ab and wrk are needed for a benchmark run")
+    out = tmp_path_factory.mktemp("bench") / "latest.json"
+    chosen_stages = [name for name in ("blocking", "epoll") if _importable(name)]
+    peers = ["asyncio-protocol", "stall"] + (["c-epoll"] if shutil.which("cc") else [])
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "TINYLOOP_BENCH_TEST": marker}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+           "--stages", ",".join(chosen_stages) or "none", "--peers", ",".join(peers), "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=QUICK_RUN_TIMEOUT, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {"data": json.loads(out.read_text()), "out": out, "stdout": done.stdout, "marker": marker,
+            "stages": chosen_stages, "peers": peers}
+
+
+@pytest.mark.timeout(QUICK_RUN_TIMEOUT + 30)
+def test_quick_run_writes_the_json_the_docs_read(quick_run: dict) -> None:
+    data, servers = quick_run["data"], quick_run["stages"] + quick_run["peers"]
+    assert report.load(quick_run["out"]) == data
+    for key in ("schema", "date", "command", "machine", "tools", "pinning", "settings", "baseline",
+                "loads", "servers", "runs", "results"):
+        assert key in data, key
+    assert data["settings"]["quick"] and data["settings"]["repeat"] == 1
+    assert data["machine"]["cpus"] == os.cpu_count()
+    assert data["tools"]["ab"].startswith("This is ApacheBench")
+    assert data["pinning"]["enabled"] == (len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset") is not None)
+    assert [load["name"] for load in data["loads"]] == ["ab-close", "ab-keepalive", "wrk"]
+    assert len(data["runs"]) == 3 * len(servers)
+    assert set(data["results"]) == {"ab-close", "ab-keepalive", "wrk"}
+    for load, results in data["results"].items():
+        assert set(results) == set(servers), load
+    # A timestamped copy, and the plot beside the JSON.
+    assert list((quick_run["out"].parent / "runs").glob("latest-*.json"))
+    pytest.importorskip("matplotlib")
+    assert quick_run["out"].with_suffix(".png").stat().st_size > 10_000
+
+
+def test_quick_run_measures_the_baseline_and_its_ratios_are_one(quick_run: dict) -> None:
+    data = quick_run["data"]
+    assert data["baseline"] == "asyncio-protocol"
+    for load in ("ab-close", "ab-keepalive", "wrk"):
+        base = data["results"][load]["asyncio-protocol"]
+        assert base["status"] == "ok", base
+        assert base["rps"] > 0 and base["completed"] > 0 and base["p99_ms"] >= base["p50_ms"] > 0
+        assert base["cpu_us_per_req"] > 0
+        assert base["ratio"]["rps"] == 1.0
+        # With one repetition, the median is that run's figure.
+        run, = [r for r in data["runs"] if r["server"] == "asyncio-protocol" and r["load"] == load]
+        assert base["rps"] == run["rps"] and base["cpu_us_per_req"] == run["cpu_us_per_req"]
+    ab_close = data["results"]["ab-close"]["asyncio-protocol"]
+    assert ab_close["completed"] == data["settings"]["requests"]["ab-close"]
+
+
+def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: dict) -> None:
+    data = quick_run["data"]
+    for load in ("ab-close", "ab-keepalive", "wrk"):
+        assert data["results"][load]["stall"]["status"] == "timeout", load
+        _, rows = report.table(data, load, ["stall"])
+        assert rows == [["stall", "timeout", "—", "—", "—", rows[0][-1]]]
+    for run in data["runs"]:
+        if run["server"] == "stall":
+            assert run["seconds"] < 15, run  # ended by its time-out, not by a hang
+    assert "STARVED" in quick_run["stdout"] or "blocking" not in quick_run["stages"]
+    assert "TIMEOUT" in quick_run["stdout"]
+
+
+def test_quick_run_shows_blocking_cannot_take_100_keepalive_connections(quick_run: dict) -> None:
+    if "blocking" not in quick_run["stages"]:
+        pytest.skip("the blocking stage is not built")
+    results = quick_run["data"]["results"]
+    assert results["ab-close"]["blocking"]["status"] == "ok"
+    assert results["ab-keepalive"]["blocking"]["status"] == "timeout"
+    assert results["wrk"]["blocking"]["status"] == "starved"
+
+
+def test_quick_run_leaves_no_process_behind(quick_run: dict) -> None:
+    marker = f"TINYLOOP_BENCH_TEST={quick_run['marker']}".encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    left.append((entry / "cmdline").read_bytes().replace(b"\0", b" "))
+            except OSError:
+                continue
+    assert left == []
+
+
+def test_report_cli_prints_the_saved_tables(quick_run: dict) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(quick_run["out"])],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    for load in ("ab-close:", "ab-keepalive:", "wrk:"):
+        assert load in done.stdout
+    assert "asyncio-protocol" in done.stdout
+
+
+def test_unknown_names_are_refused_with_the_choices() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--stages", "epoll,nope"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "unknown stage 'nope'" in done.stderr and "choose from: blocking, threaded" in done.stderr
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--peers", "apache"],
+                          capture_output=True, text=True, timeout=30)
+    assert "unknown peer 'apache'" in done.stderr and "asyncio-protocol" in done.stderr
