@@ -97,7 +97,10 @@ class FakeSelector(selectors.BaseSelector):
 
     def is_registered(self, fileobj: Any, events: int = READ | WRITE) -> bool:
         """True if ``fileobj`` is registered for any of ``events``."""
-        key = self._keys.get(self._fd(fileobj))
+        try:
+            key = self._keys.get(self._fd(fileobj))
+        except ValueError:  # closed, and not registered
+            return False
         return key is not None and bool(key.events & events)
 
     # -- the loop's side ------------------------------------------------------

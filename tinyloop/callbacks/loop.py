@@ -311,7 +311,7 @@ class Loop:
             return False
         try:
             key = self._selector.get_key(fd)
-        except KeyError:
+        except (KeyError, ValueError):  # ValueError: a closed socket that was not registered
             return False
         reader, writer = key.data
         if event == selectors.EVENT_READ:

@@ -66,6 +66,8 @@ class Future:
     RuntimeError if no loop is given and none is running.
     """
 
+    _log_traceback = False  # an exception is set and nobody has looked at it
+
     def __init__(self, *, loop: Loop | None = None) -> None:
         self._loop = loop if loop is not None else get_running_loop()
         self._state = _PENDING
@@ -73,7 +75,6 @@ class Future:
         self._exception: BaseException | None = None
         self._cancel_message: str | None = None
         self._callbacks: list[Callable[[Future], object]] = []
-        self._log_traceback = False  # an exception is set and nobody has looked at it
 
     def get_loop(self) -> Loop:
         return self._loop
