@@ -18,7 +18,7 @@ The JSON (schema 1), as benchmarks/run.py writes it::
     machine     cpu_model, cpus, cpus_usable, memory_gib, os, system, kernel, machine, python
     tools       ab, wrk, go, node, cc, taskset, uvloop, matplotlib: version strings (None: absent)
     pinning     enabled, tool, server_cpus, load_cpus, harness_cpus, reason
-    settings    quick, repeat, requests {load: N}, duration_s, socket_timeout_s,
+    settings    quick, repeat, requests {load: N}, warmup_requests, duration_s, socket_timeout_s,
                 run_timeout_s, cpu_source, order
     baseline    the server every ratio divides by ("asyncio-protocol"), or None
     loads       [{name, tool, title, measures, concurrency, keepalive, requests,

@@ -19,8 +19,9 @@ tables again from a saved JSON.
 #     the machine while we measure (a cron job, thermal throttling) then
 #     spreads over every server instead of landing on one.  Each figure
 #     reported is the median of the repetitions.
-#   * Every run gets a fresh server process: started, asked for GET / until
-#     it answers, loaded once, stopped.  No run inherits another's
+#   * Every run gets a fresh server process: started, warmed up with GET /
+#     on one keep-alive connection (the first answer also says it is up),
+#     loaded once, stopped.  No run inherits another's
 #     connections, memory or warm caches.
 #   * With two or more CPUs the server runs on one and the load generator on
 #     another (taskset), so they never take turns on the same core.  On a
@@ -55,7 +56,7 @@ from benchmarks.loads import Load, Settings  # noqa: E402
 from benchmarks.servers import Server  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import ServerProcess, http_get, recv_response  # noqa: E402
+from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SCHEMA = 1
@@ -63,13 +64,13 @@ SCHEMA = 1
 # Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
 # takes about ten minutes on a 2-core machine; --quick is for tests.
 DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 3,
-            "socket_timeout": 5.0, "run_timeout": 60.0}
+            "socket_timeout": 5.0, "run_timeout": 60.0, "warmup": 1000}
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
-         "socket_timeout": 2.0, "run_timeout": 15.0}
+         "socket_timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
 
 # Rough speeds for the estimate printed at start (a Python stage on one core).
 _ESTIMATE_RPS = {"ab-close": 4000, "ab-keepalive": 12000}
-_ESTIMATE_OVERHEAD = 0.6  # seconds to start, probe and stop a server
+_ESTIMATE_OVERHEAD = 0.3  # seconds to start, warm up and stop a server
 
 
 # --- choosing what to run -------------------------------------------------
@@ -132,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"(default {DEFAULTS['socket_timeout']:g})")
     parser.add_argument("--run-timeout", type=float,
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
+    parser.add_argument("--warmup", type=int,
+                        help="requests sent on one keep-alive connection before each load, not measured "
+                             f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json",
                         help="where to write the JSON (default benchmarks/results/latest.json); "
                              "a timestamped copy goes to runs/ beside it")
@@ -271,8 +275,34 @@ class Newcomer(threading.Thread):
         self.join(self.timeout)
 
 
-def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path) -> dict:
-    """Start ``server``, wait until it answers, put ``load`` on it, stop it.
+def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[str, str] | None:
+    """Send ``GET /`` ``requests`` times, one after another, on one keep-alive connection.
+
+    The first answer says the server is up; the rest let it settle (caches,
+    a JIT, lazily built state) before it is measured.  Returns None when
+    every answer was 200 with the hello body, else ``(status, note)`` for the
+    run's record.  Each answer is awaited at most ``timeout`` seconds.
+    """
+    done = 0
+    try:
+        with socket.create_connection(address, timeout=timeout) as sock:
+            buffer = bytearray()
+            for done in range(max(requests, 1)):
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: warm-up\r\n\r\n")
+                status, _, body = recv_response(sock, buffer)
+                if status != 200 or body != HELLO:
+                    return "error", f"GET / answered {status} {body[:40]!r}"
+    except (socket.timeout, TimeoutError):
+        where = f" (warm-up request {done + 1})" if done else ""
+        return "timeout", f"no answer to GET / within {timeout:g} s{where}"
+    except (OSError, ValueError, IndexError) as error:
+        return "error", f"GET / failed: {error}"
+    return None
+
+
+def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path,
+            warmup: int = 1) -> dict:
+    """Start ``server``, warm it up with ``warmup`` requests, put ``load`` on it, stop it.
 
     Returns the run's JSON record: ``status`` is ``"ok"``, ``"timeout"`` (the
     tool or the probe waited in vain), ``"starved"`` (wrk's figures are real,
@@ -289,16 +319,9 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
         return record
     try:
-        try:
-            status, body = http_get(process.address, "/", timeout=settings.socket_timeout)
-        except (socket.timeout, TimeoutError):
-            record.update(status="timeout", note=f"no answer to GET / within {settings.socket_timeout:g} s")
-            return record
-        except OSError as error:
-            record["note"] = f"GET / failed: {error}"
-            return record
-        if status != 200 or body != HELLO:
-            record["note"] = f"GET / answered {status} {body[:40]!r}"
+        failure = warm_up(process.address, warmup, settings.socket_timeout)
+        if failure is not None:
+            record["status"], record["note"] = failure
             return record
         url = f"http://{process.host}:{process.port}/"
         newcomer = None
@@ -443,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat if args.repeat is not None else int(base["repeat"])
     if repeat < 1:
         raise SystemExit("run.py: --repeat must be at least 1")
+    warmup = args.warmup if args.warmup is not None else int(base["warmup"])
     settings = Settings(
         requests=_requests(args.requests, {"ab-close": int(base["ab-close"]),
                                            "ab-keepalive": int(base["ab-keepalive"])}),
@@ -493,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     rep_started = started
     with tempfile.TemporaryDirectory(prefix="tinyloop-bench-") as workdir:
         for index, (rep, load, server) in enumerate(plan, 1):
-            record = {"rep": rep, **measure(server, load, settings, pinning, Path(workdir))}
+            record = {"rep": rep, **measure(server, load, settings, pinning, Path(workdir), warmup)}
             runs.append(record)
             print(_progress(index, len(plan), rep, repeat, record, width), flush=True)
             if index % (len(plan) // repeat) == 0 and rep < repeat:
@@ -511,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         "tools": servers.tool_versions(),
         "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
         "settings": {
-            "quick": args.quick, "repeat": repeat, "requests": settings.requests,
+            "quick": args.quick, "repeat": repeat, "requests": settings.requests, "warmup_requests": warmup,
             "duration_s": settings.duration, "socket_timeout_s": settings.socket_timeout,
             "run_timeout_s": settings.run_timeout,
             "cpu_source": ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"

@@ -74,7 +74,7 @@ PEERS: tuple[Peer, ...] = (
     Peer("go-nethttp", "Go net/http, GOMAXPROCS=1", "go"),
     Peer("node-http", "Node.js http module", "node"),
     Peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "cc"),
-    Peer("stall", "answers one request, then never again (tests the time-outs)", default=False),
+    Peer("stall", "serves one connection, then answers nothing (tests the time-outs)", default=False),
 )
 
 _PEERS = {peer.name: peer for peer in PEERS}

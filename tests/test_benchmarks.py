@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -24,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import loads, report  # noqa: E402
-from benchmarks.run import summarize  # noqa: E402
+from benchmarks.run import summarize, warm_up  # noqa: E402
 from tinyloop import stages  # noqa: E402
 
 QUICK_RUN_TIMEOUT = 80  # seconds; the run below takes about 15
@@ -144,6 +146,41 @@ def test_summary_of_failed_runs_has_their_status_and_no_figures() -> None:
     assert summary["status"] == "timeout"
     assert summary["rps"] is None and summary["failed"] is None
     assert summary["ratio"] == {"rps": None, "p50_ms": None, "p99_ms": None, "cpu_us_per_req": None}
+
+
+# --- the warm-up that says a server is up ---------------------------------
+
+def _one_connection_server(reply: bytes | None) -> tuple[tuple[str, int], threading.Thread, socket.socket]:
+    """A listener that accepts one connection and answers each read with ``reply`` (None: never)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(5)
+            try:
+                while conn.recv(65536):
+                    if reply is not None:
+                        conn.sendall(reply)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname(), thread, listener
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\nHello, World!\n", None),
+    (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", ("error", "GET / answered 404 b''")),
+    (None, ("timeout", "no answer to GET / within 0.3 s")),
+])
+def test_warm_up_says_whether_the_server_answers(reply: bytes | None, expected: tuple | None) -> None:
+    address, thread, listener = _one_connection_server(reply)
+    with listener:
+        assert warm_up(address, 5, timeout=0.3) == expected
+        thread.join(5)
 
 
 # --- the report -------------------------------------------------------------

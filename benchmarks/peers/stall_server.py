@@ -1,13 +1,14 @@
 # benchmarks/peers/stall_server.py
 #
 # A server that stops answering: the harness's test of its own time-outs.
-# It answers the first ``--answer N`` requests (default 1, so the harness's
-# readiness probe passes), then keeps accepting connections and reading
-# requests without ever answering one, as a wedged server would.  A load
-# against it must end in a "timeout" row within the harness's time-out,
-# never a hang.  Not a default peer: ask for it with ``--peers stall``.
+# It serves its first ``--serve N`` connections (default 1: the one on which
+# the harness checks that a server is up and warms it up), then keeps
+# accepting connections and reading requests without ever answering one, as
+# a wedged server would.  A load against it must end in a "timeout" row
+# within the harness's time-out, never a hang.  Not a default peer: ask for
+# it with ``--peers stall``.
 #
-# Usage: python benchmarks/peers/stall_server.py [--answer N] --port 0
+# Usage: python benchmarks/peers/stall_server.py [--serve N] --port 0
 
 from __future__ import annotations
 
@@ -20,25 +21,26 @@ from tinyloop.serving import announce, listen, log
 
 
 class StallProtocol(asyncio.Protocol):
-    answers_left = 1  # shared by every connection: the server's budget
+    to_serve = 1  # connections still to be served, shared by all of them
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.http = HTTPConnection()
+        self.served = StallProtocol.to_serve > 0
+        StallProtocol.to_serve -= 1
 
     def data_received(self, data: bytes) -> None:
-        if StallProtocol.answers_left <= 0:
+        if not self.served:
             return  # read and drop: the client waits for ever
         out = self.http.receive_data(data)
         if out:
-            StallProtocol.answers_left -= 1
             self.transport.write(out)
         if self.http.should_close:
             self.transport.close()
 
 
-async def serve(answers: int, port: int) -> None:
-    StallProtocol.answers_left = answers
+async def serve(connections: int, port: int) -> None:
+    StallProtocol.to_serve = connections
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -52,10 +54,10 @@ async def serve(answers: int, port: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--answer", type=int, default=1, help="requests answered before it stalls")
+    parser.add_argument("--serve", type=int, default=1, help="connections served before it stalls")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    asyncio.run(serve(args.answer, args.port))
+    asyncio.run(serve(args.serve, args.port))
 
 
 if __name__ == "__main__":
