@@ -69,6 +69,24 @@ EXERCISES = [
         properties=_LOOP_PROPERTIES,
     ),
     Exercise(
+        name="kqueue-changes",
+        chapter="readiness",
+        title="Keep kqueue's filters in step with what a connection wants",
+        module="tinyloop.raw.kqueue_server",
+        instructions="""
+            Write interest_changes(conn, enabled).  enabled[conn.fd] is the
+            pair (READ filter on, WRITE filter on) the kernel has; compare it
+            with (conn.wants_read, conn.wants_write) and return one kevent per
+            filter that must change, with EV_ENABLE or EV_DISABLE, and nothing
+            for a filter that is already right.  Record the new pair in
+            enabled[conn.fd]: the serve() loop batches your changes into its
+            next control() call.
+        """,
+        tests=("tests/test_kqueue_server.py", "tests/test_servers.py", "-k", "kqueue"),
+        stage="kqueue",
+        properties=_LOOP_PROPERTIES,
+    ),
+    Exercise(
         name="edge-triggered",
         chapter="readiness",
         title="Handle an edge: drain both directions to EAGAIN",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import socket
 
-from tinyloop.baseline.blocking import READ_SIZE
+from tinyloop.baseline.blocking import READ_SIZE  # 64 KiB; the baselines say why
 from tinyloop.http import HTTPConnection
 
 __all__ = ["HIGH_WATER", "READ_SIZE", "Connection", "accept_all", "prepare"]
@@ -56,9 +56,9 @@ _view = memoryview(_buffer)
 def prepare(sock: socket.socket) -> socket.socket:
     """Make an accepted ``sock`` ready for a readiness loop and return it.
 
-    Non-blocking (O_NONBLOCK, see accept(2): Linux does not pass it on from
-    the listener, and Python's ``accept()`` turns a timeout-less socket back
-    to blocking).  TCP_NODELAY turns off Nagle's algorithm, see tcp(7): our
+    Non-blocking: a new socket starts out blocking, whatever the listener
+    (Linux's accept(2) does not pass O_NONBLOCK on, and Python gives the new
+    socket the default timeout, None).  TCP_NODELAY turns off Nagle's algorithm, see tcp(7): our
     responses are small and complete, and should leave at once rather than
     wait for the peer's delayed ACK.
     """
@@ -167,6 +167,10 @@ class Connection:
         its send buffer was full (EAGAIN), or the send failed (EPIPE,
         ECONNRESET: ``done`` is then true).
         """
+        # Discussion: send() may take fewer bytes than offered (a partial
+        # write); what it did not take stays at the front of the buffer.
+        # Deleting from the front of a bytearray is cheap in CPython (it moves
+        # a start offset rather than the bytes), so no memoryview is needed.
         # exercise partial-writes: begin
         try:
             sent = self.sock.send(self.outgoing)
@@ -175,10 +179,6 @@ class Connection:
         except OSError:
             self.failed = True  # EPIPE, ECONNRESET: the peer will read no more
             return False
-        # Discussion: send() may take fewer bytes than offered (a partial
-        # write); what it did not take stays at the front of the buffer.
-        # Deleting from the front of a bytearray is cheap in CPython (it moves
-        # a start offset rather than the bytes), so no memoryview is needed.
         del self.outgoing[:sent]
         return sent > 0
         # exercise partial-writes: end
