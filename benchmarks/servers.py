@@ -23,7 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,31 +130,41 @@ def prepare(server: Server) -> str | None:
         return f"{peer.needs} is not on PATH"
     if server.name == "go-nethttp":
         return _build(BUILD / "go-nethttp", [PEER_DIR / "go" / "main.go", PEER_DIR / "go" / "go.mod"],
-                      ["go", "build", "-o", str(BUILD / "go-nethttp"), "."], cwd=PEER_DIR / "go",
+                      lambda out: ["go", "build", "-o", str(out), "."], cwd=PEER_DIR / "go",
                       env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
                            "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
     if server.name == "c-epoll":
         source = PEER_DIR / "c" / "http_floor.c"
         return _build(BUILD / "http_floor", [source],
-                      [os.environ.get("CC", "cc"), "-O2", "-o", str(BUILD / "http_floor"), str(source)])
+                      lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
     return None
 
 
-def _build(binary: Path, sources: Sequence[Path], argv: list[str], *, cwd: Path | None = None,
-           env: dict[str, str] | None = None) -> str | None:
-    """Run ``argv`` unless ``binary`` is newer than every source; None on success, else a note."""
+def _build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,
+           cwd: Path | None = None, env: dict[str, str] | None = None) -> str | None:
+    """Build ``binary`` with ``command(output_path)`` unless it is newer than every source.
+
+    Returns None on success, else a note.  The compiler writes a file of its
+    own that then replaces ``binary`` in one rename, so a harness running at
+    the same time never starts a half-written binary.
+    """
     if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return None
     BUILD.mkdir(exist_ok=True)
+    partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
+    argv = command(partial)
     print(f"building {binary.name}: {' '.join(argv)}", flush=True)
     try:
         done = subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
                               text=True, timeout=600)
+        if done.returncode != 0:
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            return f"build failed: {lines[-1] if lines else f'exit code {done.returncode}'}"
+        os.replace(partial, binary)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"build failed: {error}"
-    if done.returncode != 0:
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        return f"build failed: {lines[-1] if lines else f'exit code {done.returncode}'}"
+    finally:
+        partial.unlink(missing_ok=True)
     return None
 
 
