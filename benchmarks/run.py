@@ -21,8 +21,7 @@ tables again from a saved JSON.
 #     reported is the median of the repetitions.
 #   * Every run gets a fresh server process: started, warmed up with GET /
 #     on one keep-alive connection (the first answer also says it is up),
-#     loaded once, stopped.  No run inherits another's
-#     connections, memory or warm caches.
+#     loaded once, stopped.  No run inherits another's connections or memory.
 #   * With two or more CPUs the server runs on one and the load generator on
 #     another (taskset), so they never take turns on the same core.  On a
 #     two-core machine the load generator is then the first to saturate, which
@@ -256,6 +255,8 @@ class Newcomer(threading.Thread):
         try:
             with socket.create_connection(self.address, timeout=self.timeout) as sock:
                 self._sock = sock
+                if self._cancelled.is_set():
+                    return  # the load ended while we connected
                 sent = time.monotonic()
                 sock.sendall(b"GET / HTTP/1.1\r\nHost: newcomer\r\nConnection: close\r\n\r\n")
                 status, _, _ = recv_response(sock)
@@ -307,7 +308,7 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
     """Start ``server``, warm it up with ``warmup`` requests, put ``load`` on it, stop it.
 
     Returns the run's JSON record: ``status`` is ``"ok"``, ``"timeout"`` (the
-    tool or the probe waited in vain), ``"starved"`` (wrk's figures are real,
+    tool or the warm-up waited in vain), ``"starved"`` (wrk's figures are real,
     but a newcomer got no answer while the load lasted: see
     :class:`Newcomer`) or ``"error"`` (the server did not start, answered
     wrongly, or died); ``note`` says what happened.
