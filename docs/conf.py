@@ -55,7 +55,8 @@ html_theme_options = {
     "sidebar_width": "230px",
 }
 html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["book.css"]
 html_show_sourcelink = False
 
 # Python listings and signatures are highlighted as Python 3.

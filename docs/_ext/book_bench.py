@@ -5,22 +5,30 @@
 # and one reader, benchmarks/report.py; these directives only put what the
 # reader returns on the page:
 #
-#   {bench-table}   :load: ab-close | ab-keepalive | wrk   (required)
+#   {bench-table}   :load: a load's name (benchmarks/loads.py: ab-close,
+#                          ab-keepalive, wrk)                    (required)
 #                   :servers: a comma list of server names (default: all)
-#       a table from ``report.table(data, load, servers)``, captioned with
-#       the machine the numbers were measured on.
+#                   :notes: a comma list of report.FOOTNOTES keys to print
+#                          under the table (ratio, cpu, latency, failed, partial)
+#       the table from ``report.table(data, load, servers)``, titled with the
+#       load's command, followed by the notes on its failed or skipped rows
+#       (``report.footnotes``) and the machine it was measured on
+#       (``report.describe_machine``).
 #
-#   {bench-plot}    :load: and :servers: as above; :alt: text
+#   {bench-plot}    :load: and :servers: as above (:load: may be omitted:
+#                          every load); :alt: text
 #       a PNG drawn by ``report.plot`` while the book builds.
 #
 # Rules:
 #   * On a fresh clone there is no JSON yet.  That is not an error: each
 #     directive renders a note telling the reader how to make one, and the
-#     build passes.  Once the JSON exists, anything wrong with it (an unknown
-#     load, a server not in the results, report.py failing) is a warning, so
-#     an error under -W.
+#     build passes.  Once the JSON exists, anything wrong (an unknown load,
+#     a server not in the results, a schema report.py does not read) is a
+#     warning, so an error under -W.
 #   * A page that shows results depends on the JSON and on report.py, so a
 #     new run rebuilds exactly those pages.
+#   * Config value ``book_bench_results`` points at another JSON (the tests
+#     use it for a fixture, and for a missing file).
 
 from __future__ import annotations
 
@@ -39,128 +47,141 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["LOADS", "BenchPlotDirective", "BenchTableDirective", "setup"]
+__all__ = ["BenchPlotDirective", "BenchTableDirective", "load_names", "setup"]
 
 logger = logging.getLogger(__name__)
-
-# The loads the harness runs, as named in the JSON.
-LOADS = ("ab-close", "ab-keepalive", "wrk")
 
 NO_RESULTS = ("No benchmark results yet: run ``bash scripts/benchmark.sh`` "
               "(it writes ``benchmarks/results/latest.json``), then build the book again.")
 
 
-def _server_list(argument: str | None) -> list[str]:
+def load_names() -> list[str]:
+    """The loads the harness runs, from benchmarks/loads.py (its one list of them)."""
+    return [load.name for load in importlib.import_module("benchmarks.loads").LOADS]
+
+
+def _name_list(argument: str | None) -> list[str]:
     """``"epoll, poll"`` -> ``["epoll", "poll"]``; empty or absent -> ``[]`` (all)."""
     return [name.strip() for name in (argument or "").split(",") if name.strip()]
 
 
-def _load_choice(argument: str | None) -> str:
-    return directives.choice(argument, LOADS)
+def _code_spans(text: str) -> list[nodes.Node]:
+    """Text with ``double-backquoted`` spans as literals, whatever the page's parser."""
+    return [nodes.literal(part, part) if index % 2 else nodes.Text(part)
+            for index, part in enumerate(text.split("``")) if part]
 
 
 class _BenchDirective(SphinxDirective):
     has_content = False
-    option_spec = {"load": _load_choice, "servers": _server_list}
+    option_spec = {"load": directives.unchanged_required, "servers": _name_list}
+    load_required = True
 
-    @property
-    def results_path(self) -> Path:
+    def run(self) -> list[nodes.Node]:
+        load = self.options.get("load")
+        known = load_names()
+        if load is None and self.load_required:
+            return self._warn(f":load: is required (one of {', '.join(known)})")
+        if load is not None and load not in known:
+            return self._warn(f"unknown load {load!r}; benchmarks/loads.py has {', '.join(known)}")
+        path = self._results_path()
+        # Depend on the file even while it is missing: its arrival rebuilds the page.
+        self.env.note_dependency(str(path))
+        if not path.exists():
+            note = nodes.note()
+            note += nodes.paragraph("", "", *_code_spans(NO_RESULTS))
+            return [note]
+        try:
+            report = importlib.import_module("benchmarks.report")
+            data = report.load(path)
+        except Exception as error:
+            return self._warn(f"cannot read {path}: {type(error).__name__}: {error}")
+        self.env.note_dependency(report.__file__)
+        try:
+            return self.render(report, data, load, self.options.get("servers") or None)
+        except Exception as error:
+            return self._warn(f"benchmarks/report.py: {type(error).__name__}: {error}")
+
+    def _results_path(self) -> Path:
         configured = self.config.book_bench_results
         if configured:
             return Path(configured)
         return Path(self.env.app.confdir).parent / "benchmarks" / "results" / "latest.json"
 
-    def run(self) -> list[nodes.Node]:
-        if "load" not in self.options:
-            return self._warn(f":load: is required (one of {', '.join(LOADS)})")
-        path = self.results_path
-        # Depend on the file even while it is missing: its arrival rebuilds the page.
-        self.env.note_dependency(str(path))
-        if not path.exists():
-            note = nodes.note()
-            note += nodes.paragraph("", "", *self._inline(NO_RESULTS))
-            return [note]
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            report = importlib.import_module("benchmarks.report")
-        except Exception as error:
-            return self._warn(f"cannot read {path}: {type(error).__name__}: {error}")
-        if report.__file__:
-            self.env.note_dependency(report.__file__)
-        try:
-            return self.render(report, data, self.options["load"], self.options.get("servers") or None)
-        except Exception as error:
-            return self._warn(f"benchmarks/report.py failed: {type(error).__name__}: {error}")
-
-    def render(self, report: ModuleType, data: dict, load: str,
+    def render(self, report: ModuleType, data: dict, load: str | None,
                servers: list[str] | None) -> list[nodes.Node]:
         raise NotImplementedError
-
-    @staticmethod
-    def _inline(text: str) -> list[nodes.Node]:
-        # ``code`` spans to literals; the rest is text, whatever the page's parser.
-        parts = text.split("``")
-        out: list[nodes.Node] = []
-        for index, part in enumerate(parts):
-            out.append(nodes.literal(part, part) if index % 2 else nodes.Text(part))
-        return out
 
     def _warn(self, message: str) -> list[nodes.Node]:
         logger.warning("{%s}: %s", self.name, message, location=self.get_location())
         return []
 
 
-def machine_line(data: dict) -> str:
-    """The caption line that says where and how the numbers were measured."""
-    report = importlib.import_module("benchmarks.report")
-    describe = getattr(report, "describe_machine", None)
-    if describe is not None:
-        return str(describe(data))
-    machine = data.get("machine", {})
-    if isinstance(machine, dict):
-        return "; ".join(f"{key}: {value}" for key, value in machine.items())
-    return str(machine)
+def _machine(report: ModuleType, data: dict) -> nodes.paragraph:
+    line = nodes.paragraph(classes=["book-bench-machine"])
+    line += nodes.emphasis("Measured on: ", "Measured on: ")
+    line += nodes.Text(report.describe_machine(data))
+    return line
 
 
 class BenchTableDirective(_BenchDirective):
     """``{bench-table}``: one load's results as a table."""
 
-    def render(self, report: ModuleType, data: dict, load: str,
+    option_spec = {**_BenchDirective.option_spec, "notes": _name_list}
+
+    def render(self, report: ModuleType, data: dict, load: str | None,
                servers: list[str] | None) -> list[nodes.Node]:
-        header, rows = report.table(data, load, servers)
-        node = table(header, rows, classes=["book-bench"], numeric_from=1,
-                     title=f"{load}: {machine_line(data)}")
-        return [node]
+        assert load is not None
+        header, rows = report.table(data, load, servers, ratios=data.get("baseline") is not None)
+        entry = next(e for e in data["loads"] if e["name"] == load)
+        title = f"{load}: {entry['title']}"
+        out: list[nodes.Node] = [table(header, rows, title=title, classes=["book-bench"],
+                                       numeric_from=1)]
+        command = nodes.paragraph(classes=["book-bench-command"])
+        command += nodes.Text("Command: ")
+        command += nodes.literal(entry["command"], entry["command"])
+        out.append(command)
+        notes = list(report.footnotes(data, load, servers))
+        for key in self.options.get("notes", []):
+            if key not in report.FOOTNOTES:
+                return self._warn(f"unknown note {key!r}; report.FOOTNOTES has {', '.join(report.FOOTNOTES)}")
+            notes.append(report.FOOTNOTES[key])
+        if notes:
+            items = nodes.bullet_list(classes=["book-bench-notes"])
+            for note in notes:
+                items += nodes.list_item("", nodes.paragraph(note, note))
+            out.append(items)
+        out.append(_machine(report, data))
+        return out
 
 
 class BenchPlotDirective(_BenchDirective):
-    """``{bench-plot}``: one load's results drawn by ``report.plot`` at build time."""
+    """``{bench-plot}``: results drawn by ``report.plot`` while the book builds."""
 
     option_spec = {**_BenchDirective.option_spec, "alt": directives.unchanged}
+    load_required = False
 
-    def render(self, report: ModuleType, data: dict, load: str,
+    def render(self, report: ModuleType, data: dict, load: str | None,
                servers: list[str] | None) -> list[nodes.Node]:
-        os.environ.setdefault("MPLBACKEND", "Agg")  # no display while building
-        raw = json.dumps(data, sort_keys=True).encode() + repr((load, servers)).encode()
-        digest = hashlib.sha256(raw).hexdigest()[:12]
-        out_dir = Path(self.env.app.doctreedir) / "bench-plots"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        png = out_dir / f"{load}-{digest}.png"
+        # The file's name is a digest of what it shows: a new run, or other
+        # options, draw a new file, and an unchanged one is not drawn again.
+        key = json.dumps([data, load, servers], sort_keys=True).encode()
+        digest = hashlib.sha256(key).hexdigest()[:16]
+        png = Path(self.env.app.doctreedir) / "bench-plots" / f"{load or 'all'}-{digest}.png"
         if not png.exists():
             report.plot(data, load, png, servers=servers)
-        # Image URIs are relative to the document; the builder copies the file.
+        # Image URIs are relative to the document; the HTML builder copies the file.
         doc_dir = Path(self.env.doc2path(self.env.docname)).parent
         uri = os.path.relpath(png, doc_dir)
-        alt = self.options.get("alt") or f"benchmark results, {load}"
+        alt = self.options.get("alt") or f"benchmark results: {load or 'every load'}"
         figure = nodes.figure(classes=["book-bench-plot"])
         figure += nodes.image(uri=uri, alt=alt)
-        caption = f"{load}: {machine_line(data)}"
+        caption = f"{load or 'Every load'}: requests per second and server CPU time per request."
         figure += nodes.caption(caption, caption)
+        figure += nodes.legend("", _machine(report, data))
         return [figure]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
-    # Where the results live; tests point it at a fixture.  Empty: the default.
     app.add_config_value("book_bench_results", "", "env", types=[str])
     app.add_directive("bench-table", BenchTableDirective)
     app.add_directive("bench-plot", BenchPlotDirective)

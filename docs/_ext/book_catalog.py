@@ -29,10 +29,19 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
+from tinyloop.exercises.model import Exercise
 
 __all__ = ["ExercisesDirective", "StagesDirective", "load_exercises", "setup"]
 
 logger = logging.getLogger(__name__)
+
+# The loop properties (tinyloop/exercises/model.py) as a reader says them.
+PROPERTY_WORDS = {
+    "single_thread": "it serves many clients from one thread",
+    "idle_cpu": "it uses no CPU while idle",
+    "no_fd_growth": "it leaks no file descriptors",
+    "slow_client": "a slow client holds up no other",
+}
 
 
 def _module_exists(name: str) -> bool:
@@ -88,7 +97,7 @@ class StagesDirective(SphinxDirective):
                       classes=["book-stages"])]
 
 
-def load_exercises(chapter: str) -> list[object]:
+def load_exercises(chapter: str) -> list[Exercise]:
     """The exercises of ``chapter``, in catalog order.
 
     Asks ``tinyloop.exercises.catalog.by_chapter(chapter)``; while that module
@@ -127,29 +136,31 @@ class ExercisesDirective(SphinxDirective):
             return []
         return [self._render(exercise) for exercise in exercises]
 
-    def _render(self, exercise: object) -> nodes.Node:
-        name = exercise.name  # type: ignore[attr-defined]
+    def _render(self, exercise: Exercise) -> nodes.Node:
+        name = exercise.name
         box = nodes.admonition(classes=["book-exercise"], ids=[f"exercise-{name}"])
-        title = f"Exercise {name}: {exercise.title}"  # type: ignore[attr-defined]
+        title = f"Exercise {name}: {exercise.title}"
         box += nodes.title(title, title)
-        box.extend(self.parse_text_to_nodes(exercise.instructions))  # type: ignore[attr-defined]
-        module_path = exercise.module.replace(".", "/") + ".py"  # type: ignore[attr-defined]
+        # The catalog indents its instructions (triple-quoted strings): dedent
+        # them, or Markdown would take them for a code block.
+        box.extend(self.parse_text_to_nodes(inspect.cleandoc(exercise.instructions)))
+        module_path = exercise.module.replace(".", "/") + ".py"
         where = nodes.paragraph()
         where += nodes.Text("You write the missing part of ")
         where += nodes.literal(module_path, module_path)
-        graded = ", ".join(exercise.tests)  # type: ignore[attr-defined]
-        where += nodes.Text("; it is graded by ")
+        graded = "pytest " + " ".join(exercise.tests)
+        where += nodes.Text(". The checker runs ")
         where += nodes.literal(graded, graded)
-        stage = exercise.stage  # type: ignore[attr-defined]
-        properties = exercise.properties  # type: ignore[attr-defined]
+        stage = exercise.stage
+        properties = exercise.properties
         if stage and properties:
-            checked = ", ".join(p.replace("_", " ") for p in properties)
-            where += nodes.Text(f", and on the running {stage} server by the loop properties: ")
-            where += nodes.emphasis(checked, checked)
+            checked = ", ".join(PROPERTY_WORDS.get(p, p.replace("_", " ")) for p in properties)
+            where += nodes.Text(f" on your file, then starts the {stage} server with it and checks: ")
+            where += nodes.Text(checked)
         where += nodes.Text(".")
         box += where
-        commands = (f"python -m tinyloop start {name}              # writes ./{name}.py\n"
-                    f"python -m tinyloop check {name} {name}.py")
+        check = importlib.import_module("tinyloop.exercises.markers").check_command(name)
+        commands = f"python -m tinyloop start {name}      # writes ./{name}.py\n{check}"
         box += nodes.literal_block(commands, commands, language="sh")
         return box
 

@@ -1,0 +1,266 @@
+# tests/test_docs.py
+#
+# The book is part of the product: it must build with warnings as errors, a
+# renamed function must break the build (so no listing can drift from the
+# code), and no chapter may paste a long Python listing instead of including
+# it from the source.  Each build runs in a temporary directory and is
+# bounded in time.
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html import unescape
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+DOCS = ROOT / "docs"
+BUILD_TIMEOUT = 60  # seconds; a build of the whole book takes a few
+
+pytest.importorskip("sphinx")
+pytest.importorskip("myst_parser")
+
+
+def sphinx_build(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The book's build command, with ``source`` as the chapters and ``out`` as the output."""
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q",
+           "-c", str(DOCS), "-b", "html", "-d", str(out / ".doctrees"), *extra,
+           str(source), str(out / "html")]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+
+
+def copy_book(tmp_path: Path) -> Path:
+    """A copy of chapters/ beside links to the code it includes; returns the copy."""
+    chapters = tmp_path / "chapters"
+    shutil.copytree(CHAPTERS, chapters)
+    for name in ("tinyloop", "benchmarks", "examples"):
+        if (ROOT / name).exists():
+            (tmp_path / name).symlink_to(ROOT / name)
+    return chapters
+
+
+def chapter_files() -> list[Path]:
+    return sorted(CHAPTERS.glob("*.md"))
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_the_book_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    result = sphinx_build(CHAPTERS, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "html" / "index.html").exists()
+    for chapter in chapter_files():
+        assert (tmp_path / "html" / f"{chapter.stem}.html").exists(), f"{chapter.name} not built"
+    # Every exercise a chapter asks for is on its page, with the commands that start and check it.
+    from tinyloop.exercises import catalog
+    for chapter in chapter_files():
+        for wanted in re.findall(r"^```\{exercises\}\s+(\S+)", chapter.read_text(encoding="utf-8"), re.M):
+            page = page_text((tmp_path / "html" / f"{chapter.stem}.html").read_text(encoding="utf-8"))
+            for exercise in catalog.by_chapter(wanted):
+                assert f"python -m tinyloop start {exercise.name}" in page, (chapter.name, exercise.name)
+                assert f"python -m tinyloop check {exercise.name}" in page, (chapter.name, exercise.name)
+
+
+# The option lines of literalinclude that name what they include.
+_PYOBJECT = re.compile(r"^(\s*:pyobject:\s*)(\S+)\s*$", re.MULTILINE)
+_START_MARKER = re.compile(r"^(\s*:start-(?:after|at):\s*)(\"?)(.+?)\2\s*$", re.MULTILINE)
+
+
+def _break_first(pattern: re.Pattern[str], chapters: Path) -> str:
+    """Rename the first reference matching ``pattern`` in the copied chapters; return its old text.
+
+    The name is the pattern's last group; ``_renamed_away`` is appended to it.
+    """
+    for path in sorted(chapters.glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        match = pattern.search(text)
+        if match:
+            group = pattern.groups
+            broken = text[: match.end(group)] + "_renamed_away" + text[match.end(group):]
+            path.write_text(broken, encoding="utf-8")
+            return match.group(group)
+    pytest.fail(f"no chapter has a listing matching {pattern.pattern!r}")
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_a_renamed_function_breaks_the_build(tmp_path: Path) -> None:
+    chapters = copy_book(tmp_path)
+    name = _break_first(_PYOBJECT, chapters)
+    result = sphinx_build(chapters, tmp_path / "out")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"build passed with :pyobject: {name} renamed away"
+    assert f"{name}_renamed_away" in output
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_a_renamed_marker_breaks_the_build(tmp_path: Path) -> None:
+    chapters = copy_book(tmp_path)
+    marker = _break_first(_START_MARKER, chapters)
+    result = sphinx_build(chapters, tmp_path / "out")
+    assert result.returncode != 0, f"build passed with the marker {marker!r} renamed away"
+    assert "pattern not found" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
+    # A fresh clone has no benchmarks/results/latest.json: the build passes
+    # and the tables are replaced by a note naming the command.
+    missing = tmp_path / "no-such-results.json"
+    result = sphinx_build(CHAPTERS, tmp_path / "out", "-D", f"book_bench_results={missing}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    page = page_text((tmp_path / "out" / "html" / "benchmarks.html").read_text(encoding="utf-8"))
+    assert "No benchmark results yet" in page
+    assert "bash scripts/benchmark.sh" in page
+
+
+def results_fixture() -> dict:
+    """A small results JSON in the schema benchmarks/report.py documents (schema 1)."""
+    def summary(rps: float | None, cpu: float | None, status: str = "ok", ratio: float = 1.0) -> dict:
+        figures = rps is not None
+        return {"status": status, "note": None if status == "ok" else "1 of 1 runs: timeout",
+                "runs": 1, "ok_runs": int(figures), "rps": rps, "p50_ms": 1.0 if figures else None,
+                "p99_ms": 2.0 if figures else None, "cpu_us_per_req": cpu, "completed": 100,
+                "newcomer_ms": None, "failed": 0,
+                "ratio": {"rps": ratio, "p50_ms": 1.0, "p99_ms": 1.0, "cpu_us_per_req": 1 / ratio}
+                if figures else {}}
+    return {
+        "schema": 1, "date": "2026-01-31T12:00:00+00:00", "baseline": "asyncio-protocol",
+        "machine": {"cpu_model": "Fixture CPU", "cpus": 2, "system": "Linux", "kernel": "6.1",
+                    "python": "CPython 3.11.7"},
+        "pinning": {"enabled": True, "server_cpus": "0", "load_cpus": "1"},
+        "settings": {"repeat": 3, "quick": False},
+        "loads": [{"name": "ab-close", "title": "ab -c 10, a new connection per request",
+                   "command": "ab -n 5000 -c 10 http://127.0.0.1:PORT/"}],
+        "servers": [{"name": "blocking", "kind": "stage"}, {"name": "epoll", "kind": "stage"},
+                    {"name": "asyncio-protocol", "kind": "peer"}],
+        "runs": [],
+        "results": {"ab-close": {"blocking": summary(None, None, "timeout"),
+                                 "epoll": summary(4321.0, 25.0, ratio=2.0),
+                                 "asyncio-protocol": summary(2160.5, 50.0)}},
+    }
+
+
+def page_text(html: str) -> str:
+    """The text of an HTML page or fragment: tags dropped, entities decoded, spaces collapsed."""
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split()).replace(" ,", ",")
+
+
+def build_mini_book(tmp_path: Path, page: str) -> subprocess.CompletedProcess[str]:
+    """Build a one-page book (``page`` is its MyST text) against the results fixture."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "index.md").write_text(page, encoding="utf-8")
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(results_fixture()), encoding="utf-8")
+    return sphinx_build(source, tmp_path / "out", "-D", f"book_bench_results={results}")
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_bench_directives_render_the_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    page = ("# Results\n\n```{bench-table}\n:load: ab-close\n:servers: epoll, blocking\n:notes: cpu\n```\n\n"
+            "```{bench-plot}\n:load: ab-close\n```\n")
+    result = build_mini_book(tmp_path, page)
+    assert result.returncode == 0, result.stdout + result.stderr
+    html = (tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8")
+    text = page_text(html)
+    assert "4321 (2.00×)" in text                      # a figure, with its ratio
+    assert "1 of 1 runs: timeout" in text              # a failed row says why
+    assert "asyncio-protocol" not in page_text(html.split("<table")[1].split("</table>")[0])  # :servers:
+    assert "Fixture CPU, 2 CPUs" in text               # the machine line
+    assert "ab -n 5000 -c 10" in text                  # the load's command
+    assert "server process’s own" in text or "server process's own" in text  # :notes: cpu
+    images = list((tmp_path / "out" / "html" / "_images").glob("*.png"))
+    assert len(images) == 1 and images[0].stat().st_size > 1000
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_a_server_not_in_the_results_breaks_the_build(tmp_path: Path) -> None:
+    page = "# Results\n\n```{bench-table}\n:load: ab-close\n:servers: epoll, no-such-server\n```\n"
+    result = build_mini_book(tmp_path, page)
+    assert result.returncode != 0
+    assert "no-such-server" in result.stdout + result.stderr
+
+
+# Fenced code blocks: ``` or ~~~ (three or more), with an info string.
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)$")
+_PYTHON_INFO = re.compile(r"^\s*(\{code(-block)?\}\s*)?(python3?|py|pycon|ipython3?)\b", re.IGNORECASE)
+MAX_PASTED_LINES = 8
+
+
+def python_fences(text: str) -> list[tuple[int, int]]:
+    """``(first line number, body line count)`` of each fenced Python block in ``text``."""
+    found = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        match = _FENCE.match(lines[index])
+        if not match:
+            index += 1
+            continue
+        fence = match.group("fence")
+        start = index
+        index += 1
+        body = []
+        while index < len(lines) and not lines[index].strip().startswith(fence):
+            body.append(lines[index])
+            index += 1
+        index += 1  # past the closing fence
+        if _PYTHON_INFO.match(match.group("info")):
+            # Directive options (":caption: ...") are not code.
+            code = [line for line in body if not re.match(r"^\s*:[\w-]+:", line)]
+            found.append((start + 1, len(code)))
+    return found
+
+
+def test_fence_scanner_sees_python_blocks() -> None:
+    text = "intro\n```python\n" + "x = 1\n" * 9 + "```\n~~~{code-block} py\n:caption: c\ny\n~~~\n```sh\nls\n```\n"
+    assert python_fences(text) == [(2, 9), (13, 1)]
+
+
+@pytest.mark.parametrize("chapter", chapter_files(), ids=lambda p: p.name)
+def test_no_chapter_pastes_a_long_python_listing(chapter: Path) -> None:
+    long = [(line, count) for line, count in python_fences(chapter.read_text(encoding="utf-8"))
+            if count > MAX_PASTED_LINES]
+    assert not long, (f"{chapter.name}: fenced Python blocks longer than {MAX_PASTED_LINES} lines "
+                      f"at lines {[line for line, _ in long]}; literalinclude them from the source")
+
+
+def pycon_blocks(text: str) -> list[tuple[int, str]]:
+    """``(first line number, source)`` of each fenced ``pycon`` block in ``text``."""
+    blocks = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        match = _FENCE.match(lines[index])
+        index += 1
+        if not match:
+            continue
+        start = index
+        while index < len(lines) and not lines[index].strip().startswith(match.group("fence")):
+            index += 1
+        if match.group("info").strip() == "pycon":
+            blocks.append((start, "\n".join(lines[start:index]) + "\n"))
+        index += 1
+    return blocks
+
+
+@pytest.mark.parametrize("chapter", chapter_files(), ids=lambda p: p.name)
+def test_interpreter_sessions_in_chapters_are_true(chapter: Path) -> None:
+    # Each ```pycon block is a doctest; the blocks of one chapter share names,
+    # as a reader's session would.  "..." in an expected value matches anything.
+    parser = doctest.DocTestParser()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    namespace: dict[str, object] = {}
+    for line, source in pycon_blocks(chapter.read_text(encoding="utf-8")):
+        test = parser.get_doctest(source, namespace, f"{chapter.name}:{line}", str(chapter), line)
+        runner.run(test, clear_globs=False)
+        namespace.update(test.globs)  # DocTest copied the namespace; carry its names forward
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{chapter.name}: {result.failed} interpreter lines differ (see above)"
