@@ -35,11 +35,19 @@ class Response:
     content_type: bytes = b"text/plain; charset=utf-8"
 
 
+# RFC 9110 renamed a few statuses that the standard library still knows by
+# their older names (Python 3.13 has the new ones).
+_NEW_REASONS = {413: "Content Too Large", 414: "URI Too Long", 416: "Range Not Satisfiable",
+                422: "Unprocessable Content"}
+
+
 def _reason(status: int) -> bytes:
+    """The reason phrase for ``status``; a client must not depend on it (RFC 9112 section 4)."""
     try:
-        return HTTPStatus(status).phrase.encode("ascii")
+        phrase = _NEW_REASONS.get(status) or HTTPStatus(status).phrase
     except ValueError:
-        return b"Unknown"
+        phrase = "Unknown"
+    return phrase.encode("ascii")
 
 
 # Status lines are few and asked for on every response: build each once.
