@@ -1,0 +1,213 @@
+# benchmarks/fairness.py
+"""How long does a fast request wait behind a slow one?  p50/p99 latency, measured.
+
+    python benchmarks/fairness.py                          every server, with and without a compute load
+    python benchmarks/fairness.py --json benchmarks/results/fairness.json --table benchmarks/results/fairness.txt
+    python benchmarks/fairness.py --servers coroutines,threaded --requests 200
+
+Each row starts one server and sends ``--requests`` fast ``GET /`` requests
+from ``--clients`` keep-alive connections, each client pausing a random 1 to
+10 ms between requests, and records every request's latency.  In the rows
+marked "+ compute", one more client meanwhile asks ``GET /compute?ms=50``
+again and again: a handler that computes for 50 ms.  The servers:
+
+    threaded             a thread per connection (Part 0): the kernel preempts
+    coroutines           one thread, cooperative: a handler runs until it awaits
+    coroutines+thread    the same, each handler call run in a thread pool
+    coroutines+yield     the same, /compute giving the loop back every 1 ms
+
+Latency is measured by the client, in this process, from just before the
+request is sent to the end of its response.  The server runs on CPU 0 and
+this process on CPU 1 (where the machine has two), so they do not take turns
+on one core.  Loopback only, bounded in requests and time.
+"""
+
+# Rules this file keeps:
+#   * One fresh server process per row, warmed up before measuring, stopped
+#     in ``finally``.
+#   * Nothing random that is not seeded: the pauses between requests come
+#     from random.Random(seed), so a rerun sends the same sequence.
+#   * The JSON holds everything the table shows and how it was measured; the
+#     text table is rendered from it and nothing else.
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` importable
+
+from tinyloop.coroutines.server import COMPUTE_ENV  # noqa: E402
+from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+
+SCHEMA = 1
+TIMEOUT = 10.0  # seconds any one request may take before the row fails
+
+# label -> (stage, environment)
+SERVERS: dict[str, tuple[str, dict[str, str]]] = {
+    "threaded": ("threaded", {}),
+    "coroutines": ("coroutines", {COMPUTE_ENV: "inline"}),
+    "coroutines+thread": ("coroutines", {COMPUTE_ENV: "thread"}),
+    "coroutines+yield": ("coroutines", {COMPUTE_ENV: "yield"}),
+}
+
+FAST = b"GET / HTTP/1.1\r\nHost: fairness\r\n\r\n"
+
+
+@dataclass
+class Row:
+    server: str
+    stage: str
+    env: dict[str, str]
+    background: str          # "none" or "/compute?ms=N"
+    requests: int            # fast requests answered
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    computes: int            # /compute requests answered meanwhile
+
+
+def _pin(pid: int | None, cpu: int) -> None:
+    """Run ``pid`` (None: this process) on CPU ``cpu`` if the machine has it; else leave it."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > cpu:
+        os.sched_setaffinity(pid or 0, {cpu})
+
+
+def _fast_client(address: tuple[str, int], count: int, seed: int, out: list[float]) -> None:
+    rng = random.Random(seed)
+    with socket.create_connection(address, timeout=TIMEOUT) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffer = bytearray()
+        for _ in range(count):
+            time.sleep(rng.uniform(0.001, 0.010))
+            start = time.perf_counter()
+            sock.sendall(FAST)
+            status, _, _ = recv_response(sock, buffer)
+            out.append(time.perf_counter() - start)
+            if status != 200:
+                raise RuntimeError(f"GET / answered {status}")
+
+
+def _compute_client(address: tuple[str, int], path: str, stop: threading.Event, done: list[int]) -> None:
+    request = f"GET {path} HTTP/1.1\r\nHost: fairness\r\n\r\n".encode()
+    with socket.create_connection(address, timeout=TIMEOUT) as sock:
+        buffer = bytearray()
+        while not stop.is_set():
+            sock.sendall(request)
+            recv_response(sock, buffer)
+            done[0] += 1
+
+
+def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int) -> Row:
+    """One row: start ``server``, run the fast clients (and the compute client), stop it."""
+    stage, env = SERVERS[server]
+    background = "none" if compute_ms is None else f"/compute?ms={compute_ms}"
+    with ServerProcess(stage, env=env) as proc:
+        _pin(proc.pid, 0)
+        for _ in range(20):  # warm-up: imports, first connections, thread pool
+            _fast_client(proc.address, 1, seed, [])
+        stop = threading.Event()
+        computes = [0]
+        workers: list[threading.Thread] = []
+        if compute_ms is not None:
+            workers.append(threading.Thread(target=_compute_client, daemon=True,
+                                            args=(proc.address, background, stop, computes)))
+            workers[0].start()
+            time.sleep(0.1)  # the compute load is running before we measure
+        latencies: list[list[float]] = [[] for _ in range(clients)]
+        fast = [threading.Thread(target=_fast_client, daemon=True,
+                                 args=(proc.address, requests // clients, seed + i, latencies[i]))
+                for i in range(clients)]
+        for thread in fast:
+            thread.start()
+        for thread in fast:
+            thread.join(TIMEOUT * requests)
+        stop.set()
+        for thread in workers:
+            thread.join(TIMEOUT)
+    samples = sorted(s for per_client in latencies for s in per_client)
+    if len(samples) < 2:
+        raise RuntimeError(f"{server}: only {len(samples)} requests were answered")
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return Row(server, stage, env, background, len(samples), round(cuts[49] * 1e3, 2),
+               round(cuts[98] * 1e3, 2), round(samples[-1] * 1e3, 2), computes[0])
+
+
+def render(data: dict) -> str:
+    """The rows of ``data`` (this script's JSON) as an aligned text table."""
+    header = ["server", "background load", "requests", "p50 ms", "p99 ms", "max ms", "computes"]
+    rows = [[row["server"], "none" if row["background"] == "none" else f"1 client: GET {row['background']}",
+             str(row["requests"]), f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
+             f"{row['max_ms']:.2f}", str(row["computes"])] for row in data["rows"]]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
+                       enumerate(zip(line, widths))).rstrip() for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    settings = data["settings"]
+    lines.append("")
+    lines.append(f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per row, "
+                 f"1-10 ms pauses; latency measured by the client.")
+    lines.append(f"{data['machine']}; load average {data['load_average']:.1f} at the end.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--servers", default=",".join(SERVERS),
+                        help=f"comma list from {', '.join(SERVERS)} (default: all)")
+    parser.add_argument("--requests", type=int, default=400, help="fast requests per row (default 400)")
+    parser.add_argument("--clients", type=int, default=4, help="fast keep-alive clients (default 4)")
+    parser.add_argument("--compute-ms", type=int, default=50, help="the slow handler's CPU time (default 50)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.servers.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SERVERS]
+    if unknown:
+        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+    _pin(None, 1)
+    rows = []
+    for name in chosen:
+        for compute_ms in (None, args.compute_ms):
+            row = measure(name, requests=args.requests, clients=args.clients,
+                          compute_ms=compute_ms, seed=args.seed)
+            print(f"  {row.server:<18} {row.background:<16} p50 {row.p50_ms:7.2f} ms  "
+                  f"p99 {row.p99_ms:7.2f} ms", file=sys.stderr, flush=True)
+            rows.append(asdict(row))
+    data = {
+        "schema": SCHEMA,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+                   f"{platform.system()} {platform.release()}",
+        "load_average": os.getloadavg()[0],  # other work on the machine, at the end of the run
+        "settings": {"requests": args.requests, "clients": args.clients,
+                     "compute_ms": args.compute_ms, "seed": args.seed},
+        "rows": rows,
+    }
+    table = render(data)
+    print(table, end="")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    if args.table:
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
