@@ -619,3 +619,44 @@ def test_all_tasks_lists_the_pending_ones(loop: Loop) -> None:
     assert all_tasks(loop) == {task}
     drive(loop)
     assert all_tasks(loop) == set()
+
+
+# -- ordering ------------------------------------------------------------------------------------
+
+
+def test_sleep_zero_is_not_a_timer_it_resumes_before_a_zero_delay_timer(loop: Loop) -> None:
+    # The coroutine chapter's ordering rule, pinned: ``await sleep(0)`` is a
+    # bare yield, so the task's next step goes on the ready queue (call_soon);
+    # a timer with delay 0 set at the same moment waits for step 3 of the
+    # next iteration, after the ready queue's old entries.
+    log: list[str] = []
+
+    async def body() -> None:
+        loop.call_later(0, log.append, "timer(0)")
+        loop.call_soon(log.append, "call_soon")
+        await sleep(0)
+        log.append("after sleep(0)")
+
+    Task(body(), loop=loop)
+    drive(loop)
+    assert log == ["call_soon", "after sleep(0)", "timer(0)"]
+
+
+def test_a_woken_task_runs_one_iteration_after_its_future_completes(loop: Loop) -> None:
+    # set_result() does not run the waiting task: it schedules the task's
+    # wake-up with call_soon, so the task resumes in the next iteration.
+    future = Future(loop=loop)
+    log: list[str] = []
+
+    async def waiter() -> None:
+        await future
+        log.append("task resumed")
+
+    def complete() -> None:
+        future.set_result(None)
+        log.append("set_result returned")
+
+    Task(waiter(), loop=loop)
+    loop.call_later(1, complete)
+    drive(loop)
+    assert log == ["set_result returned", "task resumed"]

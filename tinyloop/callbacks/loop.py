@@ -290,17 +290,19 @@ class Loop:
                       args: tuple[Any, ...]) -> Handle:
         self._check_callback(callback, "add_reader" if event == selectors.EVENT_READ else "add_writer")
         handle = Handle(callback, args, self)
+        reading = event == selectors.EVENT_READ
         try:
-            key = self._selector.get_key(fd)
-        except KeyError:
-            reader, writer = (handle, None) if event == selectors.EVENT_READ else (None, handle)
-            self._selector.register(fd, event, (reader, writer))
+            # Discussion: register first, and look up only when that fails.
+            # A get_key() miss raises a KeyError whose message formats the
+            # socket's repr (two system calls), and a fresh registration is
+            # the common case: a coroutine waiting for readiness adds and
+            # removes its reader around every wait.
+            self._selector.register(fd, event, (handle, None) if reading else (None, handle))
             return handle
+        except KeyError:  # registered already: add this event to its mask
+            key = self._selector.get_key(fd)
         reader, writer = key.data
-        if event == selectors.EVENT_READ:
-            old, data = reader, (handle, writer)
-        else:
-            old, data = writer, (reader, handle)
+        old, data = (reader, (handle, writer)) if reading else (writer, (reader, handle))
         self._selector.modify(fd, key.events | event, data)
         if old is not None:
             old.cancel()
