@@ -35,6 +35,7 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "book_autodoc",
+    "book_api",
     "book_toc",
     "book_catalog",
     "book_bench",

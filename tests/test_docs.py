@@ -181,11 +181,23 @@ def test_bench_directives_render_the_results(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
-def test_a_server_not_in_the_results_breaks_the_build(tmp_path: Path) -> None:
+def test_an_unknown_server_breaks_the_build(tmp_path: Path) -> None:
     page = "# Results\n\n```{bench-table}\n:load: ab-close\n:servers: epoll, no-such-server\n```\n"
     result = build_mini_book(tmp_path, page)
     assert result.returncode != 0
     assert "no-such-server" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_a_known_server_missing_from_a_partial_run_is_a_row_that_says_so(tmp_path: Path) -> None:
+    # `benchmarks/run.py --stages epoll` writes results without the other stages;
+    # the chapters still build, and their rows say "not run".
+    page = "# Results\n\n```{bench-table}\n:load: ab-close\n:servers: poll, epoll\n```\n"
+    result = build_mini_book(tmp_path, page)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
+    assert "poll not run — — — —" in text
+    assert text.index("poll not run") < text.index("epoll 4321")
 
 
 # Fenced code blocks: ``` or ~~~ (three or more), with an info string.
@@ -264,3 +276,15 @@ def test_interpreter_sessions_in_chapters_are_true(chapter: Path) -> None:
         namespace.update(test.globs)  # DocTest copied the namespace; carry its names forward
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{chapter.name}: {result.failed} interpreter lines differ (see above)"
+
+
+def test_every_package_is_in_the_api_reference() -> None:
+    # chapters/api.md lists packages; their modules are found by the build.
+    # A new stage package (tinyloop/aio, say) must be given its section.
+    import pkgutil
+
+    import tinyloop
+    packages = {"tinyloop"} | {f"tinyloop.{info.name}" for info in pkgutil.iter_modules(tinyloop.__path__)
+                               if info.ispkg}
+    listed = set(re.findall(r"^```\{api-package\}\s+(\S+)", (CHAPTERS / "api.md").read_text(encoding="utf-8"), re.M))
+    assert packages <= listed, f"add to chapters/api.md: {sorted(packages - listed)}"

@@ -60,6 +60,31 @@ def load_names() -> list[str]:
     return [load.name for load in importlib.import_module("benchmarks.loads").LOADS]
 
 
+def known_servers() -> set[str]:
+    """Every server the harness knows: the stages and the peers."""
+    stages = importlib.import_module("tinyloop.stages").STAGES
+    peers = importlib.import_module("benchmarks.servers").PEERS
+    return {stage.name for stage in stages} | {peer.name for peer in peers}
+
+
+def split_servers(data: dict, load: str, servers: list[str]) -> tuple[list[str], list[str]]:
+    """``(in_run, not_run)``: the names the run has for ``load``, and known ones it lacks.
+
+    A run made with ``--stages``/``--peers`` measures only some servers; a
+    chapter's table then says "not run" in their rows rather than failing.
+    Raises ``KeyError`` for a name the harness does not know at all (a typo).
+    """
+    results = data.get("results", {}).get(load, {})
+    listed = {entry["name"] for entry in data.get("servers", [])}
+    unknown = [name for name in servers if name not in known_servers() and name not in listed]
+    if unknown:
+        raise KeyError(f"unknown server {', '.join(map(repr, unknown))}: neither a stage "
+                       "(tinyloop/stages.py) nor a peer (benchmarks/servers.py)")
+    skipped = {entry["name"] for entry in data.get("servers", []) if entry.get("skipped")}
+    in_run = [name for name in servers if name in results or name in skipped]
+    return in_run, [name for name in servers if name not in in_run]
+
+
 def _name_list(argument: str | None) -> list[str]:
     """``"epoll, poll"`` -> ``["epoll", "poll"]``; empty or absent -> ``[]`` (all)."""
     return [name.strip() for name in (argument or "").split(",") if name.strip()]
@@ -131,16 +156,25 @@ class BenchTableDirective(_BenchDirective):
     def render(self, report: ModuleType, data: dict, load: str | None,
                servers: list[str] | None) -> list[nodes.Node]:
         assert load is not None
-        header, rows = report.table(data, load, servers, ratios=data.get("baseline") is not None)
+        baseline = data.get("baseline") is not None
+        if servers is None:
+            header, rows = report.table(data, load, None, ratios=baseline)
+            notes = list(report.footnotes(data, load, None))
+        else:
+            in_run, not_run = split_servers(data, load, servers)
+            header, rows = report.table(data, load, in_run, ratios=baseline)
+            notes = list(report.footnotes(data, load, in_run)) if in_run else []
+            rows += [[name, "not run", *["—"] * (len(header) - 2)] for name in not_run]
+            rows.sort(key=lambda row: servers.index(row[0]))
+            if not_run:
+                notes.append(f"not run: {', '.join(not_run)} (this run measured other servers)")
         entry = next(e for e in data["loads"] if e["name"] == load)
-        title = f"{load}: {entry['title']}"
-        out: list[nodes.Node] = [table(header, rows, title=title, classes=["book-bench"],
-                                       numeric_from=1)]
+        out: list[nodes.Node] = [table(header, rows, title=f"{load}: {entry['title']}",
+                                       classes=["book-bench"], numeric_from=1)]
         command = nodes.paragraph(classes=["book-bench-command"])
         command += nodes.Text("Command: ")
         command += nodes.literal(entry["command"], entry["command"])
         out.append(command)
-        notes = list(report.footnotes(data, load, servers))
         for key in self.options.get("notes", []):
             if key not in report.FOOTNOTES:
                 return self._warn(f"unknown note {key!r}; report.FOOTNOTES has {', '.join(report.FOOTNOTES)}")
@@ -162,6 +196,12 @@ class BenchPlotDirective(_BenchDirective):
 
     def render(self, report: ModuleType, data: dict, load: str | None,
                servers: list[str] | None) -> list[nodes.Node]:
+        if servers is not None and load is not None:
+            servers, not_run = split_servers(data, load, servers)
+            if not servers:
+                note = nodes.note()
+                note += nodes.paragraph(text=f"This run measured none of: {', '.join(not_run)}.")
+                return [note]
         # The file's name is a digest of what it shows: a new run, or other
         # options, draw a new file, and an unchanged one is not drawn again.
         key = json.dumps([data, load, servers], sort_keys=True).encode()
