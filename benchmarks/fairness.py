@@ -4,6 +4,7 @@
     python benchmarks/fairness.py                          every server, with and without a compute load
     python benchmarks/fairness.py --json benchmarks/results/fairness.json --table benchmarks/results/fairness.txt
     python benchmarks/fairness.py --servers coroutines,threaded --requests 200
+    python benchmarks/fairness.py --profile callbacks,coroutines --profile-out benchmarks/results/profile.txt
 
 Each row starts one server and sends ``--requests`` fast ``GET /`` requests
 from ``--clients`` keep-alive connections, each client pausing a random 1 to
@@ -15,6 +16,12 @@ again and again: a handler that computes for 50 ms.  The servers:
     coroutines           one thread, cooperative: a handler runs until it awaits
     coroutines+thread    the same, each handler call run in a thread pool
     coroutines+yield     the same, /compute giving the loop back every 1 ms
+
+With ``--profile STAGES`` it measures something else: each stage's server
+runs under cProfile (enabled around ``serve()`` only, after the imports,
+counting CPU time, so that waiting in epoll_wait costs nothing)
+while ``ab -k -n 2000 -c 10`` loads it, and the time is summed by layer:
+reactor, tasks and futures, streams, HTTP, system calls.
 
 Latency is measured by the client, in this process, from just before the
 request is sent to the end of its response.  The server runs on CPU 0 and
@@ -33,13 +40,18 @@ on one core.  Loopback only, bounded in requests and time.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
+import pstats
 import random
+import shutil
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -164,6 +176,90 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- where the time goes ------------------------------------------------------------------
+
+# Run as ``python -c _PROFILED STAGE OUT``: serve like the CLI does, with the
+# profiler on only while serve() runs.
+_PROFILED = """\
+import cProfile, sys, time
+from tinyloop import stages
+from tinyloop.serving import announce, listen, stop_on_sigterm
+stage, out = sys.argv[1], sys.argv[2]
+module = stages.load(stage)
+stop_on_sigterm()
+sock = listen("127.0.0.1", 0)
+announce(stage, sock)
+profile = cProfile.Profile(time.process_time)  # CPU time: a wait in epoll costs nothing
+profile.enable()
+try:
+    module.serve(sock)
+except KeyboardInterrupt:
+    pass
+finally:
+    profile.disable()
+    sock.close()
+    profile.dump_stats(out)
+"""
+
+# Layers, by source file; built-in functions by what they are.
+_LAYERS = (
+    ("tinyloop/callbacks/loop.py", "reactor: callbacks/loop.py"),
+    ("tinyloop/callbacks/server.py", "server callbacks: callbacks/server.py, raw/connection.py"),
+    ("tinyloop/raw/connection.py", "server callbacks: callbacks/server.py, raw/connection.py"),
+    ("tinyloop/coroutines/tasks.py", "Task and Future: coroutines/tasks.py, futures.py"),
+    ("tinyloop/coroutines/futures.py", "Task and Future: coroutines/tasks.py, futures.py"),
+    ("tinyloop/coroutines/streams.py", "streams: coroutines/streams.py"),
+    ("tinyloop/coroutines/server.py", "handler: coroutines/server.py"),
+    ("tinyloop/http/", "HTTP: tinyloop/http"),
+    ("/selectors.py", "selectors module"),
+)
+_SYSCALLS = ("'send'", "'recv", "'shutdown'", "'_accept'", "socket.close", "'poll' of 'select.epoll'",
+             "'register' of 'select.epoll'", "'modify' of 'select.epoll'",
+             "'unregister' of 'select.epoll'", "'setsockopt'", "'setblocking'")
+
+
+def _layer(function: tuple[str, int, str]) -> str:
+    path, _, name = function
+    for fragment, layer in _LAYERS:
+        if fragment in path:
+            return layer
+    if path == "~":
+        return "system calls" if any(s in name for s in _SYSCALLS) else "other built-ins"
+    return "other Python"
+
+
+def profile_stage(stage: str, requests: int) -> str:
+    """Profile ``stage``'s server under ``ab -k -n REQUESTS -c 10``; the summary as text."""
+    if shutil.which("ab") is None:
+        raise SystemExit("--profile needs ApacheBench (ab)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, f"{stage}.prof")
+        command = [sys.executable, "-c", _PROFILED, stage, out]
+        with ServerProcess(stage, command=command, env={"PYTHONPATH": str(ROOT)}) as proc:
+            _pin(proc.pid, 0)
+            ab = ["ab", "-q", "-k", "-n", str(requests), "-c", "10", f"http://127.0.0.1:{proc.port}/"]
+            run = subprocess.run(ab, capture_output=True, text=True, timeout=120)
+            if run.returncode != 0:
+                raise RuntimeError(f"ab failed: {run.stderr.strip()}")
+        stats = pstats.Stats(out)
+    layers: collections.Counter[str] = collections.Counter()
+    calls: dict[str, int] = {}
+    for function, (_, ncalls, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        layers[_layer(function)] += tottime
+        calls[pstats.func_std_string(function)] = ncalls
+    total = sum(layers.values())
+    lines = [f"{stage}: ab -k -n {requests} -c 10, cProfile on serve(); "
+             f"{total * 1e3:.0f} ms of CPU time ({total / requests * 1e6:.0f} us per request)", ""]
+    lines += [f"  {layer:<58} {seconds * 1e3:7.1f} ms  {100 * seconds / total:5.1f} %"
+              for layer, seconds in layers.most_common()]
+    lines += ["", "  the functions with the most time of their own:"]
+    top = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:8]  # type: ignore[attr-defined]
+    for function, (_, ncalls, tottime, cumtime, _) in top:
+        name = pstats.func_std_string(function).replace(str(ROOT) + "/", "")
+        lines.append(f"  {ncalls:>7} calls  {tottime * 1e3:6.1f} ms  {name}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--servers", default=",".join(SERVERS),
@@ -174,7 +270,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
+    parser.add_argument("--profile", metavar="STAGES",
+                        help="instead: profile these stages (comma list) under ab -k, by layer")
+    parser.add_argument("--profile-out", type=Path, help="write the profile summary here")
     args = parser.parse_args(argv)
+    if args.profile:
+        _pin(None, 1)
+        text = "\n".join(profile_stage(stage.strip(), args.requests if args.requests != 400 else 2000)
+                         for stage in args.profile.split(",") if stage.strip())
+        print(text, end="")
+        if args.profile_out:
+            args.profile_out.parent.mkdir(parents=True, exist_ok=True)
+            args.profile_out.write_text(text)
+        return 0
     chosen = [name.strip() for name in args.servers.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SERVERS]
     if unknown:
