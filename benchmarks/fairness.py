@@ -158,12 +158,18 @@ def measure(server: str, *, requests: int, clients: int, compute_ms: int | None,
                round(cuts[98] * 1e3, 2), round(samples[-1] * 1e3, 2), computes[0])
 
 
-def render(data: dict) -> str:
-    """The rows of ``data`` (this script's JSON) as an aligned text table."""
+def table(data: dict) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of ``data`` (this script's JSON), as the book's {bench-fairness} shows them."""
     header = ["server", "background load", "requests", "p50 ms", "p99 ms", "max ms", "computes"]
     rows = [[row["server"], "none" if row["background"] == "none" else f"1 client: GET {row['background']}",
              str(row["requests"]), f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
              f"{row['max_ms']:.2f}", str(row["computes"])] for row in data["rows"]]
+    return header, rows
+
+
+def render(data: dict) -> str:
+    """The rows of ``data`` (this script's JSON) as an aligned text table, with how it was measured."""
+    header, rows = table(data)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
                        enumerate(zip(line, widths))).rstrip() for line in [header, *rows]]
