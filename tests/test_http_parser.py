@@ -407,7 +407,7 @@ def test_trailer_section_limit() -> None:
 
     assert parse(trailers(256), SMALL).body == b"x"
     assert refusal(trailers(257), SMALL) == 431
-    assert outcome([trailers(257)[:-1]], SMALL) == ([], 431)  # unfinished, already too long
+    assert outcome([trailers(258)[:-1]], SMALL) == ([], 431)  # unfinished, already too long
 
 
 def test_trailer_count_limit() -> None:

@@ -12,8 +12,9 @@
 #     answer with (400, 413, 414, 431, 501, 505).  After an error the parser is
 #     finished: the connection's framing can no longer be trusted.
 #   * Sizes are bounded before they are buffered: a peer cannot make us hold a
-#     request line, a head or a body larger than the limits, and no byte is
-#     searched more than a constant number of times however the input is split.
+#     request line, a head or a body larger than the limits.  Searches resume
+#     where the last one stopped, or look at most one line's limit back, so a
+#     peer that sends one byte at a time cannot make the work quadratic.
 #   * Where the RFC lets a recipient choose between leniency and refusal, we
 #     refuse whatever could make two parsers disagree about where a message
 #     ends (request smuggling), and are lenient only where it cannot.
@@ -106,6 +107,9 @@ class Request:
         return default
 
 
+_DEFAULT_LIMITS = Limits()  # made once: a frozen dataclass is slow to build, and connections are many
+
+
 # The grammar, from RFC 9110 section 5.6 and RFC 9112 sections 3, 5 and 7.
 #
 # Lines may end in CRLF or a bare LF in the head and the trailer section
@@ -135,6 +139,9 @@ _CHUNK_EXT = (rb"(?:[ \t]*;[ \t]*" + _TOKEN
               + rb"(?:[ \t]*=[ \t]*(?:" + _TOKEN + rb"|" + _QUOTED + rb"))?)*")
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})" + _CHUNK_EXT + rb"[ \t]*")
 
+# The fields that decide a request's framing and persistence (lower-case).
+_FRAMING_FIELDS = frozenset([b"host", b"connection", b"content-length", b"transfer-encoding", b"expect"])
+
 
 class RequestParser:
     """Turn a byte stream into a sequence of :class:`Request` objects.
@@ -153,7 +160,7 @@ class RequestParser:
     """
 
     def __init__(self, limits: Limits | None = None) -> None:
-        self.limits = limits or Limits()
+        self.limits = limits or _DEFAULT_LIMITS
         self.eof = False  # the peer has finished sending (feed(b""))
         self._buffer = bytearray()  # received, not yet parsed
         self._searched = 0  # bytes of an incomplete head already searched for its end
@@ -212,11 +219,13 @@ class RequestParser:
 
     def _parse_head(self) -> Request | None:
         buffer = self._buffer
-        if buffer[:1] in (b"\r", b"\n"):
+        if not buffer:
+            return None  # the usual state between requests on a kept-alive connection
+        if buffer[0] in b"\r\n":
             # RFC 9112 section 2.2: a server SHOULD ignore empty lines received
             # before the request line (some clients send one after a body).
-            # (Only an empty buffer or a lone CR can be left over here, so
-            # ``_searched`` is still 0 and no offset moves.)
+            # This moves no saved offset: ``_searched`` is nonzero only once
+            # a request line has begun, and so the buffer starts with a token.
             _strip_empty_lines(buffer)
         end = _BLANK_LINE.search(buffer, self._searched)
         if end is None:
@@ -299,6 +308,8 @@ class RequestParser:
         connection: list[bytes] = []
         hosts = 0
         for name, value in request.headers:
+            if name not in _FRAMING_FIELDS:
+                continue  # most fields, and all of them in the usual GET
             if name == b"host":
                 hosts += 1
             elif name == b"connection":
@@ -412,7 +423,7 @@ class RequestParser:
             # section ends, so ``start`` does not move between calls and the
             # search can resume where it stopped, as for the head.
             blank = _BLANK_LINE.search(buffer, max(start, self._searched))
-            size = (len(buffer) + 1 if blank is None else blank.end()) - start
+            size = (len(buffer) if blank is None else blank.end()) - start  # or a lower bound
             if size > self.limits.max_header_bytes:
                 raise HTTPError(431, "trailer section too large")
             if blank is None:
@@ -437,5 +448,10 @@ def _strip_empty_lines(buffer: bytearray) -> None:
 
 
 def _split_list(value: bytes) -> list[bytes]:
-    """The elements of a comma-separated field value, empty ones left out (RFC 9110 section 5.6.1)."""
+    """The elements of a comma-separated field value, empty ones left out (RFC 9110 section 5.6.1).
+
+    ``value`` comes from the field grammar, without white space around it.
+    """
+    if b"," not in value:
+        return [value] if value else []  # one element: the usual case, made quick
     return [item for item in (part.strip(b" \t") for part in value.split(b",")) if item]
