@@ -112,11 +112,14 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
     # A fresh clone has no benchmarks/results/latest.json: the build passes
     # and the tables are replaced by a note naming the command.
     missing = tmp_path / "no-such-results.json"
-    result = sphinx_build(CHAPTERS, tmp_path / "out", "-D", f"book_bench_results={missing}")
+    result = sphinx_build(CHAPTERS, tmp_path / "out", "-D", f"book_bench_results={missing}",
+                          "-D", f"book_fairness_results={missing}")
     assert result.returncode == 0, result.stdout + result.stderr
     page = page_text((tmp_path / "out" / "html" / "benchmarks.html").read_text(encoding="utf-8"))
     assert "No benchmark results yet" in page
     assert "bash scripts/benchmark.sh" in page
+    page = page_text((tmp_path / "out" / "html" / "baselines.html").read_text(encoding="utf-8"))
+    assert "No fairness results yet: run python benchmarks/fairness.py --json" in page
 
 
 def results_fixture() -> dict:
@@ -151,21 +154,34 @@ def page_text(html: str) -> str:
     return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split()).replace(" ,", ",")
 
 
+FAIRNESS_FIXTURE = {
+    "schema": 1, "date": "2026-01-31T12:00:00+00:00", "machine": "x86_64, 2 CPUs, Python 3.11.7, Linux 6.1",
+    "load_average": 0.5, "settings": {"requests": 400, "clients": 4, "compute_ms": 50, "seed": 1},
+    "rows": [{"server": "threaded", "stage": "threaded", "env": {}, "background": "none", "requests": 400,
+              "p50_ms": 0.31, "p99_ms": 0.92, "max_ms": 1.5, "computes": 0},
+             {"server": "threaded", "stage": "threaded", "env": {}, "background": "/compute?ms=50",
+              "requests": 400, "p50_ms": 0.45, "p99_ms": 6.78, "max_ms": 9.9, "computes": 37}],
+}
+
+
 def build_mini_book(tmp_path: Path, page: str) -> subprocess.CompletedProcess[str]:
-    """Build a one-page book (``page`` is its MyST text) against the results fixture."""
+    """Build a one-page book (``page`` is its MyST text) against the results fixtures."""
     source = tmp_path / "src"
     source.mkdir()
     (source / "index.md").write_text(page, encoding="utf-8")
     results = tmp_path / "results.json"
     results.write_text(json.dumps(results_fixture()), encoding="utf-8")
-    return sphinx_build(source, tmp_path / "out", "-D", f"book_bench_results={results}")
+    fairness = tmp_path / "fairness.json"
+    fairness.write_text(json.dumps(FAIRNESS_FIXTURE), encoding="utf-8")
+    return sphinx_build(source, tmp_path / "out", "-D", f"book_bench_results={results}",
+                        "-D", f"book_fairness_results={fairness}")
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
 def test_bench_directives_render_the_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     page = ("# Results\n\n```{bench-table}\n:load: ab-close\n:servers: epoll, blocking\n:notes: cpu\n```\n\n"
-            "```{bench-plot}\n:load: ab-close\n```\n")
+            "```{bench-plot}\n:load: ab-close\n```\n\n```{bench-fairness}\n```\n")
     result = build_mini_book(tmp_path, page)
     assert result.returncode == 0, result.stdout + result.stderr
     html = (tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8")
@@ -176,8 +192,20 @@ def test_bench_directives_render_the_results(tmp_path: Path) -> None:
     assert "Fixture CPU, 2 CPUs" in text               # the machine line
     assert "ab -n 5000 -c 10" in text                  # the load's command
     assert "server process’s own" in text or "server process's own" in text  # :notes: cpu
+    assert "6.78" in text and "/compute?ms=50" in text  # the fairness table
     images = list((tmp_path / "out" / "html" / "_images").glob("*.png"))
     assert len(images) == 1 and images[0].stat().st_size > 1000
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_results_include_shows_the_file_or_the_command_that_makes_it(tmp_path: Path) -> None:
+    page = ("# Results\n\n```{results-include} pyproject.toml\n:command: never run\n```\n\n"
+            "```{results-include} benchmarks/results/no-such-file.txt\n:command: make-it --please\n```\n")
+    result = build_mini_book(tmp_path, page)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
+    assert 'name = "tinyloop"' in text
+    assert "Not measured yet: run make-it --please" in text
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)

@@ -29,6 +29,20 @@
 #     new run rebuilds exactly those pages.
 #   * Config value ``book_bench_results`` points at another JSON (the tests
 #     use it for a fixture, and for a missing file).
+#
+#   {bench-fairness}   (no options)
+#       the table of benchmarks/fairness.py (fast requests' latency beside a
+#       slow handler) from benchmarks/results/fairness.json, through
+#       ``fairness.table(data) -> (header, rows)`` where it exists, else as
+#       the text ``fairness.render(data)`` prints.  Without the JSON, a note
+#       with the command that makes it.  Config: ``book_fairness_results``.
+#
+#   {results-include} PATH     :command: the command that writes PATH
+#                              :language: for highlighting (default: text)
+#       a text file a measurement wrote (PATH relative to the repository
+#       root, e.g. benchmarks/results/profile.txt), shown as a literal
+#       block; while it does not exist, a note with the command instead.
+#       literalinclude would fail the build on a fresh clone.
 
 from __future__ import annotations
 
@@ -47,7 +61,9 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["BenchPlotDirective", "BenchTableDirective", "load_names", "setup"]
+__all__ = ["BenchFairnessDirective", "BenchPlotDirective", "BenchTableDirective", "ResultsIncludeDirective",
+           "known_servers",
+           "load_names", "split_servers", "setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +237,78 @@ class BenchPlotDirective(_BenchDirective):
         return [figure]
 
 
+FAIRNESS_COMMAND = ("python benchmarks/fairness.py --json benchmarks/results/fairness.json "
+                    "--table benchmarks/results/fairness.txt")
+
+
+class BenchFairnessDirective(SphinxDirective):
+    """``{bench-fairness}``: the fairness benchmark's table, from its JSON."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        configured = self.config.book_fairness_results
+        path = Path(configured) if configured else (
+            Path(self.env.app.confdir).parent / "benchmarks" / "results" / "fairness.json")
+        self.env.note_dependency(str(path))
+        if not path.exists():
+            note = nodes.note()
+            note += nodes.paragraph("", "", *_code_spans(
+                f"No fairness results yet: run ``{FAIRNESS_COMMAND}``, then build the book again."))
+            return [note]
+        try:
+            fairness = importlib.import_module("benchmarks.fairness")
+            self.env.note_dependency(fairness.__file__)
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if hasattr(fairness, "table"):
+                header, rows = fairness.table(data)
+                return [table(header, rows, classes=["book-bench"], numeric_from=2),
+                        nodes.paragraph(classes=["book-bench-machine"],
+                                        text=f"Measured on: {data.get('machine')}, {str(data.get('date'))[:10]}")]
+            text = fairness.render(data)
+        except Exception as error:
+            logger.warning("{bench-fairness}: %s: %s: %s", path, type(error).__name__, error,
+                           location=self.get_location())
+            return []
+        return [nodes.literal_block(text, text, language="text", classes=["book-bench-text"])]
+
+
+class ResultsIncludeDirective(SphinxDirective):
+    """``{results-include} PATH``: a measurement's text output, or how to make it."""
+
+    has_content = False
+    required_arguments = 1
+    option_spec = {"command": directives.unchanged_required, "language": directives.unchanged}
+
+    def run(self) -> list[nodes.Node]:
+        root = Path(self.env.app.confdir).parent
+        path = (root / self.arguments[0]).resolve()
+        if root.resolve() not in path.parents:
+            logger.warning("{results-include}: %s is outside the repository", self.arguments[0],
+                           location=self.get_location())
+            return []
+        self.env.note_dependency(str(path))
+        if not path.exists():
+            command = self.options.get("command")
+            if not command:
+                logger.warning("{results-include}: %s does not exist and no :command: says how to "
+                               "make it", self.arguments[0], location=self.get_location())
+                return []
+            note = nodes.note()
+            note += nodes.paragraph("", "", *_code_spans(
+                f"Not measured yet: run ``{command}`` (it writes ``{self.arguments[0]}``), "
+                "then build the book again."))
+            return [note]
+        text = path.read_text(encoding="utf-8")
+        return [nodes.literal_block(text, text, language=self.options.get("language") or "text",
+                                    classes=["book-bench-text"])]
+
+
 def setup(app: Sphinx) -> dict[str, object]:
+    app.add_directive("results-include", ResultsIncludeDirective)
     app.add_config_value("book_bench_results", "", "env", types=[str])
+    app.add_config_value("book_fairness_results", "", "env", types=[str])
+    app.add_directive("bench-fairness", BenchFairnessDirective)
     app.add_directive("bench-table", BenchTableDirective)
     app.add_directive("bench-plot", BenchPlotDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
