@@ -209,6 +209,23 @@ def test_results_include_shows_the_file_or_the_command_that_makes_it(tmp_path: P
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_book_toctree_skips_chapters_not_written_yet(tmp_path: Path) -> None:
+    page = "# Book\n\n```{book-toctree}\nwritten\nnot-written-yet\n```\n"
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "index.md").write_text(page, encoding="utf-8")
+    (source / "written.md").write_text("# A written chapter\n", encoding="utf-8")
+    result = sphinx_build(source, tmp_path / "out")
+    assert result.returncode == 0, result.stdout + result.stderr
+    html = (tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8")
+    assert 'href="written.html"' in html and "not-written-yet" not in html
+    # A chapter that exists but is in no toctree (a misspelt entry) still fails.
+    (source / "orphan.md").write_text("# Forgotten\n", encoding="utf-8")
+    result = sphinx_build(source, tmp_path / "out2")
+    assert result.returncode != 0 and "orphan" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
 def test_an_unknown_server_breaks_the_build(tmp_path: Path) -> None:
     page = "# Results\n\n```{bench-table}\n:load: ab-close\n:servers: epoll, no-such-server\n```\n"
     result = build_mini_book(tmp_path, page)
