@@ -218,9 +218,10 @@ class BenchPlotDirective(_BenchDirective):
                 note = nodes.note()
                 note += nodes.paragraph(text=f"This run measured none of: {', '.join(not_run)}.")
                 return [note]
-        # The file's name is a digest of what it shows: a new run, or other
-        # options, draw a new file, and an unchanged one is not drawn again.
-        key = json.dumps([data, load, servers], sort_keys=True).encode()
+        # The file's name is a digest of what it shows and of the code that
+        # draws it: a new run, other options or a changed report.py draw a
+        # new file, and an unchanged one is not drawn again.
+        key = json.dumps([data, load, servers], sort_keys=True).encode() + Path(report.__file__).read_bytes()
         digest = hashlib.sha256(key).hexdigest()[:16]
         png = Path(self.env.app.doctreedir) / "bench-plots" / f"{load or 'all'}-{digest}.png"
         if not png.exists():
