@@ -19,17 +19,6 @@
 #                          every load); :alt: text
 #       a PNG drawn by ``report.plot`` while the book builds.
 #
-# Rules:
-#   * On a fresh clone there is no JSON yet.  That is not an error: each
-#     directive renders a note telling the reader how to make one, and the
-#     build passes.  Once the JSON exists, anything wrong (an unknown load,
-#     a server not in the results, a schema report.py does not read) is a
-#     warning, so an error under -W.
-#   * A page that shows results depends on the JSON and on report.py, so a
-#     new run rebuilds exactly those pages.
-#   * Config value ``book_bench_results`` points at another JSON (the tests
-#     use it for a fixture, and for a missing file).
-#
 #   {bench-fairness}   (no options)
 #       the table of benchmarks/fairness.py (fast requests' latency beside a
 #       slow handler) from benchmarks/results/fairness.json, through
@@ -43,6 +32,18 @@
 #       root, e.g. benchmarks/results/profile.txt), shown as a literal
 #       block; while it does not exist, a note with the command instead.
 #       literalinclude would fail the build on a fresh clone.
+#
+# Rules:
+#   * On a fresh clone there is no JSON yet.  That is not an error: each
+#     directive renders a note telling the reader how to make one, and the
+#     build passes.  Once the JSON exists, anything wrong (an unknown load,
+#     a server name neither a stage nor a peer, a schema report.py does not
+#     read) is a warning, so an error under -W; a known server that a partial
+#     run left out is a row saying "not run".
+#   * A page that shows results depends on the JSON and on report.py, so a
+#     new run rebuilds exactly those pages.
+#   * Config value ``book_bench_results`` points at another JSON (the tests
+#     use it for a fixture, and for a missing file).
 
 from __future__ import annotations
 
@@ -61,9 +62,8 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["BenchFairnessDirective", "BenchPlotDirective", "BenchTableDirective", "ResultsIncludeDirective",
-           "known_servers",
-           "load_names", "split_servers", "setup"]
+__all__ = ["BenchFairnessDirective", "BenchPlotDirective", "BenchTableDirective",
+           "ResultsIncludeDirective", "known_servers", "load_names", "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
 
