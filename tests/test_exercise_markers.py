@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-import re
+import ast
 import textwrap
 from pathlib import Path
 
@@ -294,10 +294,10 @@ def test_every_exercise_has_a_region_tests_and_a_stage_that_exist(exercise):
     path = markers.source_path(exercise.module)
     assert exercise.name in {r.name for r in find_regions(path.read_text(), str(path))}
     assert exercise.tests, "an exercise needs tests to grade it"
-    for argument in exercise.tests:
-        if not argument.startswith("-"):
-            target = ROOT / re.split(r"::", argument)[0]
-            assert target.exists(), f"{exercise.name}: no {argument} in the repository"
+    paths = [a.partition("::")[0] for a in exercise.tests if a.startswith("tests/")]
+    assert paths, f"{exercise.name}: name its test files (tests/...)"
+    for path in paths:
+        assert (ROOT / path).exists(), f"{exercise.name}: no {path} in the repository"
     if exercise.stage is not None:
         stages.get(exercise.stage)
 
@@ -307,3 +307,7 @@ def test_every_starter_and_reference_compiles(exercise):
     for text in (markers.starter(exercise), markers.reference(exercise)):
         compile(text, f"{exercise.name}.py", "exec")
     assert markers.unwritten_lines(markers.starter(exercise), exercise.name)
+    # The reference is the module itself, comments aside: what passes the
+    # stage's own tests is what a student is compared with.
+    module = markers.source_path(exercise.module).read_text()
+    assert ast.dump(ast.parse(markers.reference(exercise))) == ast.dump(ast.parse(module))

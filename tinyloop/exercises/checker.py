@@ -95,14 +95,16 @@ def repository_root() -> Path:
 
 
 def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
-          root: Path | None = None, stop_when_unwritten: bool = True) -> Report:
+          root: Path | None = None, stop_when_unwritten: bool = True,
+          fail_fast: bool = False) -> Report:
     """Grade the file ``path`` as a solution to ``exercise``.
 
     ``quick`` measures the loop properties with smaller counts (for the test
     suite).  ``root`` is where the exercise's tests are found (default: the
     source checkout, :func:`repository_root`).  ``stop_when_unwritten=False``
     runs the tests even on an untouched starter (the test suite uses it to
-    prove the tests catch one).  Raises :class:`CheckerError` if ``path`` does
+    prove the tests catch one); ``fail_fast`` stops them at the first
+    failure (pytest -x).  Raises :class:`CheckerError` if ``path`` does
     not exist or there is no checkout.
     """
     path = Path(path).resolve()
@@ -123,13 +125,17 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tinyloop.__file__).parent.parent),
                                                            os.environ.get("PYTHONPATH")])),
                 "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the student's file
-    step = _run_tests(exercise, path, root, override)
+    step = _run_tests(exercise, path, root, override, ["-x"] if fail_fast else [])
     report.steps.append(step)
+    limits = properties.QUICK if quick else properties.FULL
+    if step.status == "FAIL" and exercise.stage:
+        traceback = properties.crash(exercise.stage, env=override, limits=limits)
+        if traceback:
+            step.details += _explain_crash(exercise, path, traceback)
     if exercise.stage and exercise.properties:
         if step.status == "FAIL":
             report.steps.append(Step("skip", "loop properties: measured once the tests pass"))
         else:
-            limits = properties.QUICK if quick else properties.FULL
             for result in properties.check(exercise.stage, exercise.properties, env=override,
                                            limits=limits):
                 report.steps.append(Step("ok" if result.passed else "FAIL",
@@ -214,11 +220,12 @@ sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
-def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, str]) -> Step:
+def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, str],
+               options: list[str]) -> Step:
     with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", *exercise.tests]
+                   f"--junitxml={junit}", *options, *exercise.tests]
         try:
             run = subprocess.run(command, cwd=root, env={**os.environ, **override},
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -250,27 +257,40 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
     return Step("FAIL", f"tests: {len(failed)} of {len(cases)} failed ({what})", details)
 
 
+def _explain_crash(exercise: Exercise, path: Path, traceback: str) -> list[str]:
+    """Two lines on the traceback the stage's server printed with the student's file."""
+    lines = re.findall(rf'File "{re.escape(str(path))}", line (\d+)', traceback)
+    where = f" at line {lines[-1]} of your file" if lines else ""
+    error = properties.last_line(traceback)
+    if error == f"NotImplementedError: {markers.placeholder_message(exercise.name)}":
+        error = "NotImplementedError: the exercise is not written yet"
+    return [f"the {exercise.stage} server, run with your file, raised an exception{where}:",
+            f"  {_clip(error)}"]
+
+
 def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
-    """Two lines for a failed test: its name and where, then what went wrong."""
+    """Two or three lines for a failed test: its name, then where and what went wrong."""
     problem = case.find("failure")
     if problem is None:
         problem = case.find("error")
     assert problem is not None
     traceback = problem.text or ""
-    name = case.get("name", "?")
-    module = case.get("classname", "")
+    title = _clip(f"{case.get('name', '?')} ({case.get('classname', '')})")
     where = ""
     # pytest writes "FILE:LINE:" for each frame, FILE relative to the directory it runs in.
     lines_in_file = re.findall(rf"(?:^|[\s/]){re.escape(path.name)}:(\d+):", traceback, re.M)
     if lines_in_file:
-        where = f", at line {lines_in_file[-1]} of your file"
+        where = f"line {lines_in_file[-1]} of your file: "
     if f"NotImplementedError: {markers.placeholder_message(exercise.name)}" in traceback:
-        return [f"{name} ({module}){where}: not written yet (it raised NotImplementedError)"]
+        return [title, f"  {where}not written yet (it raised NotImplementedError)"]
     # pytest marks the lines that explain a failure with "E   ".
-    explanation = [line[1:].strip() for line in traceback.splitlines() if line.startswith("E ")]
+    explanation = [line[1:].strip() for line in traceback.splitlines()
+                   if line.startswith("E ") and line[1:].strip()]
     if not explanation:
         explanation = [line for line in (problem.get("message") or "").splitlines() if line.strip()]
-    return [f"{name} ({module}){where}:"] + [f"  {_clip(line)}" for line in explanation[:2]]
+    explanation = explanation[:2] or ["(no message)"]
+    explanation[0] = where + explanation[0]
+    return [title] + [f"  {_clip(line)}" for line in explanation]
 
 
 def _import_failure(path: Path, stderr: str) -> Step:

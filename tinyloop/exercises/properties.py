@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from tinyloop.exercises.model import PROPERTIES
 from tinyloop.testing import ServerProcess, http_get, recv_response
 
-__all__ = ["FULL", "QUICK", "Limits", "Result", "check", "last_line"]
+__all__ = ["FULL", "QUICK", "Limits", "Result", "check", "crash", "last_line"]
 
 _KEEP_ALIVE_GET = b"GET / HTTP/1.1\r\nHost: checker\r\n\r\n"
 
@@ -84,6 +84,32 @@ def check(stage: str, names: tuple[str, ...], *, env: Mapping[str, str] | None =
             passed, message = False, f"the server did not start: {last_line(str(error))}"
         results.append(Result(name, passed, message))
     return results
+
+
+def crash(stage: str, *, env: Mapping[str, str] | None = None,
+          limits: Limits = FULL) -> str | None:
+    """Serve two requests on a fresh server of ``stage`` (with ``env``) and return the
+    traceback it printed on standard error, or None if it printed none.
+
+    The checker calls this when tests fail: a test only sees a closed
+    connection, while the server's own traceback says which line raised.
+    """
+    timeout = min(limits.timeout, 2.0)  # a diagnosis, not a test: do not wait long
+    try:
+        with ServerProcess(stage, env=env, timeout=limits.timeout) as server:
+            try:
+                with server.connect(timeout) as sock:
+                    sock.sendall(_KEEP_ALIVE_GET)
+                    recv_response(sock)
+                http_get(server.address, timeout=timeout)
+            except (OSError, ValueError):
+                time.sleep(0.1)  # let a dying server finish printing
+            # Read before stopping it: what it prints on SIGTERM is not a crash.
+            output = "".join(server.stderr_lines)
+    except RuntimeError as error:  # it did not start
+        output = str(error)
+    start = output.rfind("Traceback (most recent call last)")
+    return output[start:] if start >= 0 else None
 
 
 def last_line(text: str) -> str:
