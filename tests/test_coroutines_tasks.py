@@ -22,6 +22,13 @@ from tinyloop.coroutines.tasks import (Task, all_tasks, current_task, ensure_fut
                                        sleep, wait_for)
 
 
+@pytest.fixture(autouse=True)
+def collect_garbage():
+    """Free each test's finished tasks (and report their lost exceptions) within the test."""
+    yield
+    gc.collect()
+
+
 @pytest.fixture
 def clock() -> VirtualClock:
     return VirtualClock()

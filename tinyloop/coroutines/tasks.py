@@ -129,6 +129,7 @@ class Task(Future):
             Future.cancel(self, error.args[0] if error.args else None)
         except (KeyboardInterrupt, SystemExit) as error:
             self.set_exception(error)
+            self._log_traceback = False  # it is not lost: it propagates out of the loop
             raise
         except BaseException as error:
             self.set_exception(error)
