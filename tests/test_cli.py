@@ -36,8 +36,8 @@ def test_list_prints_every_stage_in_order_with_its_chapter_and_summary() -> None
     lines = result.stdout.splitlines()
     assert len(lines) == len(stages.STAGES)
     for line, stage in zip(lines, stages.STAGES):
-        assert re.fullmatch(rf"{re.escape(stage.name)} +{re.escape(stage.chapter)} +{re.escape(stage.summary)}",
-                            line), line
+        name, chapter, summary = (re.escape(text) for text in (stage.name, stage.chapter, stage.summary))
+        assert re.fullmatch(rf"{name} +{chapter} +{summary}", line), line
     # The columns line up: every chapter starts at the same column.
     assert len({line.index(stage.chapter, len(stage.name)) for line, stage in zip(lines, stages.STAGES)}) == 1
 

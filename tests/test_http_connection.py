@@ -134,7 +134,8 @@ def test_post_echo_with_content_length_and_chunked() -> None:
     (b"DELETE /compute?ms=0 HTTP/1.1", 200, None),  # /compute answers any method
 ])
 def test_other_paths_and_methods(request_line: bytes, status: int, allow: bytes | None) -> None:
-    [(status_line, headers, _)] = split_responses(connection().receive_data(request_line + b"\r\n" + HOST + b"\r\n"))
+    out = connection().receive_data(request_line + b"\r\n" + HOST + b"\r\n")
+    [(status_line, headers, _)] = split_responses(out)
     assert int(status_line.split(b" ")[1]) == status
     assert headers.get(b"allow") == allow
 
@@ -305,7 +306,8 @@ def test_no_input_makes_receive_data_raise(pieces: list[bytes]) -> None:
         out = conn.receive_data(piece)
         assert isinstance(out, bytes)
         for status_line, _, _ in split_responses(out):
-            assert re.fullmatch(rb"HTTP/1\.1 (100|200|404|405|400|413|414|431|501|505) [A-Za-z ]+", status_line)
+            assert re.fullmatch(rb"HTTP/1\.1 (100|200|404|405|400|413|414|431|501|505) [A-Za-z ]+",
+                                status_line)
     assert conn.should_close
 
 
@@ -313,7 +315,8 @@ def test_no_input_makes_receive_data_raise(pieces: list[bytes]) -> None:
 
 def test_render_leaves_content_headers_out_of_1xx_and_204() -> None:
     assert render(Response(204, b"")) == b"HTTP/1.1 204 No Content\r\n\r\n"
-    assert render(Response(103, b""), keep_alive=False) == b"HTTP/1.1 103 Early Hints\r\nConnection: close\r\n\r\n"
+    assert render(Response(103, b""), keep_alive=False) == (
+        b"HTTP/1.1 103 Early Hints\r\nConnection: close\r\n\r\n")
 
 
 def test_render_with_extra_headers_a_date_and_an_unknown_status() -> None:

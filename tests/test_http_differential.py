@@ -39,7 +39,8 @@ OBS_TEXT = bytes(range(0x80, 0x100))
 # Fields whose meaning either parser acts on; generated on purpose, never at random.
 SPECIAL = {b"host", b"content-length", b"transfer-encoding", b"connection", b"expect", b"upgrade"}
 
-Parsed = tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]], bytes]  # method, target, version, headers, body
+# A parsed request: method, target, version, headers, body.
+Parsed = tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]], bytes]
 
 
 # The model: a request as the generator wrote it, and the bytes it wrote.
@@ -54,7 +55,8 @@ def bytes_from(alphabet: bytes, min_size: int = 0, max_size: int = 8) -> st.Sear
 def any_case(word: bytes) -> st.SearchStrategy[bytes]:
     """``word`` with each letter in upper or lower case."""
     return st.integers(0, 2 ** len(word) - 1).map(
-        lambda mask: b"".join(bytes([c]).upper() if mask >> i & 1 else bytes([c]) for i, c in enumerate(word)))
+        lambda mask: b"".join(bytes([c]).upper() if mask >> i & 1 else bytes([c])
+                              for i, c in enumerate(word)))
 
 
 # Strategies are built once, here: building them inside a composite for
@@ -230,8 +232,7 @@ def h11_view(parsed: Parsed) -> Parsed:
 
     h11 rewrites the values of the fields it interprets: Transfer-Encoding
     is lower-cased, a Content-Length list "3, 3" becomes "3" and a repeated
-    Content-Length field is kept once.  It also reports the version as sent
-    (HTTP/1.2 stays b"1.2"), where we say b"1.1".  We keep fields as sent.
+    Content-Length field is kept once.  We keep fields as sent.
     """
     method, target, version, headers, body = parsed
     view: list[tuple[bytes, bytes]] = []
@@ -246,6 +247,13 @@ def h11_view(parsed: Parsed) -> Parsed:
             value = value.split(b",")[0].strip(b" \t")
         view.append((name, value))
     return method, target, version, view, body
+
+
+def _normal_version(parsed: Parsed) -> Parsed:
+    """h11's parse with the version as we report it: h11 keeps HTTP/1.2 as b"1.2",
+    we read any 1.x after 1.0 as b"1.1" (RFC 9110 section 2.5)."""
+    method, target, version, headers, body = parsed
+    return method, target, b"1.1" if version[:2] == b"1." and version != b"1.0" else version, headers, body
 
 
 def with_httptools(data: bytes) -> list[Parsed]:
@@ -313,14 +321,18 @@ INTERESTING = [b" ", b"\t", b"\r", b"\n", b"\r\n", b"\x00", b":", b",", b";", b"
                b"HTTP/2.0", b"HTTP/1.0", b"\r\n\r\n", b"chunked", b", ", b" ;", b"GET / HTTP/1.1\r\n"]
 
 
+insertions = st.one_of(st.sampled_from(INTERESTING), st.binary(min_size=1, max_size=2))
+
+
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
+    """A valid pipeline with one to three bytes or snippets inserted, deleted, replaced or repeated."""
     stream, _ = draw(pipelines())
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(stream)))
         kind = draw(st.sampled_from(["insert", "delete", "replace", "repeat"]))
         if kind == "insert":
-            stream = stream[:at] + draw(st.one_of(st.sampled_from(INTERESTING), st.binary(min_size=1, max_size=2))) + stream[at:]
+            stream = stream[:at] + draw(insertions) + stream[at:]
         elif kind == "delete":
             stream = stream[:at] + stream[at + draw(st.integers(1, 4)):]
         elif kind == "replace":
@@ -356,7 +368,8 @@ KNOWN_LENIENCIES: dict[str, tuple[str, Callable[[bytes], bool]]] = {
     "framing fields in the trailer section": (
         r"Content-Length|Transfer-Encoding",
         lambda message: re.search(rb"\r\n0+(?:[ \t;][^\r\n]*)?\r\n(?:[^\r\n]+\r?\n)*?"
-                                  rb"(?:content-length|transfer-encoding):", message, re.IGNORECASE) is not None),
+                                  rb"(?:content-length|transfer-encoding):",
+                                  message, re.IGNORECASE) is not None),
 }
 
 
@@ -413,11 +426,6 @@ def test_whenever_h11_refuses_we_refuse_too(data: st.DataObject) -> None:
     event(compare_with_h11(data.draw(splits(stream))))
 
 
-def _normal_version(parsed: Parsed) -> Parsed:
-    method, target, version, headers, body = parsed
-    return method, target, b"1.1" if version[:2] == b"1." and version != b"1.0" else version, headers, body
-
-
 # Each known difference, asserted on its own.
 
 def we_accept(data: bytes) -> list[Parsed]:
@@ -438,7 +446,8 @@ LENIENT = {
     "empty list elements in Transfer-Encoding": [
         (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n1\r\nx\r\n0\r\n\r\n", b"x"),
         (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked, ,\r\n\r\n1\r\ny\r\n0\r\n\r\n", b"y"),
-        (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding:\r\n\r\n0\r\n\r\n", b""),
+        (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding:\r\n\r\n"
+         b"0\r\n\r\n", b""),
     ],
     "white space before a chunk extension": [
         (CHUNKED + b"1 ;ext\r\nx\r\n0\t;a=b\r\n\r\n", b"x"),

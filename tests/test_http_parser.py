@@ -73,7 +73,8 @@ def test_repeated_headers_are_kept_in_order() -> None:
 
 def test_obs_text_is_allowed_in_values() -> None:
     # RFC 9110 section 5.5: obs-text (0x80-0xFF) may appear in a field value.
-    assert parse(b"GET / HTTP/1.1\r\n" + HOST + b"X: caf\xc3\xa9\xff\r\n\r\n").header(b"x") == b"caf\xc3\xa9\xff"
+    request = parse(b"GET / HTTP/1.1\r\n" + HOST + b"X: caf\xc3\xa9\xff\r\n\r\n")
+    assert request.header(b"x") == b"caf\xc3\xa9\xff"
 
 
 @pytest.mark.parametrize("target", [b"/", b"*", b"http://example.org/a?b#c", b"example.org:443",
@@ -134,7 +135,8 @@ def test_keep_alive(version: bytes, connection: bytes | None, keep_alive: bool) 
 
 
 def test_connection_tokens_from_several_fields_count() -> None:
-    assert not parse(b"GET / HTTP/1.1\r\n" + HOST + b"Connection: foo\r\nConnection: close\r\n\r\n").keep_alive
+    request = parse(b"GET / HTTP/1.1\r\n" + HOST + b"Connection: foo\r\nConnection: close\r\n\r\n")
+    assert not request.keep_alive
 
 
 # Bodies: RFC 9112 section 6 (Content-Length) and section 7 (chunked).
@@ -152,7 +154,8 @@ def test_content_length_zero_and_absent_mean_no_body() -> None:
 def test_identical_content_lengths_are_read_as_one() -> None:
     # RFC 9110 section 8.6.
     assert parse(b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 3, 3\r\n\r\nabc").body == b"abc"
-    assert parse(b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc").body == b"abc"
+    repeated = b"Content-Length: 3\r\nContent-Length: 3\r\n"
+    assert parse(b"POST / HTTP/1.1\r\n" + HOST + repeated + b"\r\nabc").body == b"abc"
 
 
 def test_chunked_body() -> None:
@@ -256,7 +259,8 @@ MALFORMED = {
     "CL empty": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length:\r\n\r\n",
     "CL empty element": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 5,\r\n\r\nhello",
     "CL conflicting list": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 5, 6\r\n\r\nhello!",
-    "CL conflicting fields": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    "CL conflicting fields": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 5\r\nContent-Length: 6\r\n"
+                             b"\r\n",
     "CL non-ASCII digit": b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: \xd9\xa5\r\n\r\n",
 }
 
@@ -458,8 +462,8 @@ STREAMS = {
              b"Accept: */*\r\n\r\n",
     "pipelined": b"\r\nGET /1 HTTP/1.1\nHost: a\n\nPOST /2 HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n"
                  b"body\r\nPUT /3 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, , chunked\r\n\r\n",
-    "chunked": CHUNKED + b"3;x=\"a;b\"\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n"
-               + HOST + b"\r\n",
+    "chunked": CHUNKED + b"3;x=\"a;b\"\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nT: 1\r\n\r\n"
+               + b"GET / HTTP/1.1\r\n" + HOST + b"\r\n",
     "chunked, LF in trailers": CHUNKED + b"1\r\na\r\n0\r\nT: 1\nU: 2\n\n",
     "error after a request": b"GET / HTTP/1.1\r\n" + HOST + b"\r\nGET / HTTP/1.1\r\nX : y\r\n\r\n",
     "bad chunk CRLF": CHUNKED + b"2\r\nab\n\r\n0\r\n\r\n",
