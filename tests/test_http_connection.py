@@ -131,7 +131,13 @@ def test_post_echo_with_content_length_and_chunked() -> None:
     (b"GET /nowhere HTTP/1.1", 404, None),
     (b"POST / HTTP/1.1", 405, b"GET, HEAD"),
     (b"GET /echo HTTP/1.1", 405, b"POST"),
-    (b"DELETE /compute?ms=0 HTTP/1.1", 200, None),  # /compute answers any method
+    (b"DELETE /compute?ms=0 HTTP/1.1", 405, b"GET, HEAD"),
+    (b"GET http://example.org/ HTTP/1.1", 200, None),  # absolute-form, RFC 9112 section 3.2.2
+    (b"GET http://example.org HTTP/1.1", 200, None),
+    (b"POST HTTP://example.org/echo?x HTTP/1.1", 200, None),
+    (b"GET http://example.org/compute?ms=0 HTTP/1.1", 200, None),
+    (b"OPTIONS * HTTP/1.1", 404, None),
+    (b"GET example.org:80 HTTP/1.1", 404, None),
 ])
 def test_other_paths_and_methods(request_line: bytes, status: int, allow: bytes | None) -> None:
     out = connection().receive_data(request_line + b"\r\n" + HOST + b"\r\n")

@@ -32,7 +32,7 @@ def burn_cpu(milliseconds: float) -> None:
 
 def hello_app(request: Request) -> Response:
     """Answer ``request`` (a :class:`~tinyloop.http.parser.Request`); never raises."""
-    path = request.target.split(b"?", 1)[0]
+    path = _path(request.target)
     if path == b"/":
         if request.method in (b"GET", b"HEAD"):
             return Response(200, HELLO)
@@ -42,12 +42,28 @@ def hello_app(request: Request) -> Response:
             return Response(200, request.body, content_type=b"application/octet-stream")
         return Response(405, b"Method Not Allowed\n", [(b"Allow", b"POST")])
     if path == b"/compute":
+        if request.method not in (b"GET", b"HEAD"):
+            return Response(405, b"Method Not Allowed\n", [(b"Allow", b"GET, HEAD")])
         milliseconds = _query_int(request.target, b"ms")
         if milliseconds is None or not 0 <= milliseconds <= MAX_COMPUTE_MS:
             return Response(400, b"expected /compute?ms=N with 0 <= N <= %d\n" % MAX_COMPUTE_MS)
         burn_cpu(milliseconds)
         return Response(200, b"computed for %d ms\n" % milliseconds)
     return Response(404, b"Not Found\n")
+
+
+def _path(target: bytes) -> bytes:
+    """The path of a request target, without its query.
+
+    Clients send the origin-form ``/a?b``; a server must also accept the
+    absolute-form ``http://host/a?b`` (RFC 9112 section 3.2.2).  Other forms
+    (``*``, ``host:port``) come back as they are, and match no route.
+    """
+    if target[:1] != b"/":
+        _, scheme_end, rest = target.partition(b"://")
+        if scheme_end:
+            target = b"/" + rest.partition(b"/")[2]
+    return target.partition(b"?")[0]
 
 
 def _query_int(target: bytes, key: bytes) -> int | None:
