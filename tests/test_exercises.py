@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -108,7 +109,7 @@ def test_the_tests_themselves_see_an_unwritten_region(exercise, tmp_path):
     report = grade(exercise, write(tmp_path, "s.py", markers.starter(exercise)),
                    stop_when_unwritten=False)
     text = report.render()
-    assert "FAIL  tests: 2 of 2 failed" in text
+    assert "FAIL  tests: 2 failed, 0 passed (test_fixture.py)" in text
     stub = line_of(markers.starter(exercise), markers.placeholder("fixture-add"))
     assert (f"test_add (test_fixture)\n"
             f"          line {stub} of your file: not written yet (it raised NotImplementedError)"
@@ -118,7 +119,7 @@ def test_the_tests_themselves_see_an_unwritten_region(exercise, tmp_path):
 def test_a_wrong_answer_shows_the_failed_assertion(exercise, tmp_path):
     wrong = markers.reference(exercise).replace("return a + b", "return a - b")
     text = grade(exercise, write(tmp_path, "w.py", wrong)).render()
-    assert "FAIL  tests: 2 of 2 failed" in text
+    assert "FAIL  tests: 2 failed, 0 passed (test_fixture.py)" in text
     assert "AssertionError: add(2, 3) should be 5" in text
 
 
@@ -173,10 +174,49 @@ def test_many_failures_still_fit_on_a_screen(exercise, tmp_path):
         '''))
     wrong = markers.reference(exercise).replace("return a + b", "return a * b")
     text = grade(exercise, write(tmp_path, "w.py", wrong)).render()
-    assert "FAIL  tests: 32 of 32 failed" in text
-    assert "... and 29 more" in text
+    assert "FAIL  tests: 3 failed, 0 passed; stopped there (test_fixture.py)" in text
     assert len(text.splitlines()) <= 20
     assert max(map(len, text.splitlines())) <= 110
+
+
+HANGING_TEST = '''\
+import subprocess, sys, time
+import exercise_fixture
+
+
+def test_hangs():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open("child.pid", "w") as f:
+        f.write(str(child.pid))
+    time.sleep(60)
+'''
+
+
+def test_a_hanging_test_fails_on_its_own_time_limit(exercise, tmp_path, monkeypatch):
+    (tmp_path / "test_fixture.py").write_text(HANGING_TEST)
+    monkeypatch.setattr(checker, "TEST_TIMEOUT", 1.0)
+    text = grade(exercise, write(tmp_path, "r.py", markers.reference(exercise))).render()
+    assert "FAIL  tests: 1 failed, 0 passed (test_fixture.py)" in text
+    assert "test_hangs (test_fixture)\n          still running after 1 s" in text
+
+
+def test_a_run_past_its_time_limit_is_stopped_with_everything_it_started(exercise, tmp_path,
+                                                                         monkeypatch):
+    (tmp_path / "test_fixture.py").write_text(HANGING_TEST)
+    monkeypatch.setattr(checker, "TESTS_TIMEOUT", 3.0)
+    text = grade(exercise, write(tmp_path, "r.py", markers.reference(exercise))).render()
+    assert "FAIL  the tests did not finish within 3 s" in text
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5.0
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                break  # killed, waiting for init to reap it
+        except FileNotFoundError:
+            break  # gone
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{pid}").exists(), "the test's child process outlived the check"
 
 
 def test_the_checker_needs_a_source_checkout(tmp_path, monkeypatch):
@@ -293,7 +333,7 @@ def test_when_tests_fail_the_servers_own_traceback_is_shown(tmp_path):
                      tests=("test_serves.py",), stage="threaded")
     text = grade(crash, write(tmp_path, "crash.py", "def serve(listener):\n"
                               "    listener.accept()\n    raise ValueError('boom')\n")).render()
-    assert "FAIL  tests: 1 of 1 failed (test_serves.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed (test_serves.py)" in text
     assert "the threaded server, run with your file, raised an exception at line 3 of your " \
            "file:\n          ValueError: boom" in text
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,10 +43,13 @@ from tinyloop.exercises.model import Exercise
 
 __all__ = ["CheckerError", "Report", "Step", "check", "repository_root"]
 
-# The pytest run's wall-clock limit, in seconds.  Single tests are limited by
-# pytest-timeout (pyproject.toml); this catches anything else that hangs.
-TESTS_TIMEOUT = 600.0
-SHOW_FAILURES = 3  # failed tests shown in full; the rest are counted
+# Time limits, in seconds: one test (pytest-timeout; a wrong solution often
+# hangs, e.g. a server that resends its output forever), and the whole run.
+TEST_TIMEOUT = 30.0
+TESTS_TIMEOUT = 300.0
+# The tests stop at this many failures (pytest --maxfail), and all are shown:
+# a student fixes the first one, and a hanging test costs TEST_TIMEOUT each.
+SHOW_FAILURES = 3
 
 
 class CheckerError(Exception):
@@ -225,36 +229,49 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
     with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", *options, *exercise.tests]
+                   f"--junitxml={junit}", f"--maxfail={SHOW_FAILURES}",
+                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *exercise.tests]
+        # Its own session, so that on any exit the servers the tests started
+        # go with it: a server spinning on a wrong solution must not outlive
+        # the check.
+        proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            run = subprocess.run(command, cwd=root, env={**os.environ, **override},
-                                 stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=TESTS_TIMEOUT)
+            stdout, stderr = proc.communicate(timeout=TESTS_TIMEOUT)
         except subprocess.TimeoutExpired:
             return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
                         ["does your code wait for something that never happens?"])
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the group is empty: everything stopped by itself
+            proc.communicate()
         if not junit.exists():  # pytest never started: the file fails on import
-            return _import_failure(path, run.stderr)
+            return _import_failure(path, stderr)
         cases = list(ET.parse(junit).iter("testcase"))
-    output = run.stdout + run.stderr
-    if run.returncode in (4, 5) or not cases:  # usage error, or no test collected
+    output = stdout + stderr
+    if proc.returncode in (4, 5) or not cases:  # usage error, or no test collected
         return Step("FAIL", f"the exercise's tests did not run: pytest {' '.join(exercise.tests)}",
                     ["this is a fault in the exercise, not in your file: tell your teacher",
                      properties.last_line(output)])
     failed = [case for case in cases
               if case.find("failure") is not None or case.find("error") is not None]
+    skipped = sum(case.find("skipped") is not None for case in cases)
+    passed = len(cases) - len(failed) - skipped
     what = _clip(" ".join(exercise.tests), 60)
-    if not failed and run.returncode == 0:
-        return Step("ok", f"tests: {len(cases)} passed ({what})")
+    if not failed and proc.returncode == 0:
+        return Step("ok", f"tests: {passed} passed ({what})")
     if not failed:
-        return Step("FAIL", f"the tests stopped (pytest exit code {run.returncode})",
+        return Step("FAIL", f"the tests stopped (pytest exit code {proc.returncode})",
                     [properties.last_line(output)])
     details = []
-    for case in failed[:SHOW_FAILURES]:
+    for case in failed:
         details += _describe(case, exercise, path)
-    if len(failed) > SHOW_FAILURES:
-        details.append(f"... and {len(failed) - SHOW_FAILURES} more")
-    return Step("FAIL", f"tests: {len(failed)} of {len(cases)} failed ({what})", details)
+    # pytest stops at the SHOW_FAILURES-th failure (--maxfail): the rest are not run.
+    stopped = "; stopped there" if "stopping after" in output else ""
+    return Step("FAIL", f"tests: {len(failed)} failed, {passed} passed{stopped} ({what})", details)
 
 
 def _explain_crash(exercise: Exercise, path: Path, traceback: str) -> list[str]:
@@ -289,6 +306,9 @@ def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
     if not explanation:
         explanation = [line for line in (problem.get("message") or "").splitlines() if line.strip()]
     explanation = explanation[:2] or ["(no message)"]
+    if explanation[0].startswith("Failed: Timeout"):  # pytest-timeout's words
+        explanation = [f"still running after {TEST_TIMEOUT:g} s: does your code wait, "
+                       "or loop, forever?"]
     explanation[0] = where + explanation[0]
     return [title] + [f"  {_clip(line)}" for line in explanation]
 
