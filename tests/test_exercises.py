@@ -420,6 +420,11 @@ def test_start_never_overwrites_work(commands, capsys):
     assert Path("mine.py").read_text() == "my work\n"
 
 
+def test_start_into_a_missing_directory_is_a_usage_error(commands, capsys):
+    assert cli.start("fixture-add", "no/such/dir/x.py") == 2
+    assert "cannot write no/such/dir/x.py: No such file or directory" in capsys.readouterr().err
+
+
 def test_check_exit_codes(commands, capsys):
     assert cli.start("fixture-add", None) == 0
     assert cli.check("fixture-add", None) == 1

@@ -9,7 +9,10 @@
 #   4. do the exercise's tests pass with it?         (pytest, in a subprocess)
 #   5. does the stage's server keep its loop properties with it?  (properties.py)
 # and stops at the first step that fails, because later steps would only
-# repeat the same failure in a harder-to-read form.
+# repeat the same failure in a harder-to-read form.  (The loop properties
+# are all measured: each tells something the others do not.)  When tests
+# fail on a stage's server, the checker also runs that server once with the
+# file and shows the traceback it printed: a test sees only a closed socket.
 #
 # The student's file replaces the reference module through TINYLOOP_OVERRIDE
 # (tinyloop/_override.py), set in the environment of the pytest run and of
@@ -67,6 +70,8 @@ class Step:
 
 @dataclass
 class Report:
+    """What :func:`check` found: ``passed`` is the verdict, ``render()`` the text to print."""
+
     exercise: Exercise
     path: Path
     steps: list[Step] = field(default_factory=list)
@@ -117,18 +122,24 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
                            f"`python -m tinyloop start {exercise.name}`")
     root = root if root is not None else repository_root()
     report = Report(exercise, path)
-    text = path.read_text()
-    for step_check in (_compiles, _written if stop_when_unwritten else None, _defines):
-        if step_check is None:
-            continue
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as error:
+        report.steps.append(Step("FAIL", f"your file is not UTF-8 text (byte {error.start})"))
+        return report
+    steps = [_compiles, _written, _defines] if stop_when_unwritten else [_compiles, _defines]
+    for step_check in steps:
         step = step_check(exercise, path, text)
         report.steps.append(step)
         if step.status == "FAIL":
             return report
-    override = {ENV: f"{exercise.module}={path}",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tinyloop.__file__).parent.parent),
-                                                           os.environ.get("PYTHONPATH")])),
-                "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the student's file
+    package_parent = str(Path(tinyloop.__file__).resolve().parent.parent)
+    override = {
+        ENV: f"{exercise.module}={path}",
+        # Tests and servers import this very tinyloop, whatever else is installed.
+        "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
+    }
     step = _run_tests(exercise, path, root, override, ["-x"] if fail_fast else [])
     report.steps.append(step)
     limits = properties.QUICK if quick else properties.FULL

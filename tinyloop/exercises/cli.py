@@ -27,13 +27,6 @@ def _error(message: str) -> int:
     return 2
 
 
-def _find(name: str):
-    try:
-        return catalog.get(name)
-    except KeyError as error:
-        return error.args[0]
-
-
 def list_exercises() -> int:
     found = catalog.exercises()
     if not found:
@@ -49,19 +42,23 @@ def list_exercises() -> int:
 
 
 def start(name: str, file: str | None) -> int:
-    exercise = _find(name)
-    if isinstance(exercise, str):
-        return _error(exercise)
+    try:
+        exercise = catalog.get(name)
+    except KeyError as error:
+        return _error(error.args[0])
     target = Path(file if file is not None else f"{name}.py")
     text = markers.starter(exercise, file)
-    if target.exists():
-        if not target.is_file() or target.read_text() != text:
-            return _error(f"{target} exists and is not the untouched starter; not overwriting "
-                          "it (move it away, or give another file name)")
-        print(f"{target} is already the starter file")
-    else:
-        target.write_text(text)
-        print(f"wrote {target}")
+    try:
+        if target.exists():
+            if not target.is_file() or target.read_text() != text:
+                return _error(f"{target} exists and is not the untouched starter; not "
+                              "overwriting it (move it away, or give another file name)")
+            print(f"{target} is already the starter file")
+        else:
+            target.write_text(text)
+            print(f"wrote {target}")
+    except (OSError, UnicodeDecodeError) as error:
+        return _error(f"cannot write {target}: {getattr(error, 'strerror', None) or error}")
     print()
     print(f"Exercise {exercise.name} (chapter {exercise.chapter}): {exercise.title}")
     print()
@@ -75,9 +72,10 @@ def start(name: str, file: str | None) -> int:
 
 
 def check(name: str, file: str | None) -> int:
-    exercise = _find(name)
-    if isinstance(exercise, str):
-        return _error(exercise)
+    try:
+        exercise = catalog.get(name)
+    except KeyError as error:
+        return _error(error.args[0])
     path = file if file is not None else f"{name}.py"
     try:
         report = checker.check(exercise, path)

@@ -248,8 +248,8 @@ def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
     what = ("Write your code between its markers below, in place of the line that "
             "raises NotImplementedError, then grade it with:") if kind == "starter" else (
             "This is the reference solution; it passes:")
-    lines = [f"# Exercise {exercise.name} (chapter {exercise.chapter}): {exercise.title}", "#"]
-    lines += wrap.wrap(" ".join(exercise.instructions.split()))
+    lines = wrap.wrap(f"Exercise {exercise.name} (chapter {exercise.chapter}): {exercise.title}")
+    lines += ["#"] + wrap.wrap(" ".join(exercise.instructions.split()))
     lines += ["#"] + wrap.wrap(what)
     lines += ["#", f"#     {check_command(exercise.name, filename)}", "#"]
     lines += wrap.wrap(f"The checker runs this file in place of {exercise.module}; the rest "
