@@ -271,6 +271,7 @@ def test_the_check_command():
     assert markers.check_command("a") == "python -m tinyloop check a"
     assert markers.check_command("a", "./a.py") == "python -m tinyloop check a"
     assert markers.check_command("a", "b.py") == "python -m tinyloop check a b.py"
+    assert markers.check_command("a", "my work.py") == "python -m tinyloop check a 'my work.py'"
 
 
 # --- the book's own markers and catalog --------------------------------------

@@ -32,6 +32,7 @@ import ast
 import importlib.util
 import io
 import re
+import shlex
 import textwrap
 import tokenize
 from dataclasses import dataclass
@@ -240,7 +241,7 @@ def check_command(name: str, filename: str | None = None) -> str:
     """The shell command that grades ``filename`` (``./NAME.py`` when None) for exercise ``name``."""
     if filename is None or filename in (f"{name}.py", f"./{name}.py"):
         return f"python -m tinyloop check {name}"
-    return f"python -m tinyloop check {name} {filename}"
+    return f"python -m tinyloop check {name} {shlex.quote(filename)}"
 
 
 def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
