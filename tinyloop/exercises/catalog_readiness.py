@@ -89,7 +89,7 @@ EXERCISES = [
     Exercise(
         name="edge-triggered",
         chapter="readiness",
-        title="Handle an edge: drain both directions to EAGAIN",
+        title="Handle an edge: drain both directions to EAGAIN, within a budget",
         module="tinyloop.raw.epoll_et_server",
         instructions="""
             An edge-triggered epoll reports a socket once per change, so after
@@ -98,7 +98,10 @@ EXERCISES = [
             it wants to read and bytes arrive, and go round again until
             neither moves (each side hit EAGAIN, end of stream, an error, or
             is paused by backpressure).  Connection.on_writable() and
-            on_readable() return True when they made progress.
+            on_readable() return True when they made progress.  Go round at
+            most `budget` times and return True if the budget ran out while
+            the connection could still move (the server comes back to it
+            without waiting for an edge), False otherwise.
         """,
         tests=("tests/test_servers.py", "-k", "epoll-et"),
         stage="epoll-et",
