@@ -26,7 +26,7 @@ class ServerProcess:
 
     Use as a context manager; on exit the server gets SIGTERM and, if it has
     not stopped within ``timeout`` seconds, SIGKILL.  ``env`` adds variables
-    to the server's environment (the checker sets ``TINYLOOP_STAGE_FILE``).
+    to the server's environment (the checker sets ``TINYLOOP_OVERRIDE``).
     ``command`` runs another server instead of ``python -m tinyloop serve STAGE``
     (the benchmark's peers); it must print the same announce line.
     Standard error is collected in ``stderr_lines`` for assertions.
