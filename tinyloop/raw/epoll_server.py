@@ -17,58 +17,31 @@
 # whole difference.
 #
 # Level-triggered (the default) means epoll_wait reports a descriptor for as
-# long as it is ready, exactly like select and poll, so this loop is the poll
-# loop with the names changed.  epoll_et_server.py shows edge-triggered mode.
+# long as it is ready, exactly like select and poll.  Python's epoll object
+# has poll's methods, and epoll's event bits have poll's values, so this
+# server runs the poll server's loop unchanged: every line that differs
+# between the two servers is in the kernel.  epoll_et_server.py shows
+# edge-triggered mode, where the loop must change.
 
 from __future__ import annotations
 
 import select
 import socket
 
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.poll_server import serve_with
 
 __all__ = ["serve"]
 
-IN, OUT, ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR | select.EPOLLHUP
-
-
-def _interest(conn: Connection) -> int:
-    """The events to wait for on ``conn``: read and write interest as it wants them."""
-    return (IN if conn.wants_read else 0) | (OUT if conn.wants_write else 0)
+# epoll_ctl(2): "The bit masks ... are the same as for poll(2)" in practice:
+# the constants share their values, which is what lets serve_with run here.
+assert (select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR, select.EPOLLHUP) == \
+       (select.POLLIN, select.POLLOUT, select.POLLERR, select.POLLHUP)
 
 
 def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening) with level-triggered epoll, until KeyboardInterrupt."""
-    listener.setblocking(False)
-    ep = select.epoll()
-    connections: dict[int, Connection] = {}   # fd -> its connection
-    interest: dict[int, int] = {}             # fd -> the events registered for it
+    ep = select.epoll()  # epoll_create1(2): one more descriptor, ours to close
     try:
-        ep.register(listener.fileno(), IN)
-        while True:
-            for fd, events in ep.poll():
-                if fd == listener.fileno():
-                    for sock in accept_all(listener):
-                        conn = Connection(sock)
-                        connections[conn.fd] = conn
-                        interest[conn.fd] = IN
-                        ep.register(conn.fd, IN)
-                    continue
-
-                conn = connections[fd]
-                if events & (OUT | ERR) and conn.wants_write:
-                    conn.on_writable()
-                if events & (IN | ERR) and conn.wants_read:
-                    conn.on_readable()
-
-                if conn.done:
-                    ep.unregister(fd)  # before close(): EBADF after it
-                    del connections[fd], interest[fd]
-                    conn.close()
-                elif (wanted := _interest(conn)) != interest[fd]:
-                    ep.modify(fd, wanted)  # one epoll_ctl(2) per change of mind
-                    interest[fd] = wanted
+        serve_with(ep, listener)
     finally:
-        for conn in connections.values():
-            conn.close()
         ep.close()

@@ -16,7 +16,8 @@
 # ready.  epoll(7) is the fix.
 #
 # poll is level-triggered, like select: a descriptor is reported for as long
-# as it is ready.  POLLHUP and POLLERR are reported whether asked for or not
+# as it is ready.  The loop is ``serve_with``, written against the methods
+# poll and epoll share, because epoll_server.py runs it unchanged.  POLLHUP and POLLERR are reported whether asked for or not
 # (poll(2)); we let the next recv or send find out what happened.
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import socket
 
 from tinyloop.raw.connection import Connection, accept_all
 
-__all__ = ["serve"]
+__all__ = ["serve", "serve_with"]
 
 IN, OUT, ERR = select.POLLIN, select.POLLOUT, select.POLLERR | select.POLLHUP
 
@@ -38,9 +39,21 @@ def _interest(conn: Connection) -> int:
 
 def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening) with poll(2), until KeyboardInterrupt."""
+    serve_with(select.poll(), listener)
+
+
+def serve_with(poller: select.poll | select.epoll, listener: socket.socket) -> None:
+    """Serve HTTP on ``listener`` with ``poller``, any object with poll's methods.
+
+    ``poller`` is a new ``select.poll()`` or a level-triggered
+    ``select.epoll()``: both take ``register(fd, events)``, ``modify``,
+    ``unregister`` and ``poll()`` (blocking when given no timeout), and
+    epoll's event bits have poll's values (EPOLLIN == POLLIN and so on, see
+    epoll_ctl(2)).  Runs until KeyboardInterrupt; closes every connection it
+    accepted, but not ``poller`` or ``listener``, which the caller owns.
+    """
     listener.setblocking(False)
-    poller = select.poll()
-    poller.register(listener, IN)
+    poller.register(listener.fileno(), IN)
     connections: dict[int, Connection] = {}   # fd -> its connection
     interest: dict[int, int] = {}             # fd -> the events registered for it
     try:
@@ -61,7 +74,8 @@ def serve(listener: socket.socket) -> None:
                     conn.on_readable()
 
                 if conn.done:
-                    poller.unregister(fd)  # before close(): the number is reused soon
+                    poller.unregister(fd)  # before close(): epoll says EBADF after it,
+                    # and the number is soon reused by the next accept
                     del connections[fd], interest[fd]
                     conn.close()
                 elif (wanted := _interest(conn)) != interest[fd]:
