@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import pytest
 
-from conftest import require_stage
 from tinyloop import cli, stages
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, http_get
@@ -70,7 +69,6 @@ def test_help_names_the_commands() -> None:
 
 
 def test_serve_announces_answers_and_stops_on_sigterm() -> None:
-    require_stage("blocking")
     server = ServerProcess("blocking", timeout=TIMEOUT).start()
     try:
         assert server.stdout_lines[0] == f"tinyloop: serving blocking on http://127.0.0.1:{server.port}/\n"
@@ -97,7 +95,6 @@ def eventually(predicate: Callable[[], bool], timeout: float = 2.0) -> bool:
 
 
 def test_serve_on_a_port_in_use_says_so() -> None:
-    require_stage("blocking")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

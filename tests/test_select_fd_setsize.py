@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import require_stage
 from tinyloop.testing import ServerProcess, recv_response
 
 FD_SETSIZE = 1024
@@ -62,7 +61,6 @@ def ask(sock: socket.socket) -> int:
 
 
 def test_select_server_refuses_descriptors_past_fd_setsize(enough_descriptors: None) -> None:
-    require_stage("select")
     clients: list[socket.socket] = []
     with ServerProcess("select") as server:
         try:

@@ -4,9 +4,6 @@ Each stage in ``tinyloop.stages.STAGES`` gets one server process for this
 module (started by ``python -m tinyloop serve STAGE --port 0``) and every
 test below talks to it over loopback: requests of every shape, clients that
 trickle, pipeline, reset, flood or never read, and a clean stop on SIGTERM.
-A stage whose module does not exist yet is skipped (see
-``conftest.require_stage``).
-
 The tests check behaviour, never speed.  Every socket operation has a
 timeout, so a server that hangs fails a test instead of hanging the suite.
 Each test closes its connections before it returns: the ``blocking`` server
@@ -23,7 +20,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import require_stage
 from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.serving import listen
@@ -35,7 +31,6 @@ TIMEOUT = 5.0  # seconds any one socket operation may take before the test fails
 
 @pytest.fixture(scope="module", params=STAGE_NAMES)
 def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    require_stage(request.param)
     with ServerProcess(request.param) as proc:
         yield proc
 
