@@ -31,7 +31,8 @@ class Harness:
 
     ``failures`` collects the ``(task, exception)`` pairs the scheduler reports;
     an exception that escapes the scheduler into the reactor (a scheduler bug)
-    is re-raised by :meth:`run`.
+    is re-raised by :meth:`run`, and a main task still running after
+    ``DEADLINE`` virtual seconds makes it raise RuntimeError.
     """
 
     def __init__(self, cls: type[Scheduler] = Scheduler) -> None:
@@ -43,12 +44,19 @@ class Harness:
         self.failures: list[tuple[Task, BaseException]] = []
         self.scheduler = cls(self.loop, on_error=lambda task, error: self.failures.append((task, error)))
 
+    # Virtual seconds after which run() gives up: a broken scheduler whose
+    # tasks sleep in a loop forever fails the test instead of spinning.
+    DEADLINE = 10_000
+
     def run(self, coro):
+        watchdog = self.loop.call_later(self.DEADLINE, self.loop.stop)
         try:
             result = self.scheduler.run(coro)
         except BaseException:
             self.raise_loop_errors()
             raise
+        finally:
+            watchdog.cancel()
         self.raise_loop_errors()
         return result
 
@@ -805,8 +813,11 @@ def test_tasks_talk_over_real_sockets():
         yield from join(server)
         return reply
 
+    loop = Loop()
+    loop.call_later(5, loop.stop)  # a watchdog: a broken scheduler fails the test, not hangs it
     with a, b:
-        assert Scheduler().run(main()) == b"PING"
+        assert Scheduler(loop).run(main()) == b"PING"
+    loop.close()
 
 
 # --- stopping -------------------------------------------------------------------

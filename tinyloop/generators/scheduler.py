@@ -55,6 +55,10 @@ SUSPENDED = object()
 
 _task_ids = itertools.count(1)
 
+# How a task may end by exception without it being an error to report:
+# cancelled, or interrupted (and then the interrupt goes on, out of run()).
+_NOT_ERRORS = (Cancelled, KeyboardInterrupt, SystemExit)
+
 
 class Task:
     """One coroutine being run by a scheduler, with its stack of generators.
@@ -288,7 +292,7 @@ class Scheduler:
             self._wake(joiner, result, exc)
         if task is self._main:
             self.loop.stop()  # run() raises or returns for it
-        elif isinstance(exc, Exception) and not joiners:
+        elif exc is not None and not joiners and not isinstance(exc, _NOT_ERRORS):
             self.on_error(task, exc)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             # Discussion: the task is recorded as finished first, so close()
@@ -333,8 +337,10 @@ class Scheduler:
                              self.loop.add_writer, self.loop.remove_writer)
 
     def trap_sleep(self, task: Task, seconds: float) -> object:
+        # exercise trap-sleep: begin
         timer = self.loop.call_later(seconds, self._step, task, None, None)
         return self._suspend(task, ("sleep", seconds), timer.cancel)
+        # exercise trap-sleep: end
 
     def trap_spawn(self, task: Task, coro: Coroutine) -> Task:
         return self.spawn(coro)
