@@ -216,6 +216,7 @@ _LAYERS = (
     ("tinyloop/coroutines/futures.py", "Task and Future: coroutines/tasks.py, futures.py"),
     ("tinyloop/coroutines/streams.py", "streams: coroutines/streams.py"),
     ("tinyloop/coroutines/server.py", "handler: coroutines/server.py"),
+    ("tinyloop/generators/", "scheduler, traps, handler: tinyloop/generators"),
     ("tinyloop/http/", "HTTP: tinyloop/http"),
     ("/selectors.py", "selectors module"),
 )

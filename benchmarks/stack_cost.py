@@ -1,0 +1,233 @@
+# benchmarks/stack_cost.py
+"""What does keeping a task's stack by hand cost, against ``yield from``?
+
+    python benchmarks/stack_cost.py                   the table, on standard output
+    python benchmarks/stack_cost.py --quick           fewer iterations, for a look
+    python benchmarks/stack_cost.py --json benchmarks/results/stack_cost.json --table benchmarks/results/stack_cost.txt
+    python benchmarks/stack_cost.py --profile --profile-out benchmarks/results/profile_generators.txt
+
+Three measurements, each on both generator schedulers, in nanoseconds:
+
+    call + return   a task calls a chain of D generators, the innermost returns
+                    at once, and the value comes back up: D calls and D returns,
+                    no trap.  Stack scheduler: ``yield callee()``; the
+                    trampoline pushes, sends, catches StopIteration, pops.
+                    yield-from: ``yield from callee()``; the interpreter does it.
+    trap            a generator D calls deep yields ``current_task()``, a trap the
+                    scheduler answers at once: the cost of one trap, at depth D.
+    reactor trip    ``sleep(0)`` at depth 1: a trap that suspends the task and
+                    resumes it from the reactor's next iteration.
+
+and, for scale, the same chain of D plain function calls.  Each figure is the
+median of ``--repeat`` runs of ``--number`` operations (timeit, with the
+garbage collector off), divided by ``--number``.  No sockets: nothing here
+waits for the kernel.
+
+``--profile`` instead runs the two stages' servers under cProfile and
+``ab -k -n 2000 -c 10`` (benchmarks/fairness.py does the profiling) and writes
+its summary.
+"""
+
+# Rules this file keeps:
+#   * Both schedulers run the same work written two ways, on the same Loop,
+#     measured in the same interleaved order (stack, yield from, stack, ...),
+#     so machine drift spreads over both.
+#   * The JSON holds every figure the table shows and how it was measured;
+#     the table is rendered from the JSON and nothing else.
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import timeit
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks.run import fingerprint  # noqa: E402
+from tinyloop.callbacks.loop import Loop  # noqa: E402
+from tinyloop.generators.scheduler import Scheduler  # noqa: E402
+from tinyloop.generators.traps import current_task, sleep  # noqa: E402
+from tinyloop.generators.yieldfrom import YieldFromScheduler  # noqa: E402
+
+SCHEMA = "tinyloop-stack-cost/1"
+DEPTHS = (1, 5, 20)
+
+
+# --- the work, written for each scheduler --------------------------------------
+
+def stack_chain(depth):
+    """``depth`` nested calls by bare ``yield``; the innermost returns 1 at once.
+
+    (The ``yield`` in the last line makes every call a generator, depth 1 too.)
+    """
+    if depth == 1:
+        return 1
+    return (yield stack_chain(depth - 1))
+
+
+def yf_chain(depth):
+    if depth == 1:
+        return 1
+    return (yield from yf_chain(depth - 1))
+
+
+def stack_calls(depth, number):
+    for _ in range(number):
+        yield stack_chain(depth)
+
+
+def yf_calls(depth, number):
+    for _ in range(number):
+        yield from yf_chain(depth)
+
+
+def stack_traps_at(depth, number):
+    """``number`` current_task() traps from a generator ``depth`` calls deep."""
+    if depth > 1:
+        yield stack_traps_at(depth - 1, number)
+        return
+    for _ in range(number):
+        yield current_task()
+
+
+def yf_traps_at(depth, number):
+    if depth > 1:
+        yield from yf_traps_at(depth - 1, number)
+        return
+    for _ in range(number):
+        yield from current_task()
+
+
+def stack_sleeps(number):
+    for _ in range(number):
+        yield sleep(0)
+
+
+def yf_sleeps(number):
+    for _ in range(number):
+        yield from sleep(0)
+
+
+def plain_chain(depth):
+    return 1 if depth == 1 else plain_chain(depth - 1)
+
+
+def plain_calls(depth, number):
+    for _ in range(number):
+        plain_chain(depth)
+
+
+# --- measuring -------------------------------------------------------------------
+
+# measure name -> (what it is, stack coroutine, yield-from coroutine, takes a depth)
+MEASURES = {
+    "call+return": ("call and return through D generators", stack_calls, yf_calls, True),
+    "trap": ("one trap answered at once, D generators deep", stack_traps_at, yf_traps_at, True),
+    "reactor trip": ("sleep(0): suspend, one reactor iteration, resume", stack_sleeps, yf_sleeps, False),
+}
+
+
+def time_run(loop, scheduler_class, coro_factory):
+    """Seconds for one run of the task ``coro_factory()`` on a new ``scheduler_class(loop)``."""
+    def once():
+        scheduler_class(loop).run(coro_factory())
+
+    return timeit.Timer(once).timeit(number=1)  # timeit turns the garbage collector off
+
+
+def measure(number, repeat):
+    loop = Loop()
+    rows = []
+    try:
+        for name, (what, stack_coro, yf_coro, by_depth) in MEASURES.items():
+            # A reactor trip is ten times dearer: a tenth as many keep runs short.
+            n = number if name != "reactor trip" else max(1, number // 10)
+            for depth in (DEPTHS if by_depth else (1,)):
+                args = (depth, n) if by_depth else (n,)
+                # Interleave: stack, yield from, stack, ... one run at a time.
+                stack_runs, yf_runs = [], []
+                for _ in range(repeat):
+                    stack_runs.append(time_run(loop, Scheduler, lambda: stack_coro(*args)))
+                    yf_runs.append(time_run(loop, YieldFromScheduler, lambda: yf_coro(*args)))
+                stack, yf = statistics.median(stack_runs) / n, statistics.median(yf_runs) / n
+                row = {"measure": name, "what": what, "depth": depth, "number": n,
+                       "stack_ns": stack * 1e9, "yieldfrom_ns": yf * 1e9}
+                if name == "call+return":
+                    plain = statistics.median(timeit.Timer(lambda: plain_calls(depth, n)).repeat(
+                        repeat=repeat, number=1)) / n
+                    row["plain_ns"] = plain * 1e9
+                rows.append(row)
+                print(f"  {name:<13} D={depth:<3} stack {stack * 1e9:8.0f} ns   "
+                      f"yield from {yf * 1e9:8.0f} ns", file=sys.stderr, flush=True)
+    finally:
+        loop.close()
+    return rows
+
+
+def render(data):
+    """The text table, from the JSON alone."""
+    s = data["settings"]
+    lines = [f"Stack scheduler vs yield from: ns per operation, median of {s['repeat']} runs "
+             f"of {s['number']} operations ({s['number'] // 10} for the reactor trip)", ""]
+    header = f"  {'operation':<14}{'D':>4}{'stack':>10}{'yield from':>12}{'stack / yf':>12}{'plain calls':>13}"
+    lines += [header, "  " + "-" * (len(header) - 2)]
+    for row in data["rows"]:
+        plain = f"{row['plain_ns']:13.0f}" if "plain_ns" in row else f"{'':>13}"
+        lines.append(f"  {row['measure']:<14}{row['depth']:>4}{row['stack_ns']:10.0f}"
+                     f"{row['yieldfrom_ns']:12.0f}{row['stack_ns'] / row['yieldfrom_ns']:11.1f}x{plain}")
+    lines += ["", "  call+return: D generator calls and returns, no trap;  trap: current_task() "
+              "answered at once, D generators deep;",
+              "  reactor trip: sleep(0), one loop iteration;  plain calls: D nested function calls.",
+              f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]
+    return "\n".join(lines) + "\n"
+
+
+def profile(requests):
+    from benchmarks import fairness
+    return "\n".join(fairness.profile_stage(stage, requests) for stage in ("generators", "yieldfrom"))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--number", type=int, default=20_000, help="operations per run (default 20000)")
+    parser.add_argument("--repeat", type=int, default=7, help="runs per figure; the median is kept (default 7)")
+    parser.add_argument("--quick", action="store_true", help="--number 2000 --repeat 3")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: profile the generators and yieldfrom servers under ab -k")
+    parser.add_argument("--profile-out", type=Path, help="write the profile summary here")
+    args = parser.parse_args(argv)
+    if args.profile:
+        text = profile(2000)
+        print(text, end="")
+        if args.profile_out:
+            args.profile_out.write_text(text)
+        return 0
+    if args.quick:
+        args.number, args.repeat = 2000, 3
+    data = {
+        "schema": SCHEMA,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": fingerprint(),
+        "settings": {"number": args.number, "repeat": args.repeat, "depths": list(DEPTHS),
+                     "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"},
+        "rows": measure(args.number, args.repeat),
+    }
+    table = render(data)
+    print(table, end="")
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    if args.table:
+        args.table.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
