@@ -121,7 +121,6 @@ class Scheduler:
         self.on_error = on_error
         # The scheduler's state, all of it:
         self.tasks: dict[int, Task] = {}   # every task not yet finished, by id
-        self.current: Task | None = None   # the task being stepped; None between steps
         self._readers: dict[int, Task] = {}  # fd -> the task suspended in read_wait on it
         self._writers: dict[int, Task] = {}  # fd -> the task suspended in write_wait on it
         self._main: Task | None = None     # the task run() waits for: its end stops the loop
@@ -211,16 +210,14 @@ class Scheduler:
         The one entry from the reactor into a task: every callback the
         scheduler registers is this method, or ends by calling it.
         """
+        if task.done:
+            return  # closed by close() while a wake-up was queued
         task._undo = task.trap = None
         if task._must_cancel:
             # Cancelled while a wake-up was already queued: Cancelled wins.
             task._must_cancel = False
             value, exc = None, Cancelled()
-        self.current = task
-        try:
-            self._trampoline(task, value, exc)
-        finally:
-            self.current = None
+        self._trampoline(task, value, exc)
 
     def _trampoline(self, task: Task, value: Any, exc: BaseException | None) -> None:
         """Run the top of ``task``'s stack: call, return, raise and trap, until it waits or ends."""
