@@ -11,3 +11,19 @@ from __future__ import annotations
 import tinyloop._override
 
 tinyloop._override.apply_override()
+
+import socket  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected pair of non-blocking sockets (socketpair(2)), closed after the test."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()

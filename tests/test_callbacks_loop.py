@@ -40,16 +40,6 @@ def loop(selector: FakeSelector, clock: VirtualClock):
     loop.close()
 
 
-@pytest.fixture
-def pair():
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    yield a, b
-    a.close()
-    b.close()
-
-
 # -- the four steps of one iteration ------------------------------------------------
 
 

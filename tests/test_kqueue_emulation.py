@@ -41,16 +41,6 @@ def kq(api):
     queue.close()
 
 
-@pytest.fixture
-def pair():
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    yield a, b
-    a.close()
-    b.close()
-
-
 def ev(api, sock, filter, flags, udata=0):
     return api.kevent(sock, filter, flags, 0, 0, udata)
 
