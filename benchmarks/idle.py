@@ -1,0 +1,572 @@
+# benchmarks/idle.py
+"""What do idle connections cost?  O(n) scans against O(ready), measured.
+
+    python benchmarks/idle.py                               every readiness stage at 0, 250, 1000, 4000 idle
+    python benchmarks/idle.py --stages poll,epoll --counts 0,2000 --repeat 1
+    python benchmarks/idle.py --json /tmp/idle.json --table /tmp/idle.txt
+
+For each stage and each count N, one run starts the stage's server, opens N
+*idle* keep-alive connections to it (each sends one ``GET /``, reads the
+answer, then stays open and silent, so the server holds N registered
+connections it has nothing to do for), and then loads it with
+``ab -k -c 10``: ten busy connections beside the N idle ones.  The figure
+that matters is the server's CPU time per request: select(2) and poll(2)
+hand the kernel every descriptor on every wait, epoll(7) only the ready
+ones, so the idle connections should cost the first two something on every
+wait and epoll nothing.
+
+Also recorded: requests per second and p99 latency (ab's), the server's
+descriptor count with the idle connections open (the proof that they were),
+how many idle connections were still open after the load, and, where
+``perf`` can count system calls (Linux, root or perf_event_paranoid <= 1),
+the wait calls per request (select/pselect6, poll/ppoll, epoll_wait/
+epoll_pwait): how often the server paid for a scan.
+
+select cannot watch descriptors numbered FD_SETSIZE (1024) or above, so its
+server refuses such connections; it is measured only up to SELECT_CAP idle
+connections, and the table says so in its row.
+
+Writes benchmarks/results/idle.json and idle.txt (the book shows the table
+through its ``{bench-idle}`` directive).  Loopback only; every client has a
+time-out; every socket and process is closed before the next run.
+"""
+
+# Rules this file keeps (the main harness's, benchmarks/run.py, reused from it):
+#   * A fresh server per run, pinned to its own CPU, warmed up, stopped in
+#     ``finally``; the idle clients are opened by this process, on the other
+#     CPU, and closed after the server has stopped.
+#   * Repetitions are interleaved (every stage at every N, then again), and
+#     each figure is the median of the repetitions that succeeded.
+#   * The JSON holds every figure the table shows; the table is rendered from
+#     the JSON and nothing else.
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks import run as harness  # noqa: E402
+from benchmarks.loads import Load, Settings  # noqa: E402
+from tinyloop import stages  # noqa: E402
+from tinyloop.http import HELLO  # noqa: E402
+from tinyloop.raw.select_server import FD_SETSIZE  # noqa: E402
+from tinyloop.testing import recv_response  # noqa: E402
+
+__all__ = ["COUNTS", "LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
+
+SCHEMA = 1
+RESULTS = ROOT / "benchmarks" / "results"
+STAGES = ("select", "poll", "epoll", "epoll-et", "kqueue")
+COUNTS = (0, 250, 1000, 4000)
+DEFAULTS = {"requests": 20000, "repeat": 3, "warmup": 200, "timeout": 5.0, "run_timeout": 60.0}
+
+# The busy clients: ten keep-alive connections, one request in flight on each.
+LOAD = Load("ab-keepalive-10", "ab", 10, True, "ab -k -c 10, keep-alive, beside N idle connections",
+            "the loop's cost per request while it also holds N connections with nothing to do")
+
+# The select server refuses descriptors >= FD_SETSIZE.  Besides the idle
+# connections it holds 0-2 (standard streams), the listener and ab's ten,
+# and closed warm-up connections may not be reused at once: leave room.
+SELECT_CAP = FD_SETSIZE - 24
+
+# How many idle connections to connect before reading their answers: well
+# under the listen backlog (tinyloop.serving.BACKLOG), so no SYN is dropped.
+BATCH = 200
+
+IDLE_REQUEST = b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n"
+
+# The figures a summary takes the median of, and how the table shows each.
+FIGURES = {"cpu": ("cpu_us_per_req", "CPU µs/req", "{:.0f}"),
+           "rps": ("rps", "req/s", "{:.0f}"),
+           "p99": ("p99_ms", "p99 ms", "{:.2f}"),
+           "waits": ("waits_per_req", "wait calls per request", "{:.3f}"),
+           "fds": ("server_fds", "server descriptors, idle connections open", "{:.0f}")}
+
+# Every system call that waits for readiness, as perf's tracepoints name them.
+WAIT_CALLS = ("select", "pselect6", "poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2")
+
+
+def counts_for(stage: str, counts: list[int]) -> dict[int, int | None]:
+    """Which idle count each requested count is measured at, for ``stage``.
+
+    ``{requested: measured}``: the same number, except that select is capped
+    at SELECT_CAP, and a count above the cap whose capped run is already
+    planned maps to None (nothing more to measure).
+    """
+    if stage != "select":
+        return {n: n for n in counts}
+    out: dict[int, int | None] = {}
+    for n in counts:
+        capped = min(n, SELECT_CAP)
+        out[n] = None if capped != n and capped in out.values() else capped
+    return out
+
+
+# --- the idle clients ---------------------------------------------------------
+
+def open_idle(address: tuple[str, int], count: int, timeout: float) -> list[socket.socket]:
+    """Open ``count`` connections to ``address``, each with one answered ``GET /``; return them open.
+
+    Raises ``OSError`` (a ``ConnectionError`` if the server closes one,
+    ``TimeoutError`` if it does not answer within ``timeout`` seconds) or
+    ``RuntimeError`` for a wrong answer, having closed every socket it opened.
+    """
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < count:
+            batch = []
+            for _ in range(min(BATCH, count - len(socks))):
+                sock = socket.create_connection(address, timeout=timeout)
+                socks.append(sock)
+                batch.append(sock)
+                sock.sendall(IDLE_REQUEST)
+            for sock in batch:
+                status, _, body = recv_response(sock)
+                if status != 200 or body != HELLO:
+                    raise RuntimeError(f"GET / on an idle connection answered {status} {body[:40]!r}")
+    except BaseException:
+        close_all(socks)
+        raise
+    return socks
+
+
+def still_open(socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the server has neither closed nor written to (a poll with no wait)."""
+    poller = select.poll()  # not select(): our own descriptors pass 1024
+    for sock in socks:
+        poller.register(sock, select.POLLIN | select.POLLRDHUP)
+    return len(socks) - len(poller.poll(0))
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+    socks.clear()
+
+
+def raise_fd_limit(count: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE so that ``count`` idle clients fit; return it.
+
+    The servers are started from here and inherit the limit, and they hold
+    as many descriptors as we do.  Raises ``SystemExit`` if the hard limit
+    is too low (``ulimit -Hn``, or /etc/security/limits.conf).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count + 256  # the idle clients, ab's, the harness's own files
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            raise SystemExit(f"idle.py: {count} idle connections need {wanted} open files, and the hard "
+                             f"limit is {hard}: lower --counts or raise it (ulimit -Hn)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        soft = wanted
+    return soft
+
+
+# --- counting wait calls ------------------------------------------------------
+
+class WaitCounter:
+    """Count a process's wait system calls with ``perf stat``, between ``start()`` and ``stop()``.
+
+    perf attaches to ``pid`` with its counters off and turns them on and off
+    when told through its control pipe (``--control``), answering ``ack``;
+    so the count covers exactly the load.  ``stop()`` returns the count, or
+    None when perf could not count (absent, not allowed, no tracepoints);
+    ``reason`` then says why.  While perf counts, the kernel takes its
+    slower, traced path into every system call: a little more CPU per call,
+    for every stage alike (they make the same calls per request).
+    """
+
+    def __init__(self, pid: int, timeout: float = 5.0) -> None:
+        self.reason: str | None = None
+        self.timeout = timeout
+        self._proc: subprocess.Popen[str] | None = None
+        if shutil.which("perf") is None:
+            self.reason = "perf is not installed"
+            return
+        ctl_r, self._ctl = os.pipe()
+        self._ack, ack_w = os.pipe()
+        events = ",".join(f"syscalls:sys_enter_{name}" for name in WAIT_CALLS)
+        argv = ["perf", "stat", "-x,", "-D", "-1", "--control", f"fd:{ctl_r},{ack_w}",
+                "-e", events, "-p", str(pid)]
+        try:
+            self._proc = subprocess.Popen(argv, pass_fds=(ctl_r, ack_w), stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True)
+        except OSError as error:
+            self.reason = f"perf did not start: {error}"
+            os.close(self._ctl)
+            os.close(self._ack)
+        finally:
+            os.close(ctl_r)
+            os.close(ack_w)
+
+    def _command(self, word: str) -> bool:
+        """Send ``word`` to perf; True once it acknowledged within the time-out."""
+        if self._proc is None:
+            return False
+        try:
+            os.write(self._ctl, word.encode() + b"\n")
+            poller = select.poll()  # not select(): with thousands of idle clients open, the pipe's fd passes 1024
+            poller.register(self._ack, select.POLLIN)
+            return bool(poller.poll(self.timeout * 1000)) and os.read(self._ack, 16).startswith(b"ack")
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        if self._proc is not None and not self._command("enable"):
+            self.reason = "perf did not start counting: " + self._finish()[:200]
+
+    def stop(self) -> int | None:
+        if self._proc is None or self.reason:
+            self._finish()
+            return None
+        self._command("disable")
+        output = self._finish()
+        counts = [int(line.split(",")[0]) for line in output.splitlines()
+                  if re.match(r"\d+,", line) and "syscalls:sys_enter_" in line]
+        if not counts:
+            self.reason = "perf counted nothing: " + (output.strip().splitlines() or ["no output"])[-1][:200]
+            return None
+        return sum(counts)
+
+    def _finish(self) -> str:
+        """Stop perf (SIGINT makes it print its counts), close the pipes; perf's standard error."""
+        if self._proc is None:
+            return ""
+        proc, self._proc = self._proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        os.close(self._ctl)
+        os.close(self._ack)
+        return err or ""
+
+
+# --- one run ------------------------------------------------------------------
+
+def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: Path,
+            warmup: int, count_waits: bool) -> dict:
+    """One run: ``stage``'s server, ``idle`` idle connections, then ab's load.
+
+    Returns the run's record; ``status`` is ``"ok"``, ``"timeout"`` or
+    ``"error"`` (the server did not start, refused or dropped an idle
+    connection, or died), with a ``note``.
+    """
+    record: dict = {"stage": stage, "idle": idle, "status": "error", "note": None,
+                    "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
+                    "cpu_s": None, "cpu_us_per_req": None, "waits": None, "waits_per_req": None, "waits_note": None,
+                    "server_fds": None, "server_fds_after": None, "idle_still_open": None,
+                    "backend": None, "setup_s": None}
+    try:
+        process = servers.launch(servers.stage_server(stages.get(stage)), pinning["server_prefix"])
+    except RuntimeError as error:
+        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
+        return record
+    idle_socks: list[socket.socket] = []
+    counter = None
+    try:
+        started = time.monotonic()
+        failure = harness.warm_up(process.address, warmup, settings.socket_timeout)
+        if failure is not None:
+            record["status"], record["note"] = failure
+            return record
+        try:
+            idle_socks = open_idle(process.address, idle, settings.socket_timeout)
+        except (OSError, RuntimeError) as error:
+            record["note"] = f"opening {idle} idle connections: {type(error).__name__}: {error}"
+            return record
+        record["setup_s"] = round(time.monotonic() - started, 2)
+        record["server_fds"] = process.fd_count()
+        if count_waits:
+            counter = WaitCounter(process.pid, settings.socket_timeout)
+            counter.start()
+        before = harness._cpu_seconds(process)
+        try:
+            result, _, output = loads.run(LOAD, f"http://{process.host}:{process.port}/", settings,
+                                          workdir, pinning["load_prefix"])
+        finally:
+            after = harness._cpu_seconds(process)
+            if counter is not None:
+                record["waits"] = counter.stop()
+                if counter.reason:
+                    record["waits_note"] = counter.reason
+        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
+                      completed=result.completed, failed=result.failed)
+        exit_code = process.proc.poll() if process.proc else None
+        if exit_code is None:
+            record["server_fds_after"] = process.fd_count()
+            record["idle_still_open"] = still_open(idle_socks)
+        if before is not None and after is not None and result.completed:
+            record["cpu_s"] = round(after - before, 6)
+            record["cpu_us_per_req"] = (after - before) * 1e6 / result.completed
+            if record["waits"] is not None:
+                record["waits_per_req"] = record["waits"] / result.completed
+        if exit_code is not None:
+            record["note"] = f"the server exited with code {exit_code} during the run"
+        elif result.completed is None:
+            tail = output.strip().splitlines()[-1:] or ["no output"]
+            record["note"] = result.error or f"could not read ab's output: {tail[0]}"
+        elif result.timed_out or not result.completed:
+            record["status"] = "timeout"
+            record["note"] = result.error or "no response"
+        elif record["idle_still_open"] != idle:
+            record["note"] = f"the server closed {idle - record['idle_still_open']} idle connections"
+        else:
+            record["status"] = "ok"
+        return record
+    finally:
+        try:
+            if counter is not None:
+                counter.stop()  # nothing to do once stopped; stops perf if the load raised
+        finally:
+            process.stop()
+            close_all(idle_socks)  # the server has closed its ends; now ours
+        # What the server said it runs on ("kqueue: using kqueue emulated on epoll").
+        record["backend"] = next((line.partition(": using ")[2].strip() for line in process.stderr_lines
+                                  if ": using " in line), None)
+
+
+# --- medians ------------------------------------------------------------------
+
+def summarize(runs: list[dict]) -> dict[str, dict[str, dict]]:
+    """``{stage: {str(idle): summary}}``: medians of the ``"ok"`` runs' figures.
+
+    A summary has each FIGURES key's median (None if no run succeeded),
+    ``server_fds`` (median), ``runs``, ``ok_runs``, ``status`` (``"ok"``,
+    ``"partial"`` or the failed runs' status) and ``note``.
+    """
+    grouped: dict[str, dict[str, list[dict]]] = {}
+    for run in runs:
+        grouped.setdefault(run["stage"], {}).setdefault(str(run["idle"]), []).append(run)
+    out: dict[str, dict[str, dict]] = {}
+    for stage, by_count in grouped.items():
+        for idle, group in by_count.items():
+            ok = [run for run in group if run["status"] == "ok"]
+            bad = [run for run in group if run["status"] != "ok"]
+            summary: dict = {"runs": len(group), "ok_runs": len(ok)}
+            for key in (*(figure for figure, _, _ in FIGURES.values()), "server_fds"):
+                summary[key] = harness._median([run[key] for run in ok])
+            summary["status"] = "ok" if not bad else ("partial" if ok else bad[0]["status"])
+            notes = sorted({run["note"] for run in bad if run["note"]})
+            summary["note"] = (f"{len(bad)} of {len(group)} runs: {'; '.join(notes)}" if bad else None)
+            out.setdefault(stage, {})[idle] = summary
+    return out
+
+
+# --- the table ----------------------------------------------------------------
+
+def _row_label(data: dict, stage: str) -> str:
+    backend = next((run["backend"] for run in data["runs"] if run["stage"] == stage and run["backend"]), None)
+    if stage == "select" and any(n > data["settings"]["select_cap"] for n in data["settings"]["counts"]):
+        return f"select (at most {data['settings']['select_cap']} idle: FD_SETSIZE)"
+    if backend and "emulated" in backend:
+        return f"{stage} (emulated on epoll)"
+    return stage
+
+
+def table(data: dict, figure: str = "cpu") -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)``: one row per stage, one column per idle count, cells ``figure``.
+
+    ``figure`` is a key of FIGURES (cpu, rps, p99, waits, fds).  A cell is
+    the median, ``"—"`` where nothing was measured (select above its cap),
+    or the failed runs' status; ``*`` marks a median of fewer runs than
+    were made, and ``(at N)`` a count select was capped to.  The CPU table
+    adds two columns, least-squares slopes against the idle count:
+    ``+µs/req per 1000 idle`` (of CPU µs/request) and, where waits were
+    counted, ``ns per idle fd per wait`` (of CPU µs per wait call): what one
+    more idle connection adds to every wait.
+    """
+    key, _, fmt = FIGURES[figure]
+    counts = data["settings"]["counts"]
+    header = ["stage", *(f"{n} idle" for n in counts)]
+    slopes = figure == "cpu"
+    per_wait = slopes and data["settings"].get("waits_counted")
+    if slopes:
+        header.append("+µs/req per 1000 idle")
+    if per_wait:
+        header.append("ns per idle fd per wait")
+    rows = []
+    for stage in data["settings"]["stages"]:
+        results = data["results"].get(stage, {})
+        row = [_row_label(data, stage)]
+        per_req: list[tuple[int, float]] = []   # (idle, CPU µs per request)
+        per_call: list[tuple[int, float]] = []  # (idle, CPU µs per wait call)
+        for requested, measured in counts_for(stage, counts).items():
+            summary = results.get(str(measured)) if measured is not None else None
+            if summary is None:
+                row.append("—")
+                continue
+            value = summary[key]
+            if value is None:  # every run failed, or (wait calls) perf could not count
+                row.append("—" if summary["status"] == "ok" else summary["status"])
+                continue
+            cell = fmt.format(value) + ("*" if summary["status"] == "partial" else "")
+            row.append(cell + (f" (at {measured})" if measured != requested else ""))
+            cpu, waits = summary["cpu_us_per_req"], summary["waits_per_req"]
+            if cpu is not None:
+                per_req.append((measured, cpu))
+                if waits:
+                    per_call.append((measured, cpu / waits))
+        if slopes:
+            row.append(_slope(per_req, "{:+.1f}", 1000))
+        if per_wait:
+            row.append(_slope(per_call, "{:+.0f}", 1000))
+        rows.append(row)
+    return header, rows
+
+
+def _slope(points: list[tuple[int, float]], fmt: str, scale: float) -> str:
+    """The least-squares slope of y on x, times ``scale``, formatted; "—" with fewer than two x."""
+    if len({x for x, _ in points}) < 2:
+        return "—"
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
+             / sum((x - mean_x) ** 2 for x, _ in points))
+    return fmt.format(slope * scale)
+
+
+NOTES = {
+    "cpu": "CPU µs/req: the server's user + system CPU time during ab's load, divided by the requests "
+           "it answered. Column N: the same load with N idle keep-alive connections open beside it, "
+           "each answered once before the load and silent during it.",
+    "waits": "wait calls: select/pselect6, poll/ppoll and epoll_wait/epoll_pwait system calls during "
+             "the load, counted by perf. For select and poll each is a pass over every descriptor; "
+             "for epoll a copy of the ready list. The kqueue row counts the emulation's epoll_wait calls.",
+    "fds": "server descriptors: /proc/PID/fd just before the load, so the idle connections and the "
+           "listener, standard streams and epoll instances; after the load the idle connections were "
+           "all still open, or the cell says how the run failed.",
+}
+
+
+def render(data: dict) -> str:
+    """The JSON as text: a table per figure (wait calls only if counted), notes, and the machine."""
+    settings = data["settings"]
+    out = [f"Idle connections: {LOAD.title}, {settings['requests']} requests per run",
+           f"  $ {data['load_command']}", ""]
+    for figure in FIGURES:
+        if figure == "waits" and not settings.get("waits_counted"):
+            continue
+        header, rows = table(data, figure)
+        out += [FIGURES[figure][1], *report._align(header, rows), ""]
+    out += [f"  {stage} at {idle} idle: {summary['note']}" for stage, by_count in data["results"].items()
+            for idle, summary in by_count.items() if summary["note"]]
+    out += [f"- {NOTES[key]}" for key in NOTES if key != "waits" or settings.get("waits_counted")]
+    out.append(f"- {report.describe_machine(data)}")
+    return "\n".join(out) + "\n"
+
+
+# --- the whole run ------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="benchmarks/idle.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma list (default {','.join(STAGES)})")
+    parser.add_argument("--counts", default=",".join(map(str, COUNTS)),
+                        help=f"idle connection counts, comma list (default {','.join(map(str, COUNTS))})")
+    parser.add_argument("--requests", type=int, default=DEFAULTS["requests"],
+                        help=f"ab's -n per run (default {DEFAULTS['requests']})")
+    parser.add_argument("--repeat", type=int, default=DEFAULTS["repeat"],
+                        help=f"repetitions, interleaved (default {DEFAULTS['repeat']})")
+    parser.add_argument("--warmup", type=int, default=DEFAULTS["warmup"],
+                        help=f"GET / on one connection before the idle ones (default {DEFAULTS['warmup']})")
+    parser.add_argument("--timeout", type=float, default=DEFAULTS["timeout"],
+                        help=f"seconds any client waits on a silent server (default {DEFAULTS['timeout']:g})")
+    parser.add_argument("--run-timeout", type=float, default=DEFAULTS["run_timeout"],
+                        help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
+    parser.add_argument("--json", type=Path, default=RESULTS / "idle.json", help="default benchmarks/results/idle.json")
+    parser.add_argument("--table", type=Path, default=RESULTS / "idle.txt", help="default benchmarks/results/idle.txt")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin server and ab to CPUs")
+    parser.add_argument("--no-perf", action="store_true", help="do not count wait system calls with perf")
+    args = parser.parse_args(argv)
+    try:
+        args.stages = [stages.get(name.strip()).name for name in args.stages.split(",") if name.strip()]
+        args.counts = sorted({int(n) for n in args.counts.split(",") if n.strip()})
+    except (KeyError, ValueError) as error:
+        parser.error(str(error))
+    if not args.stages or not args.counts or min(args.counts) < 0:
+        parser.error("--stages and --counts need at least one stage and one count >= 0")
+    if args.requests < 1 or args.repeat < 1 or args.warmup < 1:
+        parser.error("--requests, --repeat and --warmup must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if shutil.which("ab") is None:
+        raise SystemExit("idle.py: ab not found; install ApacheBench (Debian: apache2-utils)")
+    limit = raise_fd_limit(max(args.counts))
+    pinning = harness.choose_pinning(args.no_pin)
+    settings = Settings(requests={LOAD.name: args.requests}, duration=0.0,
+                        socket_timeout=args.timeout, run_timeout=args.run_timeout)
+    plan = [(rep, stage, measured) for rep in range(1, args.repeat + 1) for stage in args.stages
+            for measured in dict.fromkeys(counts_for(stage, args.counts).values()) if measured is not None]
+    print(f"{len(plan)} runs ({len(args.stages)} stages, idle {args.counts}, {args.repeat} repetitions); "
+          f"RLIMIT_NOFILE {limit}", flush=True)
+    started, date, load_before = time.monotonic(), datetime.now(timezone.utc), os.getloadavg()[0]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="tinyloop-idle-") as workdir:
+        for index, (rep, stage, idle) in enumerate(plan, 1):
+            record = {"rep": rep, **measure(stage, idle, settings, pinning, Path(workdir),
+                                            args.warmup, not args.no_perf)}
+            runs.append(record)
+            figures = (f"cpu {record['cpu_us_per_req']:.0f} µs/req, {record['rps']:.0f} req/s"
+                       if record["status"] == "ok" else f"{record['status'].upper()}: {record['note']}")
+            print(f"[{index:>2}/{len(plan)}] rep {rep} {stage:<8} {idle:>5} idle  "
+                  f"fds {record['server_fds']}  {figures}", flush=True)
+    argv_shown = sys.argv[1:] if argv is None else argv
+    data = {
+        "schema": SCHEMA,
+        "date": date.isoformat(timespec="seconds"),
+        "command": harness._display(["python", "benchmarks/idle.py", *argv_shown]),
+        "load_command": harness._display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
+        "machine": harness.fingerprint(),
+        "tools": {"ab": servers.tool_versions()["ab"]},
+        "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
+        "settings": {"stages": args.stages, "counts": args.counts, "requests": args.requests,
+                     "repeat": args.repeat, "warmup_requests": args.warmup, "quick": False,
+                     "select_cap": SELECT_CAP, "fd_setsize": FD_SETSIZE, "rlimit_nofile": limit,
+                     "socket_timeout_s": args.timeout, "run_timeout_s": args.run_timeout,
+                     "waits_counted": any(run["waits"] is not None for run in runs),
+                     "waits_note": "--no-perf" if args.no_perf else next(
+                         (run["waits_note"] for run in runs if run.get("waits_note")), None)},
+        "runs": runs,
+        "results": summarize(runs),
+        # Other work on the machine (1-minute load average) before and after.
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    for path, text in ((args.json, json.dumps(data, indent=1, ensure_ascii=False) + "\n"), (args.table, render(data))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    print()
+    print(render(data), end="")
+    print(f"\nwrote {args.json} and {args.table} in {data['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+# tests/test_idle_benchmark.py
+#
+# benchmarks/idle.py: that it really holds N idle connections open on the
+# server while it loads it (the server's descriptor count grows by exactly
+# N, and every idle connection is still open after the load), that its JSON
+# has the shape the book's {bench-idle} directive reads, and that select is
+# capped below FD_SETSIZE.  One small run, on tiny numbers: nothing here
+# looks at a speed.
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import idle  # noqa: E402
+
+IDLE = 30
+REQUESTS = 200
+STAGES = ["select", "poll", "epoll"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    """One run of the script: three stages at 0 and IDLE idle connections; ``(json, table text)``."""
+    if shutil.which("ab") is None:
+        pytest.skip("ApacheBench (ab) is not installed")
+    out = tmp_path_factory.mktemp("idle")
+    command = [sys.executable, str(ROOT / "benchmarks" / "idle.py"), "--stages", ",".join(STAGES),
+               "--counts", f"0,{IDLE}", "--requests", str(REQUESTS), "--repeat", "1", "--warmup", "5",
+               "--timeout", "3", "--run-timeout", "15",
+               "--json", str(out / "idle.json"), "--table", str(out / "idle.txt")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (json.loads((out / "idle.json").read_text(encoding="utf-8")),
+            (out / "idle.txt").read_text(encoding="utf-8"))
+
+
+@pytest.mark.timeout(120)
+def test_every_run_succeeds_and_answers_every_request(run: tuple[dict, str]) -> None:
+    data, _ = run
+    assert [(r["stage"], r["idle"]) for r in data["runs"]] == [(s, n) for s in STAGES for n in (0, IDLE)]
+    for record in data["runs"]:
+        assert record["status"] == "ok", record
+        assert record["completed"] == REQUESTS and record["failed"] == 0, record
+        assert record["cpu_us_per_req"] > 0 and record["rps"] > 0 and record["p99_ms"] > 0, record
+
+
+@pytest.mark.timeout(120)
+def test_the_server_really_holds_the_idle_connections(run: tuple[dict, str]) -> None:
+    data, _ = run
+    by = {(r["stage"], r["idle"]): r for r in data["runs"]}
+    for stage in STAGES:
+        quiet, busy = by[stage, 0], by[stage, IDLE]
+        assert busy["server_fds"] - quiet["server_fds"] == IDLE, (quiet, busy)
+        # Still registered after the load: none closed by the server, no descriptor gained or lost.
+        assert busy["idle_still_open"] == IDLE
+        assert busy["server_fds_after"] == busy["server_fds"]
+
+
+@pytest.mark.timeout(120)
+def test_the_json_has_what_the_book_reads(run: tuple[dict, str]) -> None:
+    data, text = run
+    assert data["schema"] == idle.SCHEMA
+    assert data["machine"]["cpus"] and data["machine"]["python"]
+    assert data["settings"]["stages"] == STAGES and data["settings"]["counts"] == [0, IDLE]
+    assert "-k" in data["load_command"].split() and "-c 10" in data["load_command"]
+    for record in data["runs"]:  # one repetition: each summary's medians are that run's figures
+        summary = data["results"][record["stage"]][str(record["idle"])]
+        assert summary["status"] == "ok" and summary["ok_runs"] == 1
+        assert (summary["cpu_us_per_req"], summary["server_fds"]) == (record["cpu_us_per_req"],
+                                                                      record["server_fds"])
+    # Wait calls are counted where perf can count them, and otherwise the JSON says why not.
+    settings = data["settings"]
+    assert settings["waits_counted"] or settings["waits_note"]
+    if settings["waits_counted"]:
+        assert all(r["waits_per_req"] > 0 for r in data["runs"])
+    header, rows = idle.table(data, "cpu")
+    assert header[1:3] == ["0 idle", f"{IDLE} idle"] and [row[0] for row in rows] == STAGES
+    assert text == idle.render(data)
+    assert "CPU µs/req" in text and "server descriptors" in text
+
+
+def test_select_is_capped_below_fd_setsize() -> None:
+    assert idle.SELECT_CAP < idle.FD_SETSIZE - 10  # room for ab's ten connections and the listener
+    assert idle.counts_for("select", [0, 250, 1000, 4000]) == {0: 0, 250: 250, 1000: 1000, 4000: None}
+    assert idle.counts_for("select", [0, 3000]) == {0: 0, 3000: idle.SELECT_CAP}
+    assert idle.counts_for("poll", [0, 4000]) == {0: 0, 4000: 4000}
+
+
+def _summary(cpu: float | None, status: str = "ok") -> dict:
+    return {"runs": 3, "ok_runs": 3 if status == "ok" else 1, "cpu_us_per_req": cpu, "rps": 1000.0,
+            "p99_ms": 1.0, "waits_per_req": 0.1 if cpu else None, "server_fds": 4.0, "status": status,
+            "note": None if status == "ok" else "2 of 3 runs: timeout"}
+
+
+def test_the_table_marks_capped_partial_and_missing_cells() -> None:
+    data = {"settings": {"stages": ["select", "poll"], "counts": [0, 500, 2000], "select_cap": 1000,
+                         "waits_counted": True},
+            "runs": [],
+            "results": {"select": {"0": _summary(10.0), "500": _summary(20.0), "1000": _summary(30.0)},
+                        "poll": {"0": _summary(10.0), "500": _summary(15.0, "partial"),
+                                 "2000": _summary(None, "timeout")}}}
+    header, rows = idle.table(data, "cpu")
+    assert header == ["stage", "0 idle", "500 idle", "2000 idle", "+µs/req per 1000 idle",
+                      "ns per idle fd per wait"]
+    select_row, poll_row = rows
+    assert select_row[0] == "select (at most 1000 idle: FD_SETSIZE)"
+    assert select_row[1:4] == ["10", "20", "30 (at 1000)"]
+    assert select_row[4] == "+20.0"            # 10 µs/req more per 1000 idle connections
+    assert select_row[5] == "+200"             # ... which is 100 µs per wait (0.1 waits/req): 200 ns per fd
+    assert poll_row[1:4] == ["10", "15*", "timeout"]
