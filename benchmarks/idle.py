@@ -454,8 +454,8 @@ NOTES = {
            "it answered. Column N: the same load with N idle keep-alive connections open beside it, "
            "each answered once before the load and silent during it.",
     "waits": "wait calls: select/pselect6, poll/ppoll and epoll_wait/epoll_pwait system calls during "
-             "the load, counted by perf. For select and poll each is a pass over every descriptor; "
-             "for epoll a copy of the ready list. The kqueue row counts the emulation's epoll_wait calls.",
+             "the load, counted by perf. For select and poll each is at least one pass over every "
+             "descriptor; for epoll a copy of the ready list. The kqueue row counts the emulation's epoll_wait calls.",
     "fds": "server descriptors: /proc/PID/fd just before the load, so the idle connections and the "
            "listener, standard streams and epoll instances; after the load the idle connections were "
            "all still open, or the cell says how the run failed.",

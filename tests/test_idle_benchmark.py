@@ -4,8 +4,9 @@
 # server while it loads it (the server's descriptor count grows by exactly
 # N, and every idle connection is still open after the load), that its JSON
 # has the shape the book's {bench-idle} directive reads, and that select is
-# capped below FD_SETSIZE.  One small run, on tiny numbers: nothing here
-# looks at a speed.
+# capped below FD_SETSIZE; and that the book's {bench-idle} directive
+# renders that JSON, or says how to make it.  One small run, on tiny
+# numbers: nothing here looks at a speed.
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import idle  # noqa: E402
+from test_docs import BUILD_TIMEOUT, page_text, sphinx_build  # noqa: E402
 
 IDLE = 30
 REQUESTS = 200
@@ -118,3 +120,32 @@ def test_the_table_marks_capped_partial_and_missing_cells() -> None:
     assert select_row[4] == "+20.0"            # 10 µs/req more per 1000 idle connections
     assert select_row[5] == "+200"             # ... which is 100 µs per wait (0.1 waits/req): 200 ns per fd
     assert poll_row[1:4] == ["10", "15*", "timeout"]
+
+
+@pytest.mark.timeout(120 + BUILD_TIMEOUT)
+def test_the_book_renders_the_run(run: tuple[dict, str], tmp_path: Path) -> None:
+    data, _ = run
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "index.md").write_text("# Idle\n\n```{bench-idle}\n```\n\n```{bench-idle}\n:figure: fds\n```\n",
+                                     encoding="utf-8")
+    results = tmp_path / "idle.json"
+    results.write_text(json.dumps(data), encoding="utf-8")
+    built = sphinx_build(source, tmp_path / "out", "-D", f"book_idle_results={results}")
+    assert built.returncode == 0, built.stdout + built.stderr
+    text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
+    assert "CPU µs/req" in text and f"{IDLE} idle" in text and "+µs/req per 1000 idle" in text
+    fds = data["results"]["poll"][str(IDLE)]["server_fds"]
+    assert f"poll {data['results']['poll']['0']['server_fds']:.0f} {fds:.0f}" in text  # the fds table's row
+    assert data["load_command"] in text and "Measured on:" in text and "1 run" in text
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 30)
+def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "index.md").write_text("# Idle\n\n```{bench-idle}\n```\n", encoding="utf-8")
+    built = sphinx_build(source, tmp_path / "out", "-D", f"book_idle_results={tmp_path / 'missing.json'}")
+    assert built.returncode == 0, built.stdout + built.stderr
+    text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
+    assert "No idle-connection results yet: run python benchmarks/idle.py" in text

@@ -26,6 +26,13 @@
 #       the text ``fairness.render(data)`` prints.  Without the JSON, a note
 #       with the command that makes it.  Config: ``book_fairness_results``.
 #
+#   {bench-idle}       :figure: cpu (default), rps, p99, waits or fds
+#       the table of benchmarks/idle.py (each readiness stage's cost per
+#       request beside N idle connections) from benchmarks/results/idle.json,
+#       through ``idle.table(data, figure) -> (header, rows)``, with the
+#       load's command, ``idle.NOTES[figure]`` and the machine.  Without the
+#       JSON, a note with the command.  Config: ``book_idle_results``.
+#
 #   {results-include} PATH     :command: the command that writes PATH
 #                              :language: for highlighting (default: text)
 #       a text file a measurement wrote (PATH relative to the repository
@@ -62,7 +69,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["BenchFairnessDirective", "BenchPlotDirective", "BenchTableDirective",
+__all__ = ["BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective", "BenchTableDirective",
            "ResultsIncludeDirective", "known_servers", "load_names", "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
@@ -238,40 +245,86 @@ class BenchPlotDirective(_BenchDirective):
         return [figure]
 
 
-FAIRNESS_COMMAND = ("python benchmarks/fairness.py --json benchmarks/results/fairness.json "
-                    "--table benchmarks/results/fairness.txt")
+class _ScriptResultsDirective(SphinxDirective):
+    """A benchmark script's results, from the JSON it writes: the shared part.
 
-
-class BenchFairnessDirective(SphinxDirective):
-    """``{bench-fairness}``: the fairness benchmark's table, from its JSON."""
+    A subclass names the script's module, its JSON under benchmarks/results/,
+    the config value that points elsewhere (the tests' fixtures), the command
+    that writes it and a word for the note; ``render(script, data)`` builds
+    the nodes.  A missing JSON is a note with the command; anything wrong
+    with a JSON that exists is a warning.
+    """
 
     has_content = False
+    script = ""          # e.g. "benchmarks.fairness"
+    results = ""         # e.g. "fairness.json"
+    config_value = ""    # e.g. "book_fairness_results"
+    command = ""         # what writes the JSON
+    what = ""            # "No {what} results yet"
 
     def run(self) -> list[nodes.Node]:
-        configured = self.config.book_fairness_results
+        configured = getattr(self.config, self.config_value)
         path = Path(configured) if configured else (
-            Path(self.env.app.confdir).parent / "benchmarks" / "results" / "fairness.json")
+            Path(self.env.app.confdir).parent / "benchmarks" / "results" / self.results)
         self.env.note_dependency(str(path))
         if not path.exists():
             note = nodes.note()
             note += nodes.paragraph("", "", *_code_spans(
-                f"No fairness results yet: run ``{FAIRNESS_COMMAND}``, then build the book again."))
+                f"No {self.what} results yet: run ``{self.command}``, then build the book again."))
             return [note]
         try:
-            fairness = importlib.import_module("benchmarks.fairness")
-            self.env.note_dependency(fairness.__file__)
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if hasattr(fairness, "table"):
-                header, rows = fairness.table(data)
-                return [table(header, rows, classes=["book-bench"], numeric_from=2),
-                        nodes.paragraph(classes=["book-bench-machine"],
-                                        text=f"Measured on: {data.get('machine')}, {str(data.get('date'))[:10]}")]
-            text = fairness.render(data)
+            script = importlib.import_module(self.script)
+            self.env.note_dependency(script.__file__)
+            return self.render(script, json.loads(path.read_text(encoding="utf-8")))
         except Exception as error:
-            logger.warning("{bench-fairness}: %s: %s: %s", path, type(error).__name__, error,
+            logger.warning("{%s}: %s: %s: %s", self.name, path, type(error).__name__, error,
                            location=self.get_location())
             return []
-        return [nodes.literal_block(text, text, language="text", classes=["book-bench-text"])]
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        raise NotImplementedError
+
+
+class BenchFairnessDirective(_ScriptResultsDirective):
+    """``{bench-fairness}``: the fairness benchmark's table, from its JSON."""
+
+    script, results, config_value, what = ("benchmarks.fairness", "fairness.json",
+                                           "book_fairness_results", "fairness")
+    command = ("python benchmarks/fairness.py --json benchmarks/results/fairness.json "
+               "--table benchmarks/results/fairness.txt")
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        if not hasattr(script, "table"):
+            text = script.render(data)
+            return [nodes.literal_block(text, text, language="text", classes=["book-bench-text"])]
+        header, rows = script.table(data)
+        return [table(header, rows, classes=["book-bench"], numeric_from=2),
+                nodes.paragraph(classes=["book-bench-machine"],
+                                text=f"Measured on: {data.get('machine')}, {str(data.get('date'))[:10]}")]
+
+
+class BenchIdleDirective(_ScriptResultsDirective):
+    """``{bench-idle}``: the idle-connections benchmark's table for one figure, from its JSON."""
+
+    option_spec = {"figure": directives.unchanged}
+    script, results, config_value, what = "benchmarks.idle", "idle.json", "book_idle_results", "idle-connection"
+    command = "python benchmarks/idle.py"
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        figure = self.options.get("figure") or "cpu"
+        if figure not in script.FIGURES:
+            raise KeyError(f":figure: {figure!r}; choose from {', '.join(script.FIGURES)}")
+        header, rows = script.table(data, figure)
+        out: list[nodes.Node] = [table(header, rows, title=script.FIGURES[figure][1],
+                                       classes=["book-bench"], numeric_from=1)]
+        command = nodes.paragraph(classes=["book-bench-command"])
+        command += nodes.Text("Command: ")
+        command += nodes.literal(data["load_command"], data["load_command"])
+        out.append(command)
+        if figure in script.NOTES:
+            out.append(nodes.paragraph(text=script.NOTES[figure], classes=["book-bench-notes"]))
+        out.append(_machine(importlib.import_module("benchmarks.report"), data))
+        return out
 
 
 class ResultsIncludeDirective(SphinxDirective):
@@ -309,7 +362,9 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_directive("results-include", ResultsIncludeDirective)
     app.add_config_value("book_bench_results", "", "env", types=[str])
     app.add_config_value("book_fairness_results", "", "env", types=[str])
+    app.add_config_value("book_idle_results", "", "env", types=[str])
     app.add_directive("bench-fairness", BenchFairnessDirective)
+    app.add_directive("bench-idle", BenchIdleDirective)
     app.add_directive("bench-table", BenchTableDirective)
     app.add_directive("bench-plot", BenchPlotDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
