@@ -37,14 +37,13 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from urllib.parse import parse_qs
 
 from tinyloop.baseline.blocking import READ_SIZE
 from tinyloop.coroutines.futures import run_in_executor
 from tinyloop.coroutines.streams import StreamReader, StreamWriter, start_server
 from tinyloop.coroutines.tasks import run, sleep
-from tinyloop.http import HTTPConnection, Request, Response, hello_app
-from tinyloop.http.app import MAX_COMPUTE_MS, burn_cpu
+from tinyloop.http import HTTPConnection, hello_app
+from tinyloop.http.app import burn_cpu
 
 __all__ = ["COMPUTE_ENV", "MODES", "SLICE_MS", "compute_cooperatively", "compute_mode",
            "handle_connection", "main", "serve"]
@@ -78,7 +77,13 @@ async def main(listener: socket.socket, mode: str = "inline") -> None:
 async def handle_connection(reader: StreamReader, writer: StreamWriter, mode: str = "inline") -> None:
     """Serve one client until HTTP says to close, the client leaves, or the task is cancelled."""
     owed: list[int] = []  # yield mode: milliseconds of /compute still to spend
-    http = HTTPConnection(app=_owing_app(owed) if mode == "yield" else hello_app)
+    # In yield mode the app only records what /compute owes; the loop below
+    # pays it in slices.  Discussion: HTTPConnection calls its app
+    # synchronously, and a synchronous function cannot give the loop back
+    # halfway; an async app needs an HTTP layer that hands requests out one
+    # at a time (h11's next_event), which Part III's protocols build.
+    app = functools.partial(hello_app, compute=owed.append) if mode == "yield" else hello_app
+    http = HTTPConnection(app=app)
     try:
         while not http.should_close:
             data = await reader.read(READ_SIZE)  # b"" at end of stream
@@ -104,26 +109,3 @@ async def compute_cooperatively(milliseconds: float, slice_ms: float = SLICE_MS)
         burn_cpu(min(slice_ms, remaining))
         remaining -= slice_ms
         await sleep(0)  # one bare yield: every task ready now runs before our next slice
-
-
-def _owing_app(owed: list[int]) -> object:
-    """``hello_app``, except that ``GET /compute?ms=N`` is answered without computing.
-
-    N is appended to ``owed`` instead, and the handler spends it with
-    :func:`compute_cooperatively` before it sends the answer, so the client
-    sees the same response after the same CPU time.  Discussion: the detour
-    exists because HTTPConnection calls its app synchronously, and a
-    synchronous function cannot give the loop back halfway; an async app
-    needs an HTTP layer that hands requests out (h11's ``next_event``).
-    """
-
-    def app(request: Request) -> Response:
-        path, _, query = request.target.partition(b"?")
-        if path == b"/compute" and request.method == b"GET":
-            values = parse_qs(query).get(b"ms", [b""])
-            if values[0].isdigit() and int(values[0]) <= MAX_COMPUTE_MS:
-                owed.append(int(values[0]))
-                return Response(200, b"computed for %d ms\n" % int(values[0]))
-        return hello_app(request)  # everything else, and the 400 for a bad ms
-
-    return app

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tinyloop.http.parser import Request
 from tinyloop.http.response import Response
@@ -30,8 +31,14 @@ def burn_cpu(milliseconds: float) -> None:
         sum(range(1000))
 
 
-def hello_app(request: Request) -> Response:
-    """Answer ``request`` (a :class:`~tinyloop.http.parser.Request`); never raises."""
+def hello_app(request: Request, compute: Callable[[int], object] = burn_cpu) -> Response:
+    """Answer ``request`` (a :class:`~tinyloop.http.parser.Request`); never raises.
+
+    ``compute(milliseconds)`` does the work of ``/compute``; by default it
+    burns the CPU here and now.  A cooperative server passes a function that
+    only records the debt and pays it later in slices, between which other
+    tasks run (the coroutines stage does).
+    """
     path = _path(request.target)
     if path == b"/":
         if request.method in (b"GET", b"HEAD"):
@@ -47,7 +54,7 @@ def hello_app(request: Request) -> Response:
         milliseconds = _query_int(request.target, b"ms")
         if milliseconds is None or not 0 <= milliseconds <= MAX_COMPUTE_MS:
             return Response(400, b"expected /compute?ms=N with 0 <= N <= %d\n" % MAX_COMPUTE_MS)
-        burn_cpu(milliseconds)
+        compute(milliseconds)
         return Response(200, b"computed for %d ms\n" % milliseconds)
     return Response(404, b"Not Found\n")
 
