@@ -348,6 +348,16 @@ def test_debug_mode_names_a_slow_callback(selector: FakeSelector, clock: Virtual
     assert "slow_callback" in record.getMessage() and "0.250 seconds" in record.getMessage()
 
 
+def test_debug_mode_follows_the_environment_unless_told(monkeypatch: pytest.MonkeyPatch,
+                                                        selector: FakeSelector, clock: VirtualClock) -> None:
+    from tinyloop.callbacks.loop import DEBUG_ENV
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    assert Loop(selector=selector, clock=clock).get_debug()
+    assert not Loop(selector=FakeSelector(clock), clock=clock, debug=False).get_debug()
+    monkeypatch.setenv(DEBUG_ENV, "")
+    assert not Loop(selector=FakeSelector(clock), clock=clock).get_debug()
+
+
 def test_debug_mode_refuses_call_soon_from_another_thread() -> None:
     loop = Loop(debug=True)
     errors: list[BaseException] = []

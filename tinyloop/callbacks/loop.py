@@ -37,15 +37,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import selectors
 import socket
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Handle", "Loop", "TimerHandle", "get_running_loop"]
+__all__ = ["DEBUG_ENV", "Handle", "Loop", "TimerHandle", "get_running_loop"]
 
 logger = logging.getLogger("tinyloop")
 
@@ -53,6 +55,10 @@ logger = logging.getLogger("tinyloop")
 # takes its timeout in milliseconds as a C int (about 24 days); a timer further
 # away than that would overflow it.  Waking once a day to recompute costs nothing.
 MAXIMUM_SELECT_TIMEOUT = 24 * 3600
+
+# Set to a non-empty string, this turns on debug mode in every Loop that is
+# not told otherwise (see Loop), as PYTHONASYNCIODEBUG does for asyncio.
+DEBUG_ENV = "TINYLOOP_DEBUG"
 
 # The monotonic clock's tick, in seconds (1e-9 on Linux); see _move_due_timers.
 CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
@@ -126,6 +132,9 @@ class Handle:
     def _format_callback(self) -> str:
         callback = self._callback
         name = getattr(callback, "__qualname__", None) or repr(callback)
+        if isinstance(callback, types.MethodType):
+            # A bound method: say whose, e.g. which task a Task._step belongs to.
+            name = f"{callback.__self__!r}.{callback.__name__}"
         args = ", ".join(repr(arg) for arg in self._args or ())
         return f"{name}({args})"
 
@@ -172,15 +181,18 @@ class Loop:
     a float and never goes backwards (default :func:`time.monotonic`).  With
     ``debug=True`` a callback that runs longer than ``slow_callback_duration``
     seconds is logged by name, and ``call_soon`` refuses to be called from a
-    thread other than the loop's.
+    thread other than the loop's.  ``debug=None`` (the default) reads the
+    environment: debug mode is on when ``TINYLOOP_DEBUG`` is set to anything
+    but an empty string, as ``PYTHONASYNCIODEBUG`` does for asyncio, so a
+    server started by ``python -m tinyloop serve`` can name its slow callbacks.
     """
 
     def __init__(self, selector: selectors.BaseSelector | None = None,
-                 clock: Callable[[], float] = time.monotonic, *, debug: bool = False,
+                 clock: Callable[[], float] = time.monotonic, *, debug: bool | None = None,
                  slow_callback_duration: float = 0.1) -> None:
         self._selector = selector if selector is not None else selectors.DefaultSelector()
         self._clock = clock
-        self._debug = debug
+        self._debug = bool(os.environ.get(DEBUG_ENV)) if debug is None else debug
         self.slow_callback_duration = slow_callback_duration
         # The loop's state, all of it:
         self._ready: deque[Handle] = deque()     # ready queue: run in the next iteration
@@ -476,6 +488,13 @@ class Loop:
 
     def is_closed(self) -> bool:
         return self._closed
+
+    def get_debug(self) -> bool:
+        """True in debug mode (see the class docstring)."""
+        return self._debug
+
+    def set_debug(self, enabled: bool) -> None:
+        self._debug = enabled
 
     def close(self) -> None:
         """Drop every callback, and close the self-pipe and the selector.

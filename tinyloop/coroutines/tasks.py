@@ -168,7 +168,8 @@ class Task(Future):
         self._step()
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f" name={self._name!r}>"
+        coro = getattr(self._coro, "__qualname__", None) or repr(self._coro)
+        return super().__repr__()[:-1] + f" name={self._name!r} coro={coro}()>"
 
 
 def current_task(loop: Loop | None = None) -> Task | None:
@@ -332,7 +333,7 @@ async def wait_for(aw: Awaitable[Any], timeout: float | None) -> Any:
 # -- running ---------------------------------------------------------------------------
 
 
-def run(main: Coroutine[Any, Any, Any], *, debug: bool = False, loop: Loop | None = None) -> Any:
+def run(main: Coroutine[Any, Any, Any], *, debug: bool | None = None, loop: Loop | None = None) -> Any:
     """Run coroutine ``main`` on a new loop until it returns; return its result.
 
     Then (also when ``main`` raised, and when KeyboardInterrupt arrived)
