@@ -5,8 +5,8 @@
 # thread through call_soon_threadsafe); whoever needs the result either adds
 # a done-callback or, inside a coroutine, writes ``await future``.
 #
-# What ``await future`` does is the whole trick of this stage, and it is
-# three lines of ``Future.__await__``:
+# What ``await future`` does is the whole trick of this stage, and at heart
+# it is three lines of ``Future.__await__``:
 #
 #     if not self.done():
 #         yield self              # suspend: hand this future to whoever drives us
@@ -185,8 +185,9 @@ class Future:
     def __await__(self) -> Generator[Future, None, Any]:
         """What ``await future`` runs: suspend until done, then return the result.
 
-        The one ``yield`` in this stage that reaches the Task: whatever a
-        coroutine awaits, what finally comes out of its ``send()`` is a Future.
+        The ``yield`` that hands the Task a Future: whatever a coroutine
+        awaits, if it has to wait, what comes out of its ``send()`` is a
+        Future (or None, from the bare yield of ``sleep(0)``; see tasks.py).
         """
         if not self.done():
             yield self  # the Task adds a done-callback and suspends us

@@ -20,7 +20,7 @@
 #     what the kernel takes and buffers the rest; ``await drain()`` is where a
 #     fast writer waits for a slow reader.  The buffer has a high-water mark
 #     (above it, drain() waits) and a low-water mark (drain() resumes once
-#     the buffer is back under it), the pair asyncio's transports use.
+#     the buffer is back down to it), the pair asyncio's transports use.
 #   * A socket leaves the selector before it is closed, and closing wakes a
 #     reader waiting on it with ConnectionAbortedError: no task is left
 #     waiting on a descriptor that no longer exists.

@@ -17,8 +17,7 @@
 # That is the whole scheduler.  The reactor of the callbacks chapter does the
 # waiting; a Task only turns "the future is done" into "send into the
 # coroutine again".  And because a Task is itself a Future (done when its
-# coroutine returns), ``await task`` works by the same three lines of
-# Future.__await__.
+# coroutine returns), ``await task`` works by the same Future.__await__.
 #
 # Rules this file keeps:
 #   * Only a Task calls ``coro.send`` or ``coro.throw``, and only from its
