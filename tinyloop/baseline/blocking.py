@@ -24,8 +24,9 @@ __all__ = ["IDLE_TIMEOUT", "READ_SIZE", "serve", "serve_client"]
 # At most this many bytes per recv, into a buffer allocated once per client.
 # Discussion: a larger read is not faster.  glibc's malloc serves requests
 # above its mmap threshold (128 KiB by default, see mallopt(3)) with a fresh
-# mmap(2) and returns them with munmap(2), so a 256 KiB recv() into a new
-# bytes object costs two extra system calls and page faults on every read.
+# mmap(2), so a 256 KiB recv() into a new bytes object costs three extra
+# system calls on every read (mmap, mremap(2) when CPython shrinks the object
+# to the bytes that arrived, munmap(2) when it is freed) and page faults.
 # 64 KiB stays below the threshold, and recv_into() a reused buffer
 # allocates nothing at all.
 READ_SIZE = 64 * 1024

@@ -12,12 +12,15 @@
 #     accept(), and the process exits without waiting for clients.  The
 #     kernel closes the sockets the dying threads still hold.
 #
-# Discussion: with enough threads this is hard to beat on latency: the OS
-# schedules the threads, and blocking calls are the cheapest way to wait.
-# Its costs are memory (each thread reserves a stack; see the readiness
-# chapters for 10,000 idle clients on one thread) and the GIL, which lets one
-# thread run Python at a time.  The idle timeout inherited from the blocking
-# server frees the thread of a client that stays silent.
+# Discussion: when a handler computes instead of waiting, this is hard to
+# beat on latency: the OS preempts threads, and the GIL is handed over every
+# switch interval, so a slow handler delays the others only briefly.  Its
+# costs: a thread started per connection; memory (each thread reserves a
+# stack; see the readiness chapter for many idle clients on one thread); and
+# the GIL, which lets one thread run Python at a time, so many busy threads
+# queue for it and its tail latency under keep-alive is worse than a loop's.
+# The idle timeout inherited from the blocking server frees the thread of a
+# client that stays silent.
 
 from __future__ import annotations
 
