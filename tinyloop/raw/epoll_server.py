@@ -32,8 +32,9 @@ from tinyloop.raw.poll_server import serve_with
 
 __all__ = ["serve"]
 
-# epoll_ctl(2): "The bit masks ... are the same as for poll(2)" in practice:
-# the constants share their values, which is what lets serve_with run here.
+# epoll_ctl(2) names its event bits after poll(2)'s, and <sys/epoll.h> gives
+# them poll's values (EPOLLIN == POLLIN == 0x001, and so on).  The manual does
+# not promise it, so we check it: it is what lets serve_with run here.
 assert (select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR, select.EPOLLHUP) == \
        (select.POLLIN, select.POLLOUT, select.POLLERR, select.POLLHUP)
 

@@ -48,8 +48,8 @@ def serve_with(poller: select.poll | select.epoll, listener: socket.socket) -> N
     ``poller`` is a new ``select.poll()`` or a level-triggered
     ``select.epoll()``: both take ``register(fd, events)``, ``modify``,
     ``unregister`` and ``poll()`` (blocking when given no timeout), and
-    epoll's event bits have poll's values (EPOLLIN == POLLIN and so on, see
-    epoll_ctl(2)).  Runs until KeyboardInterrupt; closes every connection it
+    epoll's event bits have poll's values (EPOLLIN == POLLIN and so on, as
+    <sys/epoll.h> defines them; epoll_server.py checks it).  Runs until KeyboardInterrupt; closes every connection it
     accepted, but not ``poller`` or ``listener``, which the caller owns.
     """
     listener.setblocking(False)
