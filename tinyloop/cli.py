@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import stages
-from .serving import announce, listen, log, stop_on_sigterm
+from tinyloop import stages
+from tinyloop.serving import announce, listen, log, stop_on_sigterm
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -47,17 +47,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _exercises(args: argparse.Namespace) -> int:
-    from .exercises import cli
+    from tinyloop.exercises import cli
     return cli.list_exercises()
 
 
 def _start(args: argparse.Namespace) -> int:
-    from .exercises import cli
+    from tinyloop.exercises import cli
     return cli.start(args.exercise, args.file)
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .exercises import cli
+    from tinyloop.exercises import cli
     return cli.check(args.exercise, args.file)
 
 

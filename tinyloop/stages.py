@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from ._override import apply_override
+from tinyloop._override import apply_override
 
 __all__ = ["STAGES", "Stage", "get", "load"]
 
