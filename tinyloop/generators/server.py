@@ -28,9 +28,9 @@ from tinyloop.baseline.blocking import READ_SIZE
 from tinyloop.generators.scheduler import Scheduler
 from tinyloop.generators.traps import Coroutine, read_wait, spawn, write_wait
 from tinyloop.http import HTTPConnection
-from tinyloop.raw.connection import accept_all
+from tinyloop.raw.connection import accept_all, close_socket
 
-__all__ = ["accept_connections", "close", "handle_connection", "recv", "sendall", "serve"]
+__all__ = ["accept_connections", "handle_connection", "recv", "sendall", "serve"]
 
 
 def serve(listener: socket.socket) -> None:
@@ -64,25 +64,7 @@ def handle_connection(sock: socket.socket) -> Coroutine:
     except ConnectionError:
         graceful = False  # ECONNRESET, EPIPE: the client is gone, nobody to answer
     finally:
-        close(sock, graceful)
-
-
-def close(sock: socket.socket, graceful: bool) -> None:
-    """Close ``sock``; if ``graceful``, send FIN first (shutdown(2), SHUT_WR).
-
-    Discussion: a client may still be sending when we close (the rest of an
-    oversized header after our 431, say).  close() on a socket with unread
-    input sends RST at once (RFC 2525, 2.17), and the client's kernel may
-    throw our response away unread.  shutdown(SHUT_WR) first queues FIN right
-    behind the response, so the client sees response and end of stream
-    before the reset.
-    """
-    if graceful:
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # already reset by the peer
-    sock.close()
+        close_socket(sock, graceful)
 
 
 def recv(sock: socket.socket, max_bytes: int) -> Coroutine:

@@ -9,7 +9,7 @@
 # keeps the stack (the interpreter, in the chain of suspended frames) and
 # what reaches the scheduler (traps only).  The coroutines are kept side by
 # side on purpose, as the chapter's pair of listings; what is not a
-# coroutine (``close``) is imported from server.py.
+# coroutine (``close_socket``) comes from Part I, as in server.py.
 #
 # Rules this file keeps: those of server.py.
 
@@ -18,11 +18,10 @@ from __future__ import annotations
 import socket
 
 from tinyloop.baseline.blocking import READ_SIZE
-from tinyloop.generators.server import close
 from tinyloop.generators.traps import Coroutine, read_wait, spawn, write_wait
 from tinyloop.generators.yieldfrom import YieldFromScheduler
 from tinyloop.http import HTTPConnection
-from tinyloop.raw.connection import accept_all
+from tinyloop.raw.connection import accept_all, close_socket
 
 __all__ = ["accept_connections", "handle_connection", "recv", "sendall", "serve"]
 
@@ -58,7 +57,7 @@ def handle_connection(sock: socket.socket) -> Coroutine:
     except ConnectionError:
         graceful = False  # ECONNRESET, EPIPE: the client is gone, nobody to answer
     finally:
-        close(sock, graceful)
+        close_socket(sock, graceful)
 
 
 def recv(sock: socket.socket, max_bytes: int) -> Coroutine:

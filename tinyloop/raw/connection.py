@@ -36,7 +36,7 @@ import socket
 from tinyloop.baseline.blocking import READ_SIZE  # 64 KiB; the baselines say why
 from tinyloop.http import HTTPConnection
 
-__all__ = ["HIGH_WATER", "READ_SIZE", "Connection", "accept_all", "prepare"]
+__all__ = ["HIGH_WATER", "READ_SIZE", "Connection", "accept_all", "close_socket", "prepare"]
 
 # Stop reading from a connection while this many bytes wait to be sent to it.
 # Discussion: this is backpressure.  A client that pipelines requests faster
@@ -186,13 +186,24 @@ class Connection:
     def close(self) -> None:
         """Close the socket.  Call after unregistering ``fileno()`` from the server's poller.
 
-        When we close by choice (HTTP said so, output sent), shutdown(SHUT_WR)
-        first sends FIN after the last response, so the peer reads the whole
-        response before it sees the end of the stream.
+        Gracefully (FIN first, see :func:`close_socket`) unless the connection failed.
         """
-        if not self.failed:
-            try:
-                self.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # already reset by the peer: nothing left to say
-        self.sock.close()
+        close_socket(self.sock, graceful=not self.failed)
+
+
+def close_socket(sock: socket.socket, graceful: bool = True) -> None:
+    """Close ``sock``; if ``graceful``, send FIN first (shutdown(2), SHUT_WR).
+
+    Discussion: a client may still be sending when we close (the rest of an
+    oversized header after our 431, say).  close() on a socket with unread
+    input sends RST at once (RFC 2525, 2.17), and the client's kernel may
+    throw our response away unread.  shutdown(SHUT_WR) first queues FIN right
+    behind the response, so the client sees response and end of stream
+    before the reset.  Every non-blocking stage closes its sockets here.
+    """
+    if graceful:
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # already reset by the peer: nothing left to say
+    sock.close()
