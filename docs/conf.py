@@ -10,10 +10,17 @@
 #   * Warnings are errors (-W), and nitpicky mode (-n) makes every unresolved
 #     cross-reference a warning, so a listing whose function was renamed, an
 #     exercise that vanished or a broken link stops the build.
-#   * No network and no theme beyond what Sphinx ships (alabaster), so the
-#     book builds offline on a fresh clone.
+#   * No network: the theme (furo) and the extensions (sphinx-design,
+#     sphinx-copybutton, autosummary) are installed packages that ship their
+#     assets, so the book builds offline on a fresh clone.
+#   * Our own extensions (docs/_ext) only for what is ours alone: the
+#     benchmark tables and plots from the results JSON, the stage table, the
+#     exercise catalogue, and hiding exercise solutions (book_solutions).
 #   * Numbers and figures come from benchmarks/results/latest.json through the
 #     directives in docs/_ext; nothing measured is typed into a chapter.
+#   * Exercise solutions: collapsed behind a "Reference solution" dropdown by
+#     default; left out of the HTML entirely with `-t teacher` (or
+#     TINYLOOP_BOOK_SOLUTIONS=omit), the copy a teacher publishes for a class.
 
 from __future__ import annotations
 
@@ -34,31 +41,38 @@ release = version = "0.1"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx_copybutton",
+    "sphinx_design",
     "book_autodoc",
-    "book_api",
-    "book_toc",
+    "book_solutions",
     "book_catalog",
     "book_bench",
 ]
 
 root_doc = "index"
-source_suffix = {".md": "markdown"}
+# .rst for the API pages autosummary writes (into api/, ignored by git).
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "**/.*"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-html_theme = "alabaster"
+# The API reference: one page per module, found by listing the package
+# (chapters/api.md), so a new module needs no edit to the book.
+autosummary_generate = True
+autosummary_ignore_module_all = True  # list every submodule, whatever a package's __all__ says
+templates_path = [str(DOCS / "_templates")]  # absolute: autosummary reads it from the source dir
+
+html_theme = "furo"
 html_title = "tinyloop: an event loop, from select() up"
-html_theme_options = {
-    "description": "An event loop in pure Python, read beside its code.",
-    "fixed_sidebar": True,
-    "page_width": "1100px",
-    "sidebar_width": "230px",
-}
-html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
 html_show_sourcelink = False
+html_theme_options = {"navigation_with_keys": True}
+
+# The copy button leaves out prompts and the output of shell sessions.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
 
 # Python listings and signatures are highlighted as Python 3.
 highlight_language = "python3"
@@ -77,6 +91,14 @@ nitpick_ignore_regex = [
     ("py:class", r"(bytes|bytearray|str|int|float|bool|object|dict|list|tuple|set|type|None)"),
     ("py:class", r"(collections\.abc|typing|types|socket|select|selectors|os|dataclasses)\..*"),
     ("py:class", r"(Callable|Iterable|Iterator|Mapping|Sequence|Any|ModuleType|Exception)"),
+    ("py:mod", r"(selectors|select|socket|asyncio|heapq|time|os|threading|tokenize|ast)"),
+    ("py:func", r"(time|os|socket|select|asyncio|heapq)\..*"),
+    ("py:class", r"(pathlib|concurrent\.futures\._base|asyncio)\..*"),
+    # Private modules are not in the reference; two names the reference
+    # documents only where they are defined, not where a docstring uses them.
+    ("py:mod", r"tinyloop\._.*"),
+    ("py:meth", r"YieldFromScheduler\.run"),
+    ("py:func", r"shutdown_default_executor"),
     ("py:exc", r"(KeyError|ValueError|OSError|BlockingIOError|ConnectionError|KeyboardInterrupt|"
                r"NotImplementedError|ImportError|RuntimeError|TimeoutError|StopIteration)"),
 ]

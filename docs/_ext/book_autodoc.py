@@ -7,8 +7,9 @@
 #     a sibling (tinyloop.http.connection uses tinyloop.http.parser.Request).
 #     Sphinx looks only in the current module and class; when that fails we
 #     search once more by the name's last part, and link if exactly one
-#     documented object matches.  Two matches still warn ("more than one
-#     target"), so an ambiguous name is never linked by guess.
+#     documented object matches, or if exactly one of several lies nearest
+#     the docstring's own module (generators' Task from traps.py).  A tie
+#     still warns ("more than one target"): a name is never linked by guess.
 #   * A dataclass field with ``default_factory`` shows ``=<factory>`` in its
 #     signature, which Sphinx cannot parse; it is shown as ``=...``.
 
@@ -18,6 +19,7 @@ from docutils import nodes
 from sphinx.addnodes import pending_xref
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.util.nodes import make_refnode
 
 __all__ = ["setup"]
 
@@ -27,10 +29,34 @@ def _resolve_by_last_name(app: Sphinx, env: BuildEnvironment, node: pending_xref
     if node.get("refdomain") != "py" or node.get("refspecific"):
         return None
     domain = env.get_domain("py")
-    retry = node.deepcopy()
-    retry["refspecific"] = True  # Sphinx's own "fuzzy" search: any module, unique suffix
-    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
-                               node["reftarget"], retry, contnode)
+    module = node.get("py:module") or ""
+    target = node["reftarget"]
+    # Sphinx's own "fuzzy" search: any module, unique suffix.
+    types = domain.objtypes_for_role(node["reftype"]) or []
+    matches = domain.find_obj(env, module, node.get("py:class"), target,
+                              types[0] if len(types) == 1 else None, 1)
+    if len(matches) > 1:
+        # Several modules define the name (generators' Task and coroutines'
+        # Task): the one nearest the docstring's own module is meant, when
+        # exactly one is nearest.
+        def shared(name: str) -> int:
+            count = 0
+            for a, b in zip(name.split("."), module.split(".")):
+                if a != b:
+                    break
+                count += 1
+            return count
+        best = max(shared(name) for name, _ in matches)
+        nearest = [m for m in matches if shared(m[0]) == best]
+        if len(nearest) == 1 and best > 1:
+            matches = nearest
+    if len(matches) != 1:
+        retry = node.deepcopy()
+        retry["refspecific"] = True  # let Sphinx warn about it in its own words
+        return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
+                                   target, retry, contnode)
+    name, obj = matches[0]
+    return make_refnode(app.builder, node["refdoc"], obj.docname, obj.node_id, contnode, name)
 
 
 def _parsable_signature(app: Sphinx, what: str, name: str, obj: object, options: object,

@@ -33,13 +33,6 @@
 #       load's command, ``idle.NOTES[figure]`` and the machine.  Without the
 #       JSON, a note with the command.  Config: ``book_idle_results``.
 #
-#   {results-include} PATH     :command: the command that writes PATH
-#                              :language: for highlighting (default: text)
-#       a text file a measurement wrote (PATH relative to the repository
-#       root, e.g. benchmarks/results/profile.txt), shown as a literal
-#       block; while it does not exist, a note with the command instead.
-#       literalinclude would fail the build on a fresh clone.
-#
 # Rules:
 #   * On a fresh clone there is no JSON yet.  That is not an error: each
 #     directive renders a note telling the reader how to make one, and the
@@ -70,7 +63,7 @@ from sphinx.util.docutils import SphinxDirective
 from book_tables import table
 
 __all__ = ["BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective", "BenchTableDirective",
-           "ResultsIncludeDirective", "known_servers", "load_names", "setup", "split_servers"]
+           "known_servers", "load_names", "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
 
@@ -327,39 +320,7 @@ class BenchIdleDirective(_ScriptResultsDirective):
         return out
 
 
-class ResultsIncludeDirective(SphinxDirective):
-    """``{results-include} PATH``: a measurement's text output, or how to make it."""
-
-    has_content = False
-    required_arguments = 1
-    option_spec = {"command": directives.unchanged_required, "language": directives.unchanged}
-
-    def run(self) -> list[nodes.Node]:
-        root = Path(self.env.app.confdir).parent
-        path = (root / self.arguments[0]).resolve()
-        if root.resolve() not in path.parents:
-            logger.warning("{results-include}: %s is outside the repository", self.arguments[0],
-                           location=self.get_location())
-            return []
-        self.env.note_dependency(str(path))
-        if not path.exists():
-            command = self.options.get("command")
-            if not command:
-                logger.warning("{results-include}: %s does not exist and no :command: says how to "
-                               "make it", self.arguments[0], location=self.get_location())
-                return []
-            note = nodes.note()
-            note += nodes.paragraph("", "", *_code_spans(
-                f"Not measured yet: run ``{command}`` (it writes ``{self.arguments[0]}``), "
-                "then build the book again."))
-            return [note]
-        text = path.read_text(encoding="utf-8")
-        return [nodes.literal_block(text, text, language=self.options.get("language") or "text",
-                                    classes=["book-bench-text"])]
-
-
 def setup(app: Sphinx) -> dict[str, object]:
-    app.add_directive("results-include", ResultsIncludeDirective)
     app.add_config_value("book_bench_results", "", "env", types=[str])
     app.add_config_value("book_fairness_results", "", "env", types=[str])
     app.add_config_value("book_idle_results", "", "env", types=[str])

@@ -40,11 +40,13 @@ from pathlib import Path
 
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["MarkerError", "Region", "check_command", "find_all", "find_regions", "placeholder",
+__all__ = ["MARKER", "MarkerError", "Region", "check_command", "find_all", "find_regions", "placeholder",
            "placeholder_message", "reference", "source_path", "starter", "unwritten_lines"]
 
 NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
-_MARKER = re.compile(rf"# exercise ({NAME}): (begin|end)")
+# A marker comment; group 1 is the exercise name, group 2 "begin" or "end".
+MARKER = re.compile(rf"# exercise ({NAME}): (begin|end)")
+_MARKER = MARKER
 # Near misses: "#exercise x: begin", "# exercise x begin", "# Exercise X: End".
 _LOOKS_LIKE_MARKER = re.compile(r"#\s*exercise\s+\S+?\s*:?\s*(begin|end)\s*$", re.IGNORECASE)
 

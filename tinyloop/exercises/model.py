@@ -20,15 +20,19 @@ PROPERTIES = ("single_thread", "idle_cpu", "no_fd_growth", "slow_client")
 class Exercise:
     """One exercise.
 
-    ``name``          what ``python -m tinyloop check NAME`` takes, and the marker name
-                      (``# exercise NAME: begin`` / ``# exercise NAME: end``)
-    ``chapter``       the chapter that sets it (a file name in ``chapters/`` without ``.md``)
-    ``title``         one line
-    ``module``        the reference module holding the marked region(s), e.g. ``tinyloop.raw.connection``
-    ``instructions``  what to write, in a few sentences a student understands
-    ``tests``         pytest arguments, relative to the repository root, that grade the solution
-    ``stage``         the server stage whose loop properties are checked, or ``None``
-    ``properties``    which of :data:`PROPERTIES` to check on that stage's server
+    - ``name``: what ``python -m tinyloop check NAME`` takes, and the marker
+      name (``# exercise NAME: begin`` / ``# exercise NAME: end``)
+    - ``chapter``: the chapter that sets it (a file name in ``chapters/``
+      without ``.md``)
+    - ``title``: one line
+    - ``module``: the reference module holding the marked region(s), e.g.
+      ``tinyloop.raw.connection``
+    - ``instructions``: what to write, in a few sentences a student
+      understands; any wording a test requires (an error message) is given here
+    - ``tests``: pytest arguments, relative to the repository root, that grade
+      the solution: the tests of every stage that runs the region's code
+    - ``stage``: the server stage whose loop properties are checked, or ``None``
+    - ``properties``: which of ``PROPERTIES`` to check on that stage's server
     """
 
     name: str
