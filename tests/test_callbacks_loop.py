@@ -134,7 +134,7 @@ def test_a_handle_cancelled_earlier_in_the_same_iteration_is_skipped(loop: Loop)
 def test_timers_fire_only_when_the_clock_reaches_them(loop: Loop, clock: VirtualClock) -> None:
     log: list[float] = []
     timer = loop.call_at(clock.now + 1, lambda: log.append(clock.now))
-    assert isinstance(timer, TimerHandle) and timer.when == clock.now + 1
+    assert isinstance(timer, TimerHandle) and timer.when() == clock.now + 1
     clock.advance(0.5)
     loop.call_soon(lambda: None)  # make the iteration not wait
     loop.run_once()

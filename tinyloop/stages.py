@@ -51,6 +51,10 @@ STAGES: tuple[Stage, ...] = (
           "the same scheduler with `yield from` keeping the stack"),
     Stage("coroutines", "tinyloop.coroutines.server", "coroutines",
           "async/await on our own Future and Task, with streams"),
+    Stage("aio", "tinyloop.aio.server", "asyncio",
+          "an asyncio event loop on Part II's reactor: a Protocol on transports"),
+    Stage("aio-streams", "tinyloop.aio.streams_server", "asyncio",
+          "the same server on asyncio's own streams, run on tinyloop.aio"),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

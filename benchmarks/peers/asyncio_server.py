@@ -3,7 +3,9 @@
 # The yardstick every stage is measured against: the same HTTP layer
 # (tinyloop.http.HTTPConnection) served by asyncio, written two ways, on two
 # loops.  Only the loop and the API change between the four peers, so their
-# differences are the loop's and the API's, never the parser's.
+# differences are the loop's and the API's, never the parser's.  The
+# Protocol and the streams handler are the ``aio`` stages' own
+# (tinyloop/aio/server.py): the same code on the stdlib loop and on uvloop.
 #
 #   --api protocol   asyncio.Protocol callbacks: data_received -> write
 #   --api streams    asyncio.start_server: a coroutine per connection that
@@ -21,48 +23,8 @@ import argparse
 import asyncio
 import signal
 
-from tinyloop.http import HTTPConnection
+from tinyloop.aio.server import HTTPProtocol, handle_stream
 from tinyloop.serving import announce, listen, log
-
-
-class HTTPProtocol(asyncio.Protocol):
-    """One connection, driven by the loop's callbacks."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self.transport = transport
-        self.http = HTTPConnection()
-
-    def data_received(self, data: bytes) -> None:
-        self._send(self.http.receive_data(data))
-
-    def eof_received(self) -> bool:
-        self._send(self.http.receive_data(b""))
-        return False  # let the transport close once its buffer is flushed
-
-    def _send(self, out: bytes) -> None:
-        if out:
-            self.transport.write(out)
-        if self.http.should_close:
-            # close() flushes what write() buffered before it closes.
-            self.transport.close()
-
-
-async def handle_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """One connection as a coroutine: read, answer, drain, until the HTTP layer says close."""
-    http = HTTPConnection()
-    try:
-        while not http.should_close:
-            data = await reader.read(65536)
-            out = http.receive_data(data)
-            if out:
-                writer.write(out)
-                await writer.drain()
-            if not data:
-                break
-    except ConnectionError:
-        pass  # the peer reset: nothing to answer
-    finally:
-        writer.close()
 
 
 async def serve(name: str, api: str, port: int) -> None:

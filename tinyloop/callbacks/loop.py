@@ -151,17 +151,21 @@ class TimerHandle(Handle):
     timers due at the same time run first-scheduled, first-run.
     """
 
-    __slots__ = ("when", "_sequence", "_in_heap")
+    __slots__ = ("_when", "_sequence", "_in_heap")
 
     def __init__(self, when: float, sequence: int, callback: Callable[..., object],
                  args: tuple[Any, ...], loop: Loop) -> None:
         super().__init__(callback, args, loop)
-        self.when = when
+        self._when = when
         self._sequence = sequence
         self._in_heap = False
 
+    def when(self) -> float:
+        """The deadline, in seconds on :meth:`Loop.time`'s clock (as ``asyncio.TimerHandle.when()``)."""
+        return self._when
+
     def __lt__(self, other: TimerHandle) -> bool:
-        return (self.when, self._sequence) < (other.when, other._sequence)
+        return (self._when, self._sequence) < (other._when, other._sequence)
 
     def cancel(self) -> None:
         if not self._cancelled and self._in_heap:
@@ -169,7 +173,7 @@ class TimerHandle(Handle):
         super().cancel()
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f" when={self.when:.6f}>"
+        return super().__repr__()[:-1] + f" when={self._when:.6f}>"
 
 
 class Loop:
@@ -186,6 +190,13 @@ class Loop:
     but an empty string, as ``PYTHONASYNCIODEBUG`` does for asyncio, so a
     server started by ``python -m tinyloop serve`` can name its slow callbacks.
     """
+
+    # What add_reader/add_writer wrap a callback in, and where errors and slow
+    # callbacks are logged.  A subclass that runs callbacks differently swaps
+    # them (tinyloop.aio runs each callback in a contextvars.Context, and logs
+    # on the "asyncio" logger that asyncio programs configure).
+    handle_class = Handle
+    _logger = logger
 
     def __init__(self, selector: selectors.BaseSelector | None = None,
                  clock: Callable[[], float] = time.monotonic, *, debug: bool | None = None,
@@ -301,7 +312,7 @@ class Loop:
     def _add_interest(self, fd: Any, event: int, callback: Callable[..., object],
                       args: tuple[Any, ...]) -> Handle:
         self._check_callback(callback, "add_reader" if event == selectors.EVENT_READ else "add_writer")
-        handle = Handle(callback, args, self)
+        handle = self.handle_class(callback, args, self)
         reading = event == selectors.EVENT_READ
         try:
             # Discussion: register first, and look up only when that fails.
@@ -377,7 +388,7 @@ class Loop:
             return 0
         if not self._scheduled:
             return None
-        delay = self._scheduled[0].when - self.time()
+        delay = self._scheduled[0]._when - self.time()
         return min(max(0.0, delay), MAXIMUM_SELECT_TIMEOUT)
 
     def _clean_timer_heap(self) -> None:
@@ -429,7 +440,7 @@ class Loop:
         # exercise timer-heap: begin
         end = self.time() + CLOCK_RESOLUTION
         heap = self._scheduled
-        while heap and heap[0].when <= end:
+        while heap and heap[0]._when <= end:
             timer = heapq.heappop(heap)
             timer._in_heap = False
             if timer._cancelled:
@@ -446,7 +457,7 @@ class Loop:
         handle._run()
         duration = self.time() - start
         if duration >= self.slow_callback_duration:
-            logger.warning("Executing %r took %.3f seconds", handle, duration)
+            self._logger.warning("Executing %r took %.3f seconds", handle, duration)
 
     # -- Running and stopping -----------------------------------------------------
 
@@ -555,7 +566,7 @@ class Loop:
         for key in sorted(context):
             if key not in ("message", "exception"):
                 lines.append(f"{key}: {context[key]!r}")
-        logger.error("\n".join(lines), exc_info=exc_info)
+        self._logger.error("\n".join(lines), exc_info=exc_info)
 
     # -- The self-pipe ---------------------------------------------------------------
     #

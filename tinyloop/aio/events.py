@@ -1,0 +1,145 @@
+# tinyloop/aio/events.py
+#
+# Handles that run their callback inside a contextvars.Context, and the
+# policy that makes asyncio use our loop.  CPython's Lib/asyncio/events.py
+# holds the same two things, beside the abstract classes (AbstractEventLoop,
+# AbstractServer, the policy base) which we import from asyncio rather than
+# write again: they are the contract, not an implementation.
+#
+# Rules this file keeps:
+#   * Part II's Handle is reused as it is.  A Part II handle calls
+#     ``callback(*args)``; an asyncio handle calls
+#     ``context.run(callback, *args)`` (PEP 567).  So ours stores
+#     ``context.run`` as the thing to call and the user's callback as its first
+#     argument: not one line of Part II's ``_run`` changes, and what runs is
+#     exactly what asyncio runs.
+#   * A handle never keeps its context alive after ``cancel()``: Part II's
+#     cancel drops ``_callback`` and ``_args``, and the context goes with them
+#     (``get_context()`` still answers from ``_context``).
+#
+# Where this differs from CPython: asyncio's Handle is one class with a
+# ``_run`` of its own; ours subclasses Part II's.  asyncio formats a callback
+# with its source line in debug mode; we name the callback and, when it is a
+# task's step, the task (what a reader of a slow-callback warning needs).
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tinyloop.callbacks import loop as reactor
+
+__all__ = ["DEBUG_ENV", "EventLoopPolicy", "Handle", "TimerHandle", "debug_from_environment"]
+
+# Debug mode for our loops, as for asyncio's (see debug_from_environment).
+DEBUG_ENV = "PYTHONASYNCIODEBUG"
+
+
+def debug_from_environment() -> bool:
+    """Whether a new loop starts in debug mode: ``-X dev``, ``PYTHONASYNCIODEBUG``
+    or ``TINYLOOP_DEBUG`` (the Part II switch) set to a non-empty string.
+
+    ``PYTHONASYNCIODEBUG`` is ignored under ``-E``, as asyncio ignores it
+    (``asyncio.coroutines._is_debug_mode``).  Source: the asyncio docs,
+    "Developing with asyncio", "Debug Mode".
+    """
+    if sys.flags.dev_mode:
+        return True
+    if sys.flags.ignore_environment:
+        return False
+    return bool(os.environ.get(DEBUG_ENV) or os.environ.get(reactor.DEBUG_ENV))
+
+
+class _InContext:
+    """What Handle and TimerHandle add to Part II's: a context, and names for it.
+
+    ``_callback`` is ``context.run`` and ``_args`` is ``(callback, *args)``
+    (see the file's rules); the methods here look past that wrapping.
+    """
+
+    __slots__ = ()
+
+    def get_context(self) -> contextvars.Context:
+        """The context the callback runs in (``asyncio.Handle.get_context``, 3.12+)."""
+        return self._context  # type: ignore[attr-defined]
+
+    def _format_callback(self) -> str:
+        if self._args is None:  # type: ignore[attr-defined]
+            return "cancelled"
+        callback, *args = self._args  # type: ignore[attr-defined]
+        owner = getattr(callback, "__self__", None)
+        if isinstance(owner, asyncio.Future):
+            # A task's step (C tasks schedule a TaskStepMethWrapper, Python
+            # tasks a bound method; both have __self__): name the task, which
+            # says which coroutine ran, and where it is waiting now.
+            return repr(owner)
+        name = getattr(callback, "__qualname__", None) or repr(callback)
+        if owner is not None and not isinstance(owner, type(sys)):
+            name = f"{owner!r}.{getattr(callback, '__name__', name)}"
+        return f"{name}({', '.join(repr(arg) for arg in args)})"
+
+
+class Handle(_InContext, reactor.Handle):
+    """A callback waiting in the ready queue or the selector, run in ``context``.
+
+    ``context`` is a :class:`contextvars.Context`; None takes a copy of the
+    current one, as ``asyncio.Handle`` does.  Returned by ``call_soon``,
+    ``call_soon_threadsafe``, ``add_reader`` and ``add_writer``.
+    """
+
+    __slots__ = ("_context",)
+
+    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: Any,
+                 context: contextvars.Context | None = None) -> None:
+        if context is None:
+            context = contextvars.copy_context()
+        self._context = context
+        super().__init__(context.run, (callback, *args), loop)
+
+
+class TimerHandle(_InContext, reactor.TimerHandle):
+    """A handle in the timer heap, due at ``when()`` seconds on ``loop.time()``.
+
+    Returned by ``call_later`` and ``call_at``; compare ``asyncio.TimerHandle``.
+    """
+
+    __slots__ = ("_context",)
+
+    def __init__(self, when: float, sequence: int, callback: Callable[..., object],
+                 args: tuple[Any, ...], loop: Any, context: contextvars.Context | None = None) -> None:
+        if context is None:
+            context = contextvars.copy_context()
+        self._context = context
+        super().__init__(when, sequence, context.run, (callback, *args), loop)
+
+
+# -- The policy ------------------------------------------------------------------
+#
+# Discussion: asyncio asks its *policy* for a new loop (asyncio.new_event_loop,
+# asyncio.run on 3.11, get_event_loop in the main thread).  The default
+# policy's only loop-specific line is ``_loop_factory``; uvloop's policy
+# overrides exactly that, and so does ours.  Policies are deprecated from
+# Python 3.14 in favour of ``asyncio.run(..., loop_factory=...)`` and
+# ``asyncio.Runner(loop_factory=...)``, which take tinyloop.aio.new_event_loop
+# directly.
+
+_PolicyBase: Any = getattr(asyncio.events, "BaseDefaultEventLoopPolicy", None) or \
+    getattr(asyncio.events, "_BaseDefaultEventLoopPolicy")
+
+
+class EventLoopPolicy(_PolicyBase):
+    """An asyncio event loop policy whose loops are tinyloop's.
+
+    Install it with ``asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())``;
+    from then on ``asyncio.new_event_loop()`` and ``asyncio.run()`` make
+    :class:`tinyloop.aio.Loop` instances.  Source: the asyncio docs,
+    "Policies".
+    """
+
+    def _loop_factory(self) -> asyncio.AbstractEventLoop:
+        from tinyloop.aio.unix_events import Loop  # the loop class is defined last
+        return Loop()
