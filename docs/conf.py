@@ -67,6 +67,7 @@ html_theme = "furo"
 html_title = "tinyloop: an event loop, from select() up"
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
+html_favicon = "_static/favicon.svg"
 html_show_sourcelink = False
 html_theme_options = {"navigation_with_keys": True}
 
@@ -76,7 +77,6 @@ copybutton_prompt_is_regexp = True
 
 # Python listings and signatures are highlighted as Python 3.
 highlight_language = "python3"
-pygments_style = "sphinx"
 
 # autodoc: members in source order, as the files are meant to be read.
 autodoc_member_order = "bysource"
@@ -93,7 +93,7 @@ nitpick_ignore_regex = [
     ("py:class", r"(Callable|Iterable|Iterator|Mapping|Sequence|Any|ModuleType|Exception)"),
     ("py:mod", r"(selectors|select|socket|asyncio|heapq|time|os|threading|tokenize|ast)"),
     ("py:func", r"(time|os|socket|select|asyncio|heapq)\..*"),
-    ("py:class", r"(pathlib|concurrent\.futures\._base|asyncio)\..*"),
+    ("py:class", r"(pathlib|concurrent\.futures|asyncio|_asyncio|contextvars|ssl)\..*"),
     # Private modules are not in the reference; two names the reference
     # documents only where they are defined, not where a docstring uses them.
     ("py:mod", r"tinyloop\._.*"),

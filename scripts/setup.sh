@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — make this checkout ready to run: the system tools the
-# benchmarks and tests drive (ab, wrk, a C compiler, libuv), and a virtual
+# benchmarks and tests drive (ab, wrk, a C compiler, libuv; Chromium for the
+# book's browser test, optional), and a virtual
 # environment in .venv with tinyloop and its development extras installed.
 #
 # Sourced by scripts/test.sh and scripts/benchmark.sh; safe to run again (each
@@ -64,6 +65,35 @@ install_system_packages() {
     return 1
 }
 
+# --- a browser for the book's test -------------------------------------------
+# tests/test_browser.py loads the built book in headless Chromium.  Optional:
+# without it that test is skipped (it says so), and nothing else needs it.
+have_browser() {
+    local name
+    for name in chromium chromium-browser google-chrome google-chrome-stable; do
+        command -v "$name" >/dev/null 2>&1 && return 0
+    done
+    [ -d "/Applications/Chromium.app" ] || [ -d "/Applications/Google Chrome.app" ]
+}
+
+install_browser() {
+    have_browser && return 0
+    if command -v apt-get >/dev/null 2>&1; then
+        say "installing chromium with apt-get (for tests/test_browser.py)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 ||
+            { as_root apt-get update -q >/dev/null 2>&1 &&
+              as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; } || true
+    elif command -v dnf >/dev/null 2>&1; then
+        say "installing chromium with dnf (for tests/test_browser.py)"
+        as_root dnf install -y -q chromium >/dev/null 2>&1 || true
+    elif command -v brew >/dev/null 2>&1; then
+        say "installing chromium with brew (for tests/test_browser.py)"
+        brew install --cask chromium >/dev/null 2>&1 || true
+    fi
+    have_browser && return 0
+    say "no Chromium: tests/test_browser.py will be skipped (install chromium to run it)"
+}
+
 # --- the virtual environment ----------------------------------------------
 find_python() {
     for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
@@ -96,5 +126,6 @@ make_venv() {
 }
 
 install_system_packages
+install_browser
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"

@@ -1,7 +1,13 @@
 # docs/_ext/book_autodoc.py
 #
-# Two small repairs that let the API reference build under -n -W while the
+# Small repairs that let the API reference build under -n -W while the
 # source stays written for its reader, not for Sphinx:
+#
+#   * A name is first looked up the way Python would, from the docstring's
+#     module and class: a re-export (tinyloop.aio.Loop) or an inherited method
+#     links to where it is defined; a private helper, a TypeVar or a
+#     standard-library object (no intersphinx offline) is set as plain text.
+#     A name Python cannot find at all still warns: that is a typo or a rename.
 #
 #   * A docstring says :class:`Request` where the module imported Request from
 #     a sibling (tinyloop.http.connection uses tinyloop.http.parser.Request).
@@ -15,6 +21,9 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 from docutils import nodes
 from sphinx.addnodes import pending_xref
 from sphinx.application import Sphinx
@@ -24,10 +33,60 @@ from sphinx.util.nodes import make_refnode
 __all__ = ["setup"]
 
 
+def _find_by_python(module: str, cls: str | None, target: str) -> tuple[bool, object]:
+    """What Python itself finds for ``target`` seen from ``module`` (and class ``cls``):
+    ``(True, object)``, or ``(False, None)`` when nothing by that name exists."""
+    tries = []
+    if cls:
+        tries.append(f"{module}.{cls}.{target}")
+    tries += [f"{module}.{target}", target]
+    for dotted in tries:
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest importable module first
+            try:
+                obj: object = importlib.import_module(".".join(parts[:cut]))
+            except Exception:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                break
+            return True, obj
+    return False, None
+
+
+def _resolve_by_python(app: Sphinx, env: BuildEnvironment, node: pending_xref,
+                       contnode: nodes.TextElement) -> nodes.Node | None:
+    """A name Python finds: a link to where it is defined if that is documented (a
+    re-export, an inherited method), plain text if it is not tinyloop's public API
+    (a private helper, a TypeVar, the standard library); None otherwise."""
+    found, obj = _find_by_python(node.get("py:module") or "", node.get("py:class"),
+                                 node["reftarget"])
+    if not found:
+        return None
+    obj = inspect.unwrap(obj) if callable(obj) else obj
+    home, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(home, str) and isinstance(qualname, str):
+        name = f"{home}.{qualname}"
+        entry = env.get_domain("py").objects.get(name)
+        if entry is not None:
+            return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id,
+                                contnode, name)
+        public = home.split(".")[0] == "tinyloop" and not any(
+            part.startswith("_") for part in name.split("."))
+        if public:
+            return None  # tinyloop's own and public, yet undocumented: let Sphinx warn
+    return contnode
+
+
 def _resolve_by_last_name(app: Sphinx, env: BuildEnvironment, node: pending_xref,
-                          contnode: nodes.TextElement) -> nodes.reference | None:
+                          contnode: nodes.TextElement) -> nodes.Node | None:
     if node.get("refdomain") != "py" or node.get("refspecific"):
         return None
+    by_python = _resolve_by_python(app, env, node, contnode)
+    if by_python is not None:
+        return by_python
     domain = env.get_domain("py")
     module = node.get("py:module") or ""
     target = node["reftarget"]
