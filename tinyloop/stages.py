@@ -26,6 +26,12 @@ class Stage:
     module: str
     chapter: str
     summary: str
+    # For a stage whose chapter builds an event loop: "module:callable" that
+    # makes one (called with ``selector=`` and ``clock=``, as the fakes need).
+    # It makes the stage a row of the behaviour suite (tests/behaviour/) and,
+    # when the loop is an asyncio.AbstractEventLoop, of the conformance suite
+    # (tests/conformance/).  None for servers that bring no loop of their own.
+    loop: str | None = None
 
 
 STAGES: tuple[Stage, ...] = (
@@ -44,15 +50,20 @@ STAGES: tuple[Stage, ...] = (
     Stage("kqueue", "tinyloop.raw.kqueue_server", "readiness",
           "kqueue(2) change lists; on Linux an emulation on epoll"),
     Stage("callbacks", "tinyloop.callbacks.server", "callbacks",
-          "a selectors-based reactor: ready queue, timer heap, callbacks"),
+          "a selectors-based reactor: ready queue, timer heap, callbacks",
+          loop="tinyloop.callbacks.loop:Loop"),
     Stage("generators", "tinyloop.generators.server", "generators",
-          "a generator-stack scheduler: tasks yield traps, a trampoline runs them"),
+          "a generator-stack scheduler: tasks yield traps, a trampoline runs them",
+          loop="tinyloop.callbacks.loop:Loop"),
     Stage("yieldfrom", "tinyloop.generators.yieldfrom_server", "generators",
-          "the same scheduler with `yield from` keeping the stack"),
+          "the same scheduler with `yield from` keeping the stack",
+          loop="tinyloop.callbacks.loop:Loop"),
     Stage("coroutines", "tinyloop.coroutines.server", "coroutines",
-          "async/await on our own Future and Task, with streams"),
+          "async/await on our own Future and Task, with streams",
+          loop="tinyloop.callbacks.loop:Loop"),
     Stage("aio", "tinyloop.aio.server", "asyncio",
-          "an asyncio event loop on Part II's reactor: a Protocol on transports"),
+          "an asyncio event loop on Part II's reactor: a Protocol on transports",
+          loop="tinyloop.aio:new_event_loop"),
     Stage("aio-streams", "tinyloop.aio.streams_server", "asyncio",
           "the same server on asyncio's own streams, run on tinyloop.aio"),
 )
