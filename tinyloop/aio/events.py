@@ -7,20 +7,21 @@
 # write again: they are the contract, not an implementation.
 #
 # Rules this file keeps:
-#   * Part II's Handle is reused as it is.  A Part II handle calls
-#     ``callback(*args)``; an asyncio handle calls
-#     ``context.run(callback, *args)`` (PEP 567).  So ours stores
-#     ``context.run`` as the thing to call and the user's callback as its first
-#     argument: not one line of Part II's ``_run`` changes, and what runs is
-#     exactly what asyncio runs.
-#   * A handle never keeps its context alive after ``cancel()``: Part II's
-#     cancel drops ``_callback`` and ``_args``, and the context goes with them
-#     (``get_context()`` still answers from ``_context``).
+#   * Part II's Handle is reused, and one method is overridden: a Part II
+#     handle calls ``callback(*args)``, an asyncio handle calls
+#     ``context.run(callback, *args)`` (PEP 567), so the callback sees the
+#     context variables of whoever scheduled it.  Everything else (the
+#     fields, cancel(), the error report) is Part II's.
+#   * Handle.__init__ sets Part II's fields itself rather than calling
+#     super().__init__(): it is the hottest constructor in the loop (the
+#     chapter's table of changes prices it).
+#   * A cancelled handle drops its callback and arguments (Part II's
+#     cancel); its context goes with them.
 #
-# Where this differs from CPython: asyncio's Handle is one class with a
-# ``_run`` of its own; ours subclasses Part II's.  asyncio formats a callback
-# with its source line in debug mode; we name the callback and, when it is a
-# task's step, the task (what a reader of a slow-callback warning needs).
+# Where this differs from CPython: asyncio's Handle is one class; ours
+# subclasses Part II's.  asyncio formats a callback with its source line in
+# debug mode; we name the callback and, when it is a task's step, the task
+# (what a reader of a slow-callback warning needs).
 
 from __future__ import annotations
 
@@ -55,11 +56,7 @@ def debug_from_environment() -> bool:
 
 
 class _InContext:
-    """What Handle and TimerHandle add to Part II's: a context, and names for it.
-
-    ``_callback`` is ``context.run`` and ``_args`` is ``(callback, *args)``
-    (see the file's rules); the methods here look past that wrapping.
-    """
+    """What Handle and TimerHandle add to Part II's: a context to run in, and names."""
 
     __slots__ = ()
 
@@ -67,20 +64,23 @@ class _InContext:
         """The context the callback runs in (``asyncio.Handle.get_context``, 3.12+)."""
         return self._context  # type: ignore[attr-defined]
 
+    def _run(self) -> None:
+        try:
+            self._context.run(self._callback, *self._args)  # type: ignore[attr-defined]
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._report(exc)  # type: ignore[attr-defined]
+
     def _format_callback(self) -> str:
-        if self._args is None:  # type: ignore[attr-defined]
-            return "cancelled"
-        callback, *args = self._args  # type: ignore[attr-defined]
+        callback = self._callback  # type: ignore[attr-defined]
         owner = getattr(callback, "__self__", None)
         if isinstance(owner, asyncio.Future):
             # A task's step (C tasks schedule a TaskStepMethWrapper, Python
             # tasks a bound method; both have __self__): name the task, which
-            # says which coroutine ran, and where it is waiting now.
+            # says which coroutine ran and where it waits now.
             return repr(owner)
-        name = getattr(callback, "__qualname__", None) or repr(callback)
-        if owner is not None and not isinstance(owner, type(sys)):
-            name = f"{owner!r}.{getattr(callback, '__name__', name)}"
-        return f"{name}({', '.join(repr(arg) for arg in args)})"
+        return super()._format_callback()  # type: ignore[misc]
 
 
 class Handle(_InContext, reactor.Handle):
@@ -95,10 +95,12 @@ class Handle(_InContext, reactor.Handle):
 
     def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: Any,
                  context: contextvars.Context | None = None) -> None:
-        if context is None:
-            context = contextvars.copy_context()
-        self._context = context
-        super().__init__(context.run, (callback, *args), loop)
+        self._context = contextvars.copy_context() if context is None else context
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._loop = loop
+        self._repr = None
 
 
 class TimerHandle(_InContext, reactor.TimerHandle):
@@ -111,10 +113,8 @@ class TimerHandle(_InContext, reactor.TimerHandle):
 
     def __init__(self, when: float, sequence: int, callback: Callable[..., object],
                  args: tuple[Any, ...], loop: Any, context: contextvars.Context | None = None) -> None:
-        if context is None:
-            context = contextvars.copy_context()
-        self._context = context
-        super().__init__(when, sequence, context.run, (callback, *args), loop)
+        self._context = contextvars.copy_context() if context is None else context
+        super().__init__(when, sequence, callback, args, loop)
 
 
 # -- The policy ------------------------------------------------------------------

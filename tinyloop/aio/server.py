@@ -95,7 +95,10 @@ async def serve_on(listener: socket.socket, api: str = "protocol",
             await asyncio.get_running_loop().create_future()  # until cancelled
         finally:
             server.close()
-            server.abort_clients()  # type: ignore[attr-defined]  (3.13's, and ours on every Python)
+            # asyncio's Server has abort_clients from 3.13; ours on every Python.
+            abort_clients = getattr(server, "abort_clients", None)
+            if abort_clients is not None:
+                abort_clients()
 
 
 def _run(coroutine: Coroutine[Any, Any, None]) -> None:

@@ -123,11 +123,14 @@ class Handle:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": f"Exception in callback {self._format_callback()}",
-                "exception": exc,
-                "handle": self,
-            })
+            self._report(exc)
+
+    def _report(self, exc: BaseException) -> None:
+        self._loop.call_exception_handler({
+            "message": f"Exception in callback {self._format_callback()}",
+            "exception": exc,
+            "handle": self,
+        })
 
     def _format_callback(self) -> str:
         callback = self._callback
