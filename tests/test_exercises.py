@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import textwrap
 import time
 import types
@@ -153,7 +156,7 @@ def test_the_wrong_file(exercise, tmp_path):
 
 
 def test_a_missing_file_is_a_usage_error(exercise, tmp_path):
-    with pytest.raises(checker.CheckerError, match="python -m tinyloop start fixture-add"):
+    with pytest.raises(checker.CheckerError, match="-m tinyloop start fixture-add"):
         checker.check(exercise, tmp_path / "nothing.py", root=tmp_path)
 
 
@@ -407,7 +410,8 @@ def test_start_writes_the_starter_and_says_what_to_do(commands, capsys):
     assert "Return the sum of a and b." in out
     lines = markers.unwritten_lines(text, "fixture-add")
     assert f"NotImplementedError on lines {lines[0]}, {lines[1]}, then run:" in out
-    assert out.endswith("    python -m tinyloop check fixture-add\n")
+    # The command names this interpreter as the reader can type it.
+    assert out.endswith(f"    {markers.python_command()} -m tinyloop check fixture-add\n")
     # Again: the file is the starter still, so that is fine.
     assert cli.start("fixture-add", None) == 0
     assert "fixture-add.py is already the starter file" in capsys.readouterr().out
@@ -459,3 +463,15 @@ def test_the_starter_fails_and_the_reference_passes(exercise, tmp_path):
         report = on_solution.result()
     assert report.passed, report.render()
     assert len(report.steps) == 4 + len(exercise.properties)
+
+
+def test_commands_name_an_interpreter_that_runs_tinyloop(tmp_path, monkeypatch):
+    # "python" only when it is this interpreter (the environment is active);
+    # otherwise a path that works from where the reader stands.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no python on PATH at all
+    assert markers.python_command() == sys.executable
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), str(tmp_path)]))
+    if shutil.which("python") and Path(shutil.which("python")).parent == Path(sys.executable).parent:
+        assert markers.python_command() == "python"
+    assert markers.check_command("a", None, "/x/y/python") == "/x/y/python -m tinyloop check a"

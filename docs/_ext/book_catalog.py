@@ -160,7 +160,8 @@ class ExercisesDirective(SphinxDirective):
         where += nodes.Text(".")
         box += where
         check = importlib.import_module("tinyloop.exercises.markers").check_command(name)
-        commands = f"python -m tinyloop start {name}      # writes ./{name}.py\n{check}"
+        commands = (f"source .venv/bin/activate      # once per terminal, in the checkout\n"
+                    f"python -m tinyloop start {name}      # writes ./{name}.py\n{check}")
         box += nodes.literal_block(commands, commands, language="sh")
         return box
 

@@ -119,7 +119,7 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     path = Path(path).resolve()
     if not path.is_file():
         raise CheckerError(f"there is no file {path}; write the starter with "
-                           f"`python -m tinyloop start {exercise.name}`")
+                           f"`{markers.python_command()} -m tinyloop start {exercise.name}`")
     root = root if root is not None else repository_root()
     report = Report(exercise, path)
     try:
@@ -190,7 +190,7 @@ def _defines(exercise: Exercise, path: Path, text: str) -> Step:
         return Step("ok", f"it defines what {exercise.module} does")
     return Step("FAIL", f"your file does not define {', '.join(missing)}, which "
                 f"{exercise.module} defines",
-                [f"is it the file `python -m tinyloop start {exercise.name}` wrote?"])
+                [f"is it the file `{markers.python_command()} -m tinyloop start {exercise.name}` wrote?"])
 
 
 def _public_names(tree: ast.Module) -> set[str]:

@@ -37,7 +37,7 @@ def list_exercises() -> int:
         print(f"{chapter}:")
         for e in catalog.by_chapter(chapter):
             print(f"  {e.name:<{width}}  {e.title}")
-    print("\nstart one with `python -m tinyloop start NAME`")
+    print(f"\nstart one with `{markers.python_command()} -m tinyloop start NAME`")
     return 0
 
 
@@ -67,7 +67,7 @@ def start(name: str, file: str | None) -> int:
     lines = markers.unwritten_lines(text, exercise.name)
     print(f"Write your code in place of the NotImplementedError on line"
           f"{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, then run:")
-    print(f"    {markers.check_command(exercise.name, file)}")
+    print(f"    {markers.check_command(exercise.name, file, markers.python_command())}")
     return 0
 
 

@@ -33,6 +33,8 @@ import importlib.util
 import io
 import re
 import shlex
+import shutil
+import sys
 import textwrap
 import tokenize
 from dataclasses import dataclass
@@ -41,7 +43,7 @@ from pathlib import Path
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["MARKER", "MarkerError", "Region", "check_command", "find_all", "find_regions", "placeholder",
-           "placeholder_message", "reference", "source_path", "starter", "unwritten_lines"]
+           "placeholder_message", "python_command", "reference", "source_path", "starter", "unwritten_lines"]
 
 NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 # A marker comment; group 1 is the exercise name, group 2 "begin" or "end".
@@ -239,11 +241,28 @@ def _cut(source: str, filename: str, name: str, keep_solution: bool) -> str:
     return "".join(out)
 
 
-def check_command(name: str, filename: str | None = None) -> str:
-    """The shell command that grades ``filename`` (``./NAME.py`` when None) for exercise ``name``."""
+def python_command() -> str:
+    """How to name this interpreter in a command the reader types: ``python`` when
+    that already finds it (the environment is active), else its path (relative to
+    the current directory when it lies below it, e.g. ``.venv/bin/python``)."""
+    here = Path(sys.executable)
+    found = shutil.which("python")
+    if found and Path(found).parent.resolve() == here.parent.resolve():
+        return "python"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
+
+
+def check_command(name: str, filename: str | None = None, python: str = "python") -> str:
+    """The shell command that grades ``filename`` (``./NAME.py`` when None) for exercise
+    ``name``, run by the interpreter ``python`` (the book's commands assume the
+    project's environment is active, so that ``python`` is .venv's)."""
+    command = f"{shlex.quote(python)} -m tinyloop check {name}"
     if filename is None or filename in (f"{name}.py", f"./{name}.py"):
-        return f"python -m tinyloop check {name}"
-    return f"python -m tinyloop check {name} {shlex.quote(filename)}"
+        return command
+    return f"{command} {shlex.quote(filename)}"
 
 
 def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
@@ -255,6 +274,9 @@ def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
     lines += ["#"] + wrap.wrap(" ".join(exercise.instructions.split()))
     lines += ["#"] + wrap.wrap(what)
     lines += ["#", f"#     {check_command(exercise.name, filename)}", "#"]
+    lines += wrap.wrap("(`python` is the project's: run `source .venv/bin/activate` in the "
+                       "checkout once per terminal, or write `.venv/bin/python` instead.)")
+    lines += ["#"]
     lines += wrap.wrap(f"The checker runs this file in place of {exercise.module}; the rest "
                        "of it is that module's reference code.")
     return "\n".join(lines) + "\n\n"
