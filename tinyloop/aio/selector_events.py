@@ -172,6 +172,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
 
     def _sock_retry_when_ready(self, sock: socket.socket, writing: bool,
                                call: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future:
+        # exercise sock-retry: begin
         fd = sock.fileno()
         self._ensure_fd_no_transport(fd)
         future = self.create_future()
@@ -180,9 +181,11 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
         handle = add(fd, self._sock_retry, future, call, args)
         future.add_done_callback(functools.partial(self._sock_done, fd, handle, remove))
         return future
+        # exercise sock-retry: end
 
     @staticmethod
     def _sock_retry(future: asyncio.Future, call: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        # exercise sock-retry: begin
         if future.done():
             return
         try:
@@ -195,6 +198,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
             future.set_exception(exc)
         else:
             future.set_result(result)
+        # exercise sock-retry: end
 
     @staticmethod
     def _sock_done(fd: int, handle: reactor.Handle, remove: Callable[[int], bool],
@@ -702,6 +706,7 @@ class _SelectorSocketTransport(_SelectorTransport):
                 logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
             return
+        # exercise transport-write: begin
         if not self._buffer:
             # The common case: nothing is waiting, so try the kernel now.
             try:
@@ -721,6 +726,7 @@ class _SelectorSocketTransport(_SelectorTransport):
         self._buffer.append(data if isinstance(data, bytes) else bytes(data))
         self._buffer_size += len(data)
         self._maybe_pause_protocol()
+        # exercise transport-write: end
 
     def writelines(self, list_of_data: Any) -> None:
         """Write every bytes-like in the iterable, as one send where the kernel takes it."""
@@ -759,6 +765,7 @@ class _SelectorSocketTransport(_SelectorTransport):
 
     def _consume(self, sent: int) -> None:
         """Drop ``sent`` bytes from the front of the buffer."""
+        # exercise transport-write: begin
         self._buffer_size -= sent
         buffer = self._buffer
         while sent:
@@ -769,6 +776,7 @@ class _SelectorSocketTransport(_SelectorTransport):
             else:
                 buffer[0] = memoryview(head)[sent:]
                 break
+        # exercise transport-write: end
 
     def write_eof(self) -> None:
         """Shut down the sending side (a FIN) once the buffer is sent; reading goes on."""
