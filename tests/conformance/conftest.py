@@ -1,0 +1,155 @@
+# tests/conformance/conftest.py
+#
+# The rows of the conformance suite: every test in this package runs once per
+# asyncio event loop (uvloop's _TestBase pattern, written as a fixture).
+#
+#     asyncio    the standard library's loop: the reference row
+#     uvloop     libuv's, where installed: a second opinion
+#     <stage>    every stage of tinyloop/stages.py whose ``loop`` factory
+#                makes an asyncio.AbstractEventLoop (``aio`` today, ``uv``
+#                once Part IV lands): the rows under test
+#
+# Rules this file keeps:
+#   * A test is written once, against the public asyncio API, and takes the
+#     ``loop`` fixture.  It runs coroutines with ``run(loop, coro)``, which
+#     bounds each in time (RUN_TIMEOUT seconds): a hang fails, it never stalls
+#     the suite.
+#   * A test that fails on the asyncio row is a wrong test.  A test that
+#     fails on a tinyloop row because of a known, reasoned difference carries
+#     ``@pytest.mark.differs(reason=...)``: on the tinyloop rows it becomes
+#     ``xfail(strict=True)``, so the day the difference goes the mark must go
+#     too.  Every such mark is listed in KNOWN_DIFFERENCES.md (a test checks).
+#     ``@pytest.mark.differs(reason=..., loops=("uvloop",))`` does the same for
+#     the uvloop row, where uvloop itself departs from asyncio.
+#   * Every loop is closed after its test, its async generators and default
+#     executor shut down first, as asyncio.run does.
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import pkgutil
+import socket
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from tinyloop import stages
+
+# Seconds any one run(loop, coro) may take before the test fails.
+RUN_TIMEOUT = 15.0
+
+
+def _stage_loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The stages whose ``loop`` factory makes an asyncio loop, by stage name.
+
+    Part II's reactor is a loop too, but not an asyncio one: its rows are in
+    the behaviour suite (tests/behaviour/) only.  Which kind a factory makes
+    is found by making one.
+    """
+    rows = {}
+    for stage in stages.STAGES:
+        if stage.loop is None:
+            continue
+        factory = pkgutil.resolve_name(stage.loop)
+        probe = factory()
+        try:
+            if isinstance(probe, asyncio.AbstractEventLoop):
+                rows[stage.name] = factory
+        finally:
+            probe.close()
+    return rows
+
+
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+STAGE_LOOPS = _stage_loops()
+UVLOOP = _uvloop_factory()
+LOOP_NAMES = ["asyncio", "uvloop", *STAGE_LOOPS]
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The factory of the row called ``name`` (``pytest.skip`` for an absent uvloop)."""
+    if name == "asyncio":
+        return asyncio.SelectorEventLoop if sys.platform != "win32" else asyncio.new_event_loop
+    if name == "uvloop":
+        if UVLOOP is None:
+            pytest.skip("uvloop is not installed")
+        return UVLOOP
+    return STAGE_LOOPS[name]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "differs(reason, loops=...): a known difference from asyncio; xfail(strict) "
+                   "on those rows (default: the tinyloop rows); listed in KNOWN_DIFFERENCES.md")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        row = callspec.params.get("loop_name") if callspec else None
+        if row is None:
+            continue
+        for mark in item.iter_markers("differs"):
+            loops = mark.kwargs.get("loops", tuple(STAGE_LOOPS))
+            if row in loops:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=mark.kwargs["reason"]))
+
+
+@pytest.fixture(params=LOOP_NAMES)
+def loop_name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def loop(loop_name: str) -> Iterator[asyncio.AbstractEventLoop]:
+    """A new event loop of this row, set as the current loop; closed after the test."""
+    loop = loop_factory(loop_name)()
+    asyncio.set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        try:
+            if not loop.is_closed() and not loop.is_running():
+                _cancel_all_tasks(loop)
+                loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), RUN_TIMEOUT))
+                loop.run_until_complete(
+                    asyncio.wait_for(loop.shutdown_default_executor(), RUN_TIMEOUT))
+        finally:
+            loop.close()
+            asyncio.set_event_loop(None)
+            gc.collect()
+
+
+def _cancel_all_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=RUN_TIMEOUT))
+
+
+def run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any],
+        timeout: float = RUN_TIMEOUT) -> Any:
+    """Run ``coro`` on ``loop`` to completion, failing after ``timeout`` seconds."""
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A non-blocking TCP socket listening on 127.0.0.1 (a free port), closed after the test."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    yield sock
+    sock.close()
