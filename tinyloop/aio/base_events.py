@@ -695,16 +695,20 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """Happy Eyeballs (RFC 8305, section 5): start an attempt every ``delay`` seconds,
         or at once when the previous one fails; the first connected socket wins.
 
-        Discussion: an attempt that loses the race may still connect; its
-        socket is closed by the done-callback below, whether it finished
-        before or after the winner.
+        Discussion: an attempt that loses the race may still connect, and
+        its socket must be closed.  One that finishes after the winner is
+        chosen is closed by the done-callback below; one that finishes in the
+        same batch, by the loop that chooses.  The callback must not decide
+        before there is a winner: a task's done-callbacks run before
+        asyncio.wait() wakes us, so at that moment every socket, the
+        winner's included, would look like a loser's.
         """
         pending = collections.deque(infos)
         running: set[asyncio.Task] = set()
         winner: socket.socket | None = None
 
         def close_loser(task: asyncio.Task) -> None:
-            if not task.cancelled() and task.exception() is None:
+            if winner is not None and not task.cancelled() and task.exception() is None:
                 sock = task.result()
                 if sock is not None and sock is not winner:
                     sock.close()
@@ -719,8 +723,11 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                                              return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     running.discard(task)
-                    if winner is None and task.exception() is None and task.result() is not None:
-                        winner = task.result()
+                    if task.exception() is None and task.result() is not None:
+                        if winner is None:
+                            winner = task.result()
+                        else:
+                            task.result().close()  # connected in the same batch: a loser
                 if winner is not None:
                     return winner
             return None
