@@ -3,7 +3,9 @@
 
     python benchmarks/report.py [JSON] [--plot OUT.png]
 
-prints the tables of a saved run (default benchmarks/results/latest.json).
+prints the tables of a saved run (default: your last run,
+benchmarks/results/local/latest.json, else the book's reference run,
+benchmarks/results/latest.json).
 The book imports this module (``benchmarks.report``) to render its tables and
 figures at build time, so importing it does nothing but define functions:
 no I/O, no matplotlib (``plot`` imports it when called, and draws with the
@@ -29,7 +31,10 @@ The JSON (schema 1), as benchmarks/run.py writes it::
                   failed, cpu_s, cpu_us_per_req, seconds, newcomer_ms}]
     results     {load: {server: {status, note, runs, ok_runs, rps, p50_ms, p99_ms,
                   cpu_us_per_req, completed, newcomer_ms, failed,
-                  ratio: {rps, p50_ms, p99_ms, cpu_us_per_req}}}}
+                  ratio: {rps, p50_ms, p99_ms, cpu_us_per_req},
+                  spread: {rps, p50_ms, p99_ms, cpu_us_per_req: [min, max]}, noisy}}}
+                (spread and noisy since the harness reports them; for an older
+                file this module computes them from ``runs``)
 
 A run's status is "ok"; "timeout" (the tool gave up waiting: the server
 answered nothing, or stopped answering); "starved" (wrk only: a connection
@@ -41,6 +46,10 @@ server did not start, answered wrongly, or exited).  A result's status is
 
 Figures in ``results`` are medians over the repetitions whose status is "ok";
 ``failed`` is summed over all of them; a figure nobody measured is None.
+A figure's spread is the smallest and the largest value of those
+repetitions.  A row is *noisy* when its repetitions differ by more than
+NOISE (25%): the largest req/s or CPU µs/req is more than 1.25 times the
+smallest.  Its median is then a weak figure, and the tables say so.
 """
 
 from __future__ import annotations
@@ -49,11 +58,12 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["FOOTNOTES", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
-           "plot", "server_names", "table"]
+__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
+           "noisy", "plot", "server_names", "spread", "table"]
 
 SCHEMA = 1
-DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"
+DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"  # the reference run
+LOCAL_PATH = Path(__file__).resolve().parent / "results" / "local" / "latest.json"  # a user's run
 
 # The general notes under every table, keyed so the book can pick some.
 FOOTNOTES = {
@@ -70,7 +80,16 @@ FOOTNOTES = {
     "failed": ("failed: requests the tool counted as failed (ab: failed + non-2xx; wrk: socket "
                "errors + non-2xx/3xx), summed over every repetition."),
     "partial": "*: some repetitions failed; the figures are medians of the others.",
+    "spread": ("min–max: the lowest and highest req/s of the repetitions. \"noisy\": the "
+               "repetitions' req/s or CPU µs/req differ by more than 25% (the largest is over "
+               "1.25 times the smallest), so the median is a weak figure: run again on a quieter "
+               "machine before reading much into that row."),
 }
+
+# Repetitions differing by more than this fraction make a row noisy.
+NOISE = 0.25
+# The figures whose spread decides noisiness: the two the chapters compare by.
+_NOISE_FIGURES = ("rps", "cpu_us_per_req")
 
 _DASH = "—"
 # A server whose every run ended so has no figures, only this word in the table.
@@ -141,6 +160,45 @@ def _with_ratio(value: float | None, ratio: float | None, kind: str, ratios: boo
     return text
 
 
+def spread(data: dict, load_name: str, server: str, figure: str) -> tuple[float, float] | None:
+    """``(min, max)`` of ``figure`` over the server's ok repetitions in one load, or None.
+
+    Read from the summary's ``spread`` when the harness wrote it, else
+    computed from the ``runs`` records (files written before it did).
+    """
+    summary = data.get("results", {}).get(load_name, {}).get(server) or {}
+    stored = (summary.get("spread") or {}).get(figure)
+    if stored is not None:
+        return (stored[0], stored[1])
+    values = [run[figure] for run in data.get("runs", [])
+              if run.get("load") == load_name and run.get("server") == server
+              and run.get("status") == "ok" and run.get(figure) is not None]
+    return (min(values), max(values)) if values else None
+
+
+def noisy(data: dict, load_name: str, server: str) -> bool:
+    """Whether the server's repetitions in one load differ by more than :data:`NOISE`
+    in req/s or CPU µs/req (needs two ok repetitions or more)."""
+    summary = data.get("results", {}).get(load_name, {}).get(server) or {}
+    if "noisy" in summary:
+        return bool(summary["noisy"])
+    if (summary.get("ok_runs") or 0) < 2:
+        return False
+    for figure in _NOISE_FIGURES:
+        low_high = spread(data, load_name, server, figure)
+        if low_high and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + NOISE):
+            return True
+    return False
+
+
+def _spread_cell(data: dict, load_name: str, server: str) -> str:
+    low_high = spread(data, load_name, server, "rps")
+    if low_high is None:
+        return _DASH
+    text = f"{_number(low_high[0], 'rps')}–{_number(low_high[1], 'rps')}"
+    return text + " noisy" if noisy(data, load_name, server) else text
+
+
 def _load_entry(data: dict, load_name: str) -> dict:
     for entry in data.get("loads", []):
         if entry["name"] == load_name:
@@ -153,7 +211,9 @@ def table(data: dict, load_name: str, servers: list[str] | None = None, *,
           ratios: bool = True) -> tuple[list[str], list[list[str]]]:
     """One load's results as ``(header, rows)`` of strings, one row per server.
 
-    Columns: server, req/s, p50 ms, p99 ms, CPU µs/req, failed.  With
+    Columns: server, req/s, min–max (req/s over the repetitions, followed by
+    "noisy" when they differ by more than :data:`NOISE`), p50 ms, p99 ms,
+    CPU µs/req, failed.  With
     ``ratios``, each figure is followed by its ratio to the baseline
     (asyncio-protocol) in parentheses: ``"8123 (1.32×)"``.  Rows follow
     ``servers`` if given (names of servers in the run), else
@@ -175,23 +235,23 @@ def table(data: dict, load_name: str, servers: list[str] | None = None, *,
         if unknown:
             raise KeyError(f"no results for {', '.join(map(repr, unknown))} in load {load_name!r}; "
                            f"the results have: {', '.join(server_names(data, load_name))}")
-    header = ["server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
+    header = ["server", "req/s", "min–max", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
     rows = []
     for name in servers:
         summary = results.get(name)
         if summary is None:
-            rows.append([name, "skipped", _DASH, _DASH, _DASH, _DASH])
+            rows.append([name, "skipped", _DASH, _DASH, _DASH, _DASH, _DASH])
             continue
         failed = _DASH if summary.get("failed") is None else str(summary["failed"])
         if summary["status"] in _FAILED:
-            rows.append([name, summary["status"], _DASH, _DASH, _DASH, failed])
+            rows.append([name, summary["status"], _DASH, _DASH, _DASH, _DASH, failed])
             continue
         ratio = summary.get("ratio") or {}
         rps = _with_ratio(summary["rps"], ratio.get("rps"), "rps", ratios)
         if summary["status"] == "partial":
             rps = rps.replace(" ", "* ", 1) if " " in rps else rps + "*"
         rows.append([
-            name, rps,
+            name, rps, _spread_cell(data, load_name, name),
             _with_ratio(summary["p50_ms"], ratio.get("p50_ms"), "ms", ratios),
             _with_ratio(summary["p99_ms"], ratio.get("p99_ms"), "ms", ratios),
             _with_ratio(summary["cpu_us_per_req"], ratio.get("cpu_us_per_req"), "cpu", ratios),
@@ -211,6 +271,14 @@ def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> l
             notes.append(f"{name}: skipped: {skipped[name]}")
         elif summary is not None and summary.get("note"):
             notes.append(f"{name}: {summary['note']}")
+        if summary is not None and noisy(data, load_name, name):
+            ranges = []
+            for figure, label, kind in (("rps", "req/s", "rps"), ("cpu_us_per_req", "CPU µs/req", "cpu")):
+                low_high = spread(data, load_name, name, figure)
+                if low_high:
+                    ranges.append(f"{label} {_number(low_high[0], kind)}–{_number(low_high[1], kind)}")
+            notes.append(f"{name}: noisy: its repetitions differ by more than "
+                         f"{NOISE:.0%} ({', '.join(ranges)})")
     return notes
 
 
@@ -237,7 +305,7 @@ def format_text(data: dict, load_names: list[str] | None = None) -> str:
         out += [f"  {note}" for note in footnotes(data, entry["name"])]
     out.append("")
     keys = ["ratio"] if baseline else []
-    keys += ["latency", "cpu", "failed"]
+    keys += ["spread", "latency", "cpu", "failed"]
     if any(s.get("status") == "partial" for r in data.get("results", {}).values() for s in r.values()):
         keys.append("partial")
     out += [f"- {FOOTNOTES[key]}" for key in keys]
@@ -316,11 +384,14 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="benchmarks/report.py", description="Print a saved run's tables.")
-    parser.add_argument("json", nargs="?", type=Path, default=DEFAULT_PATH,
-                        help="results file (default benchmarks/results/latest.json)")
+    parser.add_argument("json", nargs="?", type=Path, default=None,
+                        help="results file (default: your last run, benchmarks/results/local/latest.json, "
+                             "else the book's reference run, benchmarks/results/latest.json)")
     parser.add_argument("--loads", help="comma list of loads to print (default all)")
     parser.add_argument("--plot", type=Path, help="also draw the plot into this PNG")
     args = parser.parse_args(argv)
+    if args.json is None:
+        args.json = LOCAL_PATH if LOCAL_PATH.exists() else DEFAULT_PATH
     try:
         data = load(args.json)
     except FileNotFoundError:
@@ -329,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"report.py: {error}", file=sys.stderr)
         return 1
+    print(f"results: {args.json}")
     print(format_text(data, args.loads.split(",") if args.loads else None))
     if args.plot:
         print(f"drew {plot(data, None, args.plot)}")

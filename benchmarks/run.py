@@ -6,10 +6,13 @@
     python benchmarks/run.py --stages epoll,poll --peers asyncio-protocol --loads ab-close
     python benchmarks/run.py --list              what can run here, and why not the rest
 
-Writes benchmarks/results/latest.json (and a timestamped copy under
-benchmarks/results/runs/), prints one table per load and draws
-benchmarks/results/latest.png.  ``python benchmarks/report.py`` prints the
-tables again from a saved JSON.
+Writes benchmarks/results/local/latest.json (and a timestamped copy under
+benchmarks/results/local/runs/), prints one table per load with each row's
+spread, and draws benchmarks/results/local/latest.png.  That directory is
+ignored by git: a run dirties nothing.  The book shows the committed
+reference run, benchmarks/results/latest.json, which only ``--reference``
+(a maintainer refreshing it on purpose) overwrites.
+``python benchmarks/report.py`` prints the tables again from a saved JSON.
 """
 
 # Rules this file keeps:
@@ -18,7 +21,11 @@ tables again from a saved JSON.
 #     server, then repetition 2 does it again, and so on.  Whatever drifts on
 #     the machine while we measure (a cron job, thermal throttling) then
 #     spreads over every server instead of landing on one.  Each figure
-#     reported is the median of the repetitions.
+#     reported is the median of the repetitions, with its spread (min and
+#     max); a row whose repetitions differ by more than report.NOISE (25%)
+#     is flagged noisy, in the JSON and in the tables.
+#   * A user's run writes under benchmarks/results/local/ (ignored by git);
+#     the committed reference results change only with --reference.
 #   * Every run gets a fresh server process: started, warmed up with GET /
 #     on one keep-alive connection (the first answer also says it is up),
 #     loaded once, stopped.  No run inherits another's connections or memory.
@@ -62,6 +69,8 @@ from tinyloop.http import HELLO  # noqa: E402
 from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+REFERENCE = RESULTS / "latest.json"       # the book's, committed; only --reference writes it
+LOCAL = RESULTS / "local" / "latest.json"  # a user's run: ignored by git
 SCHEMA = 1
 
 # Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
@@ -139,9 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int,
                         help="requests sent on one keep-alive connection before each load, not measured "
                              f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
-    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json",
-                        help="where to write the JSON (default benchmarks/results/latest.json); "
-                             "a timestamped copy goes to runs/ beside it")
+    parser.add_argument("--reference", action="store_true",
+                        help="maintainers: write the book's committed reference results "
+                             "(benchmarks/results/latest.json and .png) instead of local/; "
+                             "refused with --quick")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the JSON (default benchmarks/results/local/latest.json, "
+                             "ignored by git); a timestamped copy goes to runs/ beside it")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
@@ -387,7 +400,10 @@ def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dic
     """Fold the run records into ``{load: {server: summary}}``.
 
     A summary's figures (FIGURES, ``completed``, ``newcomer_ms``) are medians over the
-    runs whose status is ``"ok"``; ``failed`` is the sum over every run.
+    runs whose status is ``"ok"``; ``spread`` holds each FIGURES' ``[min, max]``
+    over those runs, and ``noisy`` is true when two or more of them differ by
+    more than ``report.NOISE`` in req/s or CPU µs/req; ``failed`` is the sum
+    over every run.
     ``status`` is ``"ok"`` when every run was, the failing runs' status when
     none was, and ``"partial"`` in between.  ``ratio`` divides each figure by
     the ``baseline`` server's in the same load (None where either is missing).
@@ -404,6 +420,13 @@ def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dic
             summary: dict = {"runs": len(server_runs), "ok_runs": len(ok)}
             for figure in (*FIGURES, "completed", "newcomer_ms"):
                 summary[figure] = _median([run[figure] for run in ok])
+            summary["spread"] = {}
+            for figure in FIGURES:
+                values = [run[figure] for run in ok if run[figure] is not None]
+                summary["spread"][figure] = [min(values), max(values)] if values else None
+            summary["noisy"] = len(ok) >= 2 and any(
+                low_high is not None and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + report.NOISE)
+                for figure, low_high in summary["spread"].items() if figure in ("rps", "cpu_us_per_req"))
             failed = [run["failed"] for run in server_runs if run["failed"] is not None]
             summary["failed"] = sum(failed) if failed else None
             if not bad:
@@ -580,7 +603,12 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.reference and (args.out is not None or args.quick):
+        parser.error("--reference writes benchmarks/results/latest.json from a full run: "
+                     "not with --out or --quick")
+    args.out = REFERENCE if args.reference else (args.out or LOCAL)
     plan = make_plan(args)
     if args.list:
         for server in plan.candidates:
@@ -613,6 +641,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.format_text(data))
     print(f"\nwrote {_relative(out)} in {_minutes(data['elapsed_s'])}")
+    if out.resolve() == REFERENCE.resolve():
+        print("this is the book's reference run now: commit it with its plot, "
+              "git add benchmarks/results/latest.json benchmarks/results/latest.png")
+    else:
+        print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
+              f"in it, build with -D book_bench_results={_relative(out)}")
     if not args.no_plot:
         png = args.plot or args.out.with_suffix(".png")
         try:

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import loads, report  # noqa: E402
+from benchmarks import run as run_module  # noqa: E402
 from benchmarks.run import summarize, warm_up  # noqa: E402
 from tinyloop import stages  # noqa: E402
 
@@ -138,6 +139,17 @@ def test_summary_is_the_median_of_ok_runs_with_ratios_to_the_baseline() -> None:
     assert "1 of 3 runs: timeout (why)" == epoll["note"]
     assert epoll["ratio"]["rps"] == pytest.approx(450 / 200)
     assert epoll["ratio"]["cpu_us_per_req"] == pytest.approx(20 / 50)
+    # Each figure's spread over the ok runs; more than 25% apart is noisy.
+    assert base["spread"]["rps"] == [100, 300] and base["noisy"]
+    assert epoll["spread"]["rps"] == [400, 500] and epoll["spread"]["cpu_us_per_req"] == [10, 30]
+    assert epoll["noisy"]  # req/s is within 25% (500 = 1.25 x 400), CPU is not
+
+
+def test_a_row_within_25_percent_is_not_noisy_and_one_run_never_is() -> None:
+    runs = [_run("epoll", 400, 20), _run("epoll", 480, 24), _run("poll", 100, 10)]
+    results = summarize(runs, None)["wrk"]
+    assert results["epoll"]["spread"]["rps"] == [400, 480] and not results["epoll"]["noisy"]
+    assert results["poll"]["spread"]["rps"] == [100, 100] and not results["poll"]["noisy"]
 
 
 def test_summary_of_failed_runs_has_their_status_and_no_figures() -> None:
@@ -201,13 +213,29 @@ def _data() -> dict:
 
 def test_table_rows_stages_first_with_ratios_and_failure_words() -> None:
     header, rows = report.table(_data(), "wrk")
-    assert header == ["server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
+    assert header == ["server", "req/s", "min–max", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
     assert [row[0] for row in rows] == ["epoll", "blocking", "asyncio-protocol", "go-nethttp"]
-    assert rows[0] == ["epoll", "400 (2.00×)", "1.00 (1.00×)", "2.00 (1.00×)", "25 (0.50×)", "0"]
-    assert rows[1][1:] == ["starved", "—", "—", "—", "0"]
-    assert rows[3][1:] == ["skipped", "—", "—", "—", "—"]
+    assert rows[0] == ["epoll", "400 (2.00×)", "400–400", "1.00 (1.00×)", "2.00 (1.00×)", "25 (0.50×)", "0"]
+    assert rows[1][1:] == ["starved", "—", "—", "—", "—", "0"]
+    assert rows[3][1:] == ["skipped", "—", "—", "—", "—", "—"]
     assert report.table(_data(), "wrk", ["asyncio-protocol"], ratios=False)[1] == [
-        ["asyncio-protocol", "200", "1.00", "2.00", "50", "0"]]
+        ["asyncio-protocol", "200", "200–200", "1.00", "2.00", "50", "0"]]
+
+
+def test_a_noisy_row_is_flagged_even_in_a_file_written_before_spreads() -> None:
+    # Spreads are computed from the runs when the summary has none (an older file).
+    data = _data()
+    data["runs"] += [_run("epoll", 600, 25)]
+    for summary in data["results"]["wrk"].values():
+        summary.pop("spread", None)
+        summary.pop("noisy", None)
+    data["results"]["wrk"]["epoll"]["ok_runs"] = 2
+    header, rows = report.table(data, "wrk")
+    assert rows[0][2] == "400–600 noisy"
+    assert report.spread(data, "wrk", "epoll", "cpu_us_per_req") == (25, 25)
+    notes = report.footnotes(data, "wrk")
+    assert "epoll: noisy: its repetitions differ by more than 25% (req/s 400–600, CPU µs/req 25–25)" in notes
+    assert report.FOOTNOTES["spread"] in report.format_text(data)
 
 
 def test_table_refuses_names_it_does_not_have() -> None:
@@ -303,7 +331,7 @@ def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: 
     for load in ("ab-close", "ab-keepalive", "wrk"):
         assert data["results"][load]["stall"]["status"] == "timeout", load
         _, rows = report.table(data, load, ["stall"])
-        assert rows == [["stall", "timeout", "—", "—", "—", rows[0][-1]]]
+        assert rows == [["stall", "timeout", "—", "—", "—", "—", rows[0][-1]]]
     for run in data["runs"]:
         if run["server"] == "stall":
             assert run["seconds"] < 15, run  # ended by its time-out, not by a hang
@@ -340,6 +368,18 @@ def test_report_cli_prints_the_saved_tables(quick_run: dict) -> None:
     for load in ("ab-close:", "ab-keepalive:", "wrk:"):
         assert load in done.stdout
     assert "asyncio-protocol" in done.stdout
+
+
+def test_a_run_writes_under_the_ignored_local_directory_unless_told_reference() -> None:
+    # Parse only: where a run would write, and that --reference is on purpose.
+    parsed = run_module.build_parser().parse_args([])
+    assert parsed.out is None and not parsed.reference
+    assert run_module.LOCAL == ROOT / "benchmarks" / "results" / "local" / "latest.json"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(run_module.LOCAL)], cwd=ROOT)
+    assert ignored.returncode == 0, "benchmarks/results/local/ must be ignored by git"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--reference", "--quick"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "--reference" in done.stderr
 
 
 def test_unknown_names_are_refused_with_the_choices() -> None:

@@ -67,8 +67,11 @@ __all__ = ["BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective",
 
 logger = logging.getLogger(__name__)
 
-NO_RESULTS = ("No benchmark results yet: run ``bash scripts/benchmark.sh`` "
-              "(it writes ``benchmarks/results/latest.json``), then build the book again.")
+NO_RESULTS = ("No benchmark results yet: the book shows the reference run committed as "
+              "``benchmarks/results/latest.json``, which a maintainer writes with "
+              "``bash scripts/benchmark.sh --reference``. Your own run (``bash scripts/benchmark.sh``) "
+              "writes ``benchmarks/results/local/latest.json``; build the book with "
+              "``-D book_bench_results=benchmarks/results/local/latest.json`` to see it here.")
 
 
 def load_names() -> list[str]:
@@ -136,6 +139,14 @@ class _BenchDirective(SphinxDirective):
             data = report.load(path)
         except Exception as error:
             return self._warn(f"cannot read {path}: {type(error).__name__}: {error}")
+        root = Path(self.env.app.confdir).parent
+        try:
+            shown = str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            shown = str(path)
+        # Said under every table and plot: which results the book shows.
+        data["_book_source"] = ("the committed reference run, " + shown
+                                if not self.config.book_bench_results else shown)
         self.env.note_dependency(report.__file__)
         try:
             return self.render(report, data, load, self.options.get("servers") or None)
@@ -158,9 +169,15 @@ class _BenchDirective(SphinxDirective):
 
 
 def _machine(report: ModuleType, data: dict) -> nodes.paragraph:
+    """The line under a table or plot: which results these are, and where measured."""
     line = nodes.paragraph(classes=["book-bench-machine"])
     line += nodes.emphasis("Measured on: ", "Measured on: ")
     line += nodes.Text(report.describe_machine(data))
+    source = data.get("_book_source")
+    if source:
+        line += nodes.Text(" (")
+        line += nodes.literal(source, source)
+        line += nodes.Text(")")
     return line
 
 
@@ -191,7 +208,12 @@ class BenchTableDirective(_BenchDirective):
         command += nodes.Text("Command: ")
         command += nodes.literal(entry["command"], entry["command"])
         out.append(command)
-        for key in self.options.get("notes", []):
+        wanted = list(self.options.get("notes", []))
+        spread_column = header.index("min–max") if "min–max" in header else None
+        if spread_column is not None and "spread" not in wanted and any(
+                str(row[spread_column]).endswith("noisy") for row in rows):
+            wanted.append("spread")  # a noisy row is flagged, so say what that means
+        for key in wanted:
             if key not in report.FOOTNOTES:
                 return self._warn(f"unknown note {key!r}; report.FOOTNOTES has {', '.join(report.FOOTNOTES)}")
             notes.append(report.FOOTNOTES[key])
