@@ -76,6 +76,30 @@ UVLOOP = _uvloop_factory()
 LOOP_NAMES = ["asyncio", "uvloop", *STAGE_LOOPS]
 
 
+def loop_spec(name: str) -> str:
+    """The row's factory as "module:attribute", for a child process to make the same loop."""
+    if name == "asyncio":
+        return "asyncio:SelectorEventLoop"
+    if name == "uvloop":
+        return "uvloop:new_event_loop"
+    return stages.get(name).loop  # type: ignore[return-value]
+
+
+def loop_package(name: str) -> Any:
+    """The module with the row's ``EventLoopPolicy``, ``new_event_loop`` and ``run``.
+
+    asyncio's own, uvloop, and for a stage the package its factory lives in
+    (``tinyloop.aio``), which must offer the three names uvloop does.
+    """
+    import importlib
+
+    if name == "uvloop" and UVLOOP is None:
+        pytest.skip("uvloop is not installed")
+    module = {"asyncio": "asyncio", "uvloop": "uvloop"}.get(name) or \
+        loop_spec(name).partition(":")[0]
+    return importlib.import_module(module)
+
+
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
     """The factory of the row called ``name`` (``pytest.skip`` for an absent uvloop)."""
     if name == "asyncio":
