@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -526,6 +527,17 @@ def test_subprocess_stderr_and_exit_code(loop: asyncio.AbstractEventLoop) -> Non
     assert run(loop, main()) == (b"", b"err\n", 3)
 
 
+def test_subprocess_that_does_not_read_its_input(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> tuple[Any, int]:
+        proc = await asyncio.create_subprocess_exec("true", stdin=PIPE, stdout=PIPE)
+        result = await proc.communicate(b"x" * (2 * 1024 * 1024))  # EPIPE, swallowed
+        with pytest.raises(ProcessLookupError):  # finished: nothing left to signal
+            proc.send_signal(signal.SIGTERM)
+        return result, proc.returncode
+
+    assert run(loop, main()) == ((b"", None), 0)
+
+
 def test_subprocess_streams_line_by_line(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> list[bytes]:
         proc = await asyncio.create_subprocess_exec("cat", stdin=PIPE, stdout=PIPE)
@@ -659,6 +671,31 @@ def test_unclosed_subprocess_transport_warns(loop: asyncio.AbstractEventLoop,
         run(loop, main())
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
+
+
+def test_closing_the_loop_under_a_running_child(loop: asyncio.AbstractEventLoop,
+                                                loop_name: str) -> None:
+    """The transport, collected after its loop closed, still kills its child (tinyloop only).
+
+    asyncio's and uvloop's child watchers keep the transport alive until the
+    child exits, so for them the child would run on.
+    """
+    if loop_name != "tinyloop":
+        pytest.skip("their watchers hold the transport until the child exits")
+    transport, _ = run(loop, loop.subprocess_exec(
+        asyncio.SubprocessProtocol, "sleep", "30", stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    pid = transport.get_pid()
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del transport
+        gc.collect()
+    assert any("unclosed transport" in str(w.message) for w in caught)
+    deadline = time.monotonic() + LIMIT
+    while (reaped := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(reaped[1]) == -signal.SIGKILL
 
 
 def run_in_a_thread(loop_name: str, main: Callable[[], Awaitable[Any]]) -> Any:

@@ -109,11 +109,14 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
     def __repr__(self) -> str:
-        state = ("closed" if self._closed else "running" if self._returncode is None
-                 else f"returncode={self._returncode}")
-        pipes = " ".join(f"{name}={self._pipes[fd].pipe!r}"
-                         for fd, name in enumerate(("stdin", "stdout", "stderr")) if fd in self._pipes)
-        return f"<{type(self).__name__} pid={self._pid} {state} {pipes}>".replace(" >", ">")
+        info = [type(self).__name__, f"pid={self._pid}"]
+        info.append("running" if self._returncode is None else f"returncode={self._returncode}")
+        if self._closed:
+            info.append("closed")
+        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+            if fd in self._pipes:
+                info.append(f"{name}={self._pipes[fd].pipe!r}")
+        return f"<{' '.join(info)}>"
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if not getattr(self, "_closed", True):
@@ -210,8 +213,6 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
         if self._closed:
             return
         self._closed = True
-        for protocol in self._pipes.values():
-            protocol.pipe.close()
         if self._proc is not None and self._returncode is None:
             if self._loop.get_debug():
                 logger.warning("Close running child process: kill %r", self)
@@ -219,6 +220,10 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
                 self._send_signal(SIGKILL)
             except ProcessLookupError:
                 pass
+        if self._loop.is_closed():
+            return  # nothing can be scheduled: each pipe transport closes its file when collected
+        for protocol in self._pipes.values():
+            protocol.pipe.close()
 
     async def _wait(self) -> int:
         """The exit code, once the child has exited and the transport is finished."""

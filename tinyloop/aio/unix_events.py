@@ -187,7 +187,16 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             raise ValueError(f"invalid signal number {sig}")
 
     def _restore_wakeup_fd(self) -> None:
-        """Give the wakeup fd back to whoever had it before us, if it is still ours."""
+        """Give the wakeup fd back to whoever had it before us, if it is still ours.
+
+        Discussion: putting back the previous descriptor is right when its
+        owner outlives us (a program that set its own, then ran a loop).  If
+        that owner was another loop, since closed, set_wakeup_fd refuses the
+        dead descriptor and we set none; one that the kernel has meanwhile
+        given to a new non-blocking socket would get the signal bytes.  Two
+        loops with signal handlers, interleaved in the main thread, are
+        asking for that; asyncio avoids it by always setting -1.
+        """
         ours, self._wakeup_fd = self._wakeup_fd, -1
         previous, self._previous_wakeup_fd = self._previous_wakeup_fd, -1
         try:
@@ -572,9 +581,10 @@ class _UnixPipeTransport:
         return self._closing
 
     def _fatal_error(self, exc: BaseException, message: str) -> None:
-        # EIO is how a pseudo-terminal says its other side closed; EPIPE how a
-        # pipe does: both ordinary.
-        if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.EPIPE):
+        # The other end going away is ordinary: EPIPE or ECONNRESET for a pipe
+        # or socket, EIO for a pseudo-terminal (pty(7)).
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)) or (
+                isinstance(exc, OSError) and exc.errno == errno.EIO):
             if self._loop.get_debug():
                 logger.debug("%r: %s", self, message, exc_info=True)
         else:
@@ -674,6 +684,9 @@ class _UnixWritePipeTransport(_UnixPipeTransport, FlowControlMixin, asyncio.Writ
         # A terminal's write end has no reader to lose: nothing to watch.
         watch = (self._watch_reader,) if stat.S_ISFIFO(mode) or self._is_socket else ()
         self._connected(waiter, *watch)
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f" buffered={len(self._buffer)}>"
 
     def get_write_buffer_size(self) -> int:
         return len(self._buffer)
@@ -845,6 +858,7 @@ class _PidfdWatcher:
         self._loop = loop
         self._pid = pid
         self._callback = callback
+        self._reaped = False
         self._pidfd: int | None = os.pidfd_open(pid)
         loop._add_reader(self._pidfd, self._exited)
         loop._child_watchers.add(self)
@@ -853,14 +867,20 @@ class _PidfdWatcher:
         returncode = _reap(self._pid, os.WNOHANG)
         if returncode is None:
             return  # not yet: a spurious wake-up
+        self._reaped = True
         self.close()
         self._callback(returncode)
 
     def send_signal(self, sig: int) -> None:
         """Signal the child; ProcessLookupError if it is gone (pidfd_send_signal(2))."""
-        if self._pidfd is None:
+        if self._reaped:
             raise ProcessLookupError(self._pid)
-        signal.pidfd_send_signal(self._pidfd, sig)
+        if self._pidfd is not None:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        else:
+            # The loop closed and took the pidfd; the child is not reaped, so
+            # its pid is still its own.
+            os.kill(self._pid, sig)
 
     def close(self) -> None:
         if self._pidfd is not None:
