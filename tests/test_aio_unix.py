@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -503,6 +505,40 @@ def test_unix_connection_argument_checks(loop: asyncio.AbstractEventLoop, tmp_pa
     run(loop, main())
 
 
+def test_unix_tls_echo(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("tinyloop.test").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    path = tmp_path / "tls.sock"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    async def main() -> tuple[bytes, str]:
+        server = await asyncio.start_unix_server(echo, path, ssl=server_context)
+        try:
+            reader, writer = await asyncio.open_unix_connection(
+                path, ssl=client_context, server_hostname="tinyloop.test")
+            writer.write(b"secret\n")
+            line = await reader.readline()
+            version = writer.get_extra_info("ssl_object").version()
+            writer.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                await writer.wait_closed()
+            return line, version
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    line, version = run(loop, main())
+    assert line == b"secret\n" and version.startswith("TLS")
+
+
 # -- Subprocesses -------------------------------------------------------------------------------
 
 def test_subprocess_cat_round_trip(loop: asyncio.AbstractEventLoop) -> None:
@@ -536,6 +572,17 @@ def test_subprocess_that_does_not_read_its_input(loop: asyncio.AbstractEventLoop
         return result, proc.returncode
 
     assert run(loop, main()) == ((b"", None), 0)
+
+
+def test_subprocess_stderr_into_stdout(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> tuple[bytes, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", "echo out; echo err >&2", stdout=PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, err = await proc.communicate()
+        assert proc.stdin is None and proc.stderr is None
+        return out, err
+
+    assert run(loop, main()) == (b"out\nerr\n", None)
 
 
 def test_subprocess_streams_line_by_line(loop: asyncio.AbstractEventLoop) -> None:
