@@ -30,8 +30,9 @@
 #   WRAPPED    application data flows both ways  app close(), the peer's      SHUTDOWN
 #                                                  close_notify or EOF
 #                                                fatal error, app abort()     CLOSED
-#   SHUTDOWN   our close_notify is sent; we      unwrap() done, or EOF        CLOSED
-#              wait for the peer's               timeout, app abort()         CLOSED
+#   SHUTDOWN   our close_notify is sent; we      unwrap() done, EOF, or data  CLOSED
+#              wait for the peer's                 crossing our close_notify
+#                                                timeout, app abort()         CLOSED
 #   CLOSED     TLS is over; the plain transport is closing (or gone)
 #
 # connection_lost() may come in any state (a reset): it moves us to CLOSED
@@ -40,9 +41,10 @@
 # Rules this file keeps:
 #   * One step per state.  Every event (ciphertext in, EOF, a resumed reader,
 #     close()) calls _advance(), which runs the current state's step and, when
-#     that step moved the state on, the new state's step too.  Every move
-#     goes through _set_state(), which checks it against _TRANSITIONS, the
-#     table above in code.
+#     that step moved the state on, the new state's step too; the app's
+#     write() runs only the writing half of WRAPPED's step.  Every move goes
+#     through _set_state(), which checks it against _TRANSITIONS, the table
+#     above in code.
 #   * No outgoing ciphertext waits here.  Every record OpenSSL makes goes to
 #     the plain transport at once, so the plain transport's buffer is the
 #     app's write buffer: its pause_writing/resume_writing reach the app, and
@@ -216,6 +218,12 @@ class _SSLProtocolTransport(asyncio.Transport):
         """Bytes written but not yet sent: plaintext in the backlog plus the
         plain transport's buffered ciphertext."""
         return self._ssl_protocol._get_write_buffer_size()
+
+    @property
+    def _protocol_paused(self) -> bool:
+        # The protocol has heard pause_writing and not yet resume_writing:
+        # loop.sendfile's fallback reads this before it stands in front of it.
+        return self._ssl_protocol._app_writing_paused
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         """``(low, high)`` in bytes: the plain transport's marks (see the header)."""
@@ -538,6 +546,8 @@ class SSLProtocol(asyncio.Protocol):
         data = bytes(data)
         self._backlog.append(data)
         self._backlog_size += len(data)
+        # Discussion: not _advance(), which would also read, and call the
+        # app's data_received from inside the app's own write().
         try:
             self._do_write()
         except Exception as exc:
