@@ -1,16 +1,22 @@
-"""tinyloop.aio.sslproto: TLS as a protocol over a plain transport.
-
-Every test runs on every loop in LOOP_FACTORIES (stdlib asyncio, uvloop,
-tinyloop.aio), with certificates made here by trustme, over 127.0.0.1 only.
-``run()`` gives each test a fresh loop and checks afterwards that it left
-nothing behind: no ResourceWarning, no file descriptor, and no call to the
-loop's exception handler unless the test expects one.
-
-The peers are our SSLProtocol on both ends, stdlib asyncio's own TLS
-(``asyncio.start_server(ssl=...)``, ``open_connection(ssl=...)``,
-``loop.start_tls``), and blocking ``ssl.SSLSocket`` in a thread, which tells
-a close_notify (``recv`` returns b"") from a bare EOF (SSLEOFError).
-"""
+# tests/test_aio_sslproto.py
+#
+# TLS as a protocol over a plain transport (tinyloop/aio/sslproto.py), on
+# every loop in LOOP_FACTORIES: stdlib asyncio, uvloop and tinyloop.aio.
+#
+# Rules this file keeps:
+#   * Every test takes ``loop_factory`` and runs once per loop; adding a loop
+#     is one line in LOOP_FACTORIES (a factory may skip).  A test that fails
+#     on asyncio is a wrong test.
+#   * ``run()`` is the leak check: a fresh loop per test, and afterwards no
+#     ResourceWarning, no file descriptor left open (/proc/self/fd), and no
+#     call to the loop's exception handler unless the test expects one.
+#   * Everything runs inside ``asyncio.wait_for(..., TEST_TIMEOUT)``, over
+#     127.0.0.1, with certificates trustme makes for the run.
+#   * The peers are our SSLProtocol on both ends, the loop's own TLS
+#     (``asyncio.start_server(ssl=...)``, ``open_connection(ssl=...)``,
+#     ``loop.start_tls``), and blocking ``ssl.SSLSocket`` in a thread, which
+#     tells a close_notify (``recv`` returns b"") from a bare EOF
+#     (SSLEOFError).
 
 from __future__ import annotations
 
@@ -218,9 +224,9 @@ class BufferedApp(App, asyncio.BufferedProtocol):
 class TracedSSLProtocol(SSLProtocol):
     """SSLProtocol that also says when its plain transport is gone (``plain_lost``)."""
 
-    def connection_made(self, transport: Any) -> None:
-        self.plain_lost = asyncio.get_running_loop().create_future()
-        super().connection_made(transport)
+    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> None:
+        super().__init__(loop, *args, **kwargs)
+        self.plain_lost = loop.create_future()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
@@ -291,13 +297,18 @@ PAYLOAD = bytes(range(256)) * (16 * 1024)  # 4 MiB
 # -- Echo, both sides ours -----------------------------------------------------
 
 
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3],
+                         ids=["TLSv1.2", "TLSv1.3"])
 @pytest.mark.parametrize("size", [5, 2 * 1024 * 1024], ids=["5B", "2MiB"])
-def test_echo_through_tls_both_sides_ours(loop_factory, server_ctx, client_ctx, size):
+def test_echo_through_tls_both_sides_ours(loop_factory, server_ctx, client_ctx, size, version):
+    """In TLS 1.3 the client finishes its handshake first, in TLS 1.2 the server."""
     payload = PAYLOAD[:size]
+    client_ctx.maximum_version = version
 
     async def main(loop):
         async with Server(loop, server_ctx, lambda: App(echo=True)) as server:
             client, server_app, _ = await server.pair(client_ctx)
+            assert client.transport.get_extra_info("ssl_object").version() == "TLSv1." + version.name[-1]
             await client.send(payload)
             await client.until(lambda: len(client.received) >= size)
             assert client.received == payload
@@ -392,7 +403,7 @@ def test_backpressure_reaches_the_writer_while_the_reader_is_paused(
     run(loop_factory, main)
 
 
-def test_pause_reading_holds_data_already_decrypted_or_buffered(loop_factory, server_ctx, client_ctx):
+def test_data_sent_while_paused_comes_after_resume_reading(loop_factory, server_ctx, client_ctx):
     """Data that arrives while paused is delivered, all of it, after resume_reading."""
 
     async def main(loop):
@@ -748,6 +759,38 @@ def test_sendfile_falls_back_to_writes(loop_factory, server_ctx, client_ctx, tmp
             await client.lost
 
     run(loop_factory, main)
+
+
+def test_client_certificates(loop_factory, ca, server_ctx, client_ctx):
+    """A server that requires a client certificate sees it; one without fails the server's waiter."""
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    ca.configure_trust(server_ctx)
+    anonymous_ctx = ssl.create_default_context()
+    ca.configure_trust(anonymous_ctx)
+    ca.issue_cert("client.example").configure_cert(client_ctx)
+
+    async def main(loop):
+        async with Server(loop, server_ctx, App) as server:
+            client, server_app, _ = await server.pair(client_ctx)
+            peercert = server_app.transport.get_extra_info("peercert")
+            assert dict(peercert["subjectAltName"]) == {"DNS": "client.example"}
+            client.transport.close()
+            await client.lost
+
+            anonymous = App()
+            try:  # TLS 1.3: the client's handshake is over before the server says no
+                await connect(loop, server.port, anonymous_ctx, anonymous)
+            except ssl.SSLError:
+                pass
+            _, refused, waiter = await server.connection(1)
+            with pytest.raises(ssl.SSLError, match="certificate"):
+                await waiter
+            assert refused.events == []
+            if anonymous.events:
+                assert isinstance(await anonymous.lost, ssl.SSLError)  # the server's alert
+
+    errors = run(loop_factory, main, errors_expected=True)
+    assert all(isinstance(context["exception"], ssl.SSLError) for context in errors)
 
 
 def test_unclosed_app_transport_warns(loop_factory, client_ctx):
