@@ -346,7 +346,13 @@ class SSLProtocol(asyncio.Protocol):
         self._advance()
 
     def data_received(self, data: bytes) -> None:
-        """Ciphertext arrived: give it to OpenSSL and take the next step."""
+        """Ciphertext arrived: give it to OpenSSL and take the next step.
+
+        Discussion: asyncio's SSLProtocol is a BufferedProtocol, so the
+        socket reads into one buffer it keeps instead of a new bytes object
+        per read; the bytes are copied into the BIO either way.  A plain
+        Protocol is the shorter read, and every transport supports it.
+        """
         self._incoming.write(data)
         self._advance()
 
