@@ -43,19 +43,21 @@ import asyncio
 import collections
 import contextvars
 import cProfile
+import functools
 import gc
 import json
 import math
 import os
 import pstats
 import selectors
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,7 +77,7 @@ from tinyloop.aio.server import serve_on  # noqa: E402
 from tinyloop.aio.unix_events import Loop  # noqa: E402
 from tinyloop.callbacks import loop as reactor  # noqa: E402
 from tinyloop.http import HTTPConnection  # noqa: E402
-from tinyloop.serving import announce, listen, stop_on_sigterm  # noqa: E402
+from tinyloop.serving import announce, listen  # noqa: E402
 from tinyloop.testing import ServerProcess  # noqa: E402
 
 SCHEMA = 1
@@ -85,8 +87,8 @@ LOCAL = RESULTS / "local" / "aio_changes.json"       # a user's run: ignored by 
 PROFILE_REFERENCE = RESULTS / "profile_aio.txt"
 PROFILE_LOCAL = RESULTS / "local" / "profile_aio.txt"
 
-DEFAULTS = {"repeat": 5, "warmup": 1000, "micro_repeat": 7, "micro_ops": 200_000,
-            "requests": {"ab-k-c10": 20000, "ab-c10": 5000, "ab-k-c1": 5000}}
+DEFAULTS = {"repeat": 5, "warmup": 1000, "micro_repeat": 15, "micro_ops": 100_000,
+            "requests": {"ab-k-c10": 30000, "ab-c10": 10000, "ab-k-c1": 5000}}
 
 
 # -- The variants --------------------------------------------------------------------
@@ -357,14 +359,30 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 
+async def _until_sigterm(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` until SIGTERM, which the loop turns into a cancellation of this task.
+
+    Discussion: the stages stop on a KeyboardInterrupt raised by the signal
+    (tinyloop.serving.stop_on_sigterm), which may land inside any callback;
+    one that lands in a transport's connection_lost leaves the Server
+    waiting for a client that never detaches, and the process never exits.
+    A server whose profile must be written on the way out stops the asyncio
+    way instead: loop.add_signal_handler, a callback like any other.
+    """
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    try:
+        await main
+    except asyncio.CancelledError:
+        pass
+
+
 def serve(name: str, port: int, profile_to: str | None = None) -> int:
     """Serve HTTP with recipe ``name`` until SIGTERM or Ctrl-C; with ``profile_to``, under
     cProfile counting CPU time (``time.process_time``: a wait in epoll costs nothing)."""
     recipe = RECIPES[name]
-    stop_on_sigterm()
     sock = listen("127.0.0.1", port)
     announce(name, sock)
-    main = _serve_sock(sock) if recipe.api == "sock" else serve_on(sock, recipe.api)
+    main = _until_sigterm(_serve_sock(sock) if recipe.api == "sock" else serve_on(sock, recipe.api))
     profile = cProfile.Profile(time.process_time) if profile_to else None
     if profile is not None:
         profile.enable()
@@ -538,16 +556,31 @@ class MicroChange:
     undone: Any
 
 
+# Discussion: the collector runs when the tracked objects allocated minus
+# those freed pass gc.get_threshold()[0] (700).  Handles that are freed by the
+# time the next batch is made never get there: with 100 callbacks per
+# iteration no collection runs at all, with either handle.  With 1000 (a
+# burst of ready callbacks, or any program that keeps what it allocates) the
+# collector runs about once per iteration with one object per handle, twice
+# with three (handle, tuple, bound method).  So the handle rows are timed at
+# both sizes, and the JSON counts the collections.
+_BATCH_1000 = functools.partial(_time_call_soon, batch=1000)
+
 MICRO: tuple[MicroChange, ...] = (
     MicroChange("debug-checks", "call_soon checks the callback in debug mode only", "checks it on every call",
-                "call_soon + run", _time_call_soon, Loop, CheckedCallSoonLoop),
+                "call_soon + run, 100 a batch", _time_call_soon, Loop, CheckedCallSoonLoop),
     MicroChange("init-fields", "Handle.__init__ sets Part II's fields itself", "through super().__init__()",
-                "call_soon + run", _time_call_soon, Loop, SuperInitLoop),
+                "call_soon + run, 100 a batch", _time_call_soon, Loop, SuperInitLoop),
     MicroChange("no-tuple", "separate fields, _run calls context.run(callback, *args)",
-                "callback = context.run, args = (callback, *args)", "call_soon + run",
+                "callback = context.run, args = (callback, *args)", "call_soon + run, 100 a batch",
                 _time_call_soon, Loop, TupleHandleLoop),
+    MicroChange("no-tuple/1000", "separate fields, _run calls context.run(callback, *args)",
+                "callback = context.run, args = (callback, *args)", "call_soon + run, 1000 a batch",
+                _BATCH_1000, Loop, TupleHandleLoop),
     MicroChange("first-handle", "the Handle as it is now", "the Handle as first written: tuple and super()",
-                "call_soon + run", _time_call_soon, Loop, FirstDesignLoop),
+                "call_soon + run, 100 a batch", _time_call_soon, Loop, FirstDesignLoop),
+    MicroChange("first-handle/1000", "the Handle as it is now", "the Handle as first written: tuple and super()",
+                "call_soon + run, 1000 a batch", _BATCH_1000, Loop, FirstDesignLoop),
     MicroChange("selectors", "selectors' EpollSelector.select()", "without its bookkeeping",
                 "run_once, 10 ready sockets", _time_iteration, Loop, LeanSelectLoop),
     MicroChange("selectors-alone", "selectors' EpollSelector.select()", "without its bookkeeping",
@@ -561,6 +594,14 @@ def measure_micro(chosen: list[MicroChange], repeat: int, ops: int, cpu: int | N
     if cpu is not None and previous is not None:
         os.sched_setaffinity(0, {cpu})
     samples: dict[tuple[str, str, bool], list[float]] = collections.defaultdict(list)
+    collections_run: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    started = [0]
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] += 1
+
+    gc.callbacks.append(count)
     try:
         for rep in range(repeat):
             for row in chosen:
@@ -569,13 +610,17 @@ def measure_micro(chosen: list[MicroChange], repeat: int, ops: int, cpu: int | N
                         gc.collect()
                         if not collect:
                             gc.disable()
+                        started[0] = 0
                         try:
                             which = row.real if side == "real" else row.undone
                             samples[row.key, side, collect].append(row.time(which, ops) * 1e9)
                         finally:
                             gc.enable()
+                        if collect:
+                            collections_run[row.key, side].append(started[0] * 10_000 / ops)
             print(f"  per operation: repetition {rep + 1}/{repeat} done", file=sys.stderr, flush=True)
     finally:
+        gc.callbacks.remove(count)
         if cpu is not None and previous is not None:
             os.sched_setaffinity(0, previous)
     rows = []
@@ -584,15 +629,24 @@ def measure_micro(chosen: list[MicroChange], repeat: int, ops: int, cpu: int | N
         for side, label in (("real", "with"), ("undone", "without")):
             on, off = samples[row.key, side, True], samples[row.key, side, False]
             out[label] = {"median": statistics.median(on), "min": min(on), "max": max(on),
-                         "median_gc_off": statistics.median(off), "samples": on, "samples_gc_off": off}
+                         "median_gc_off": statistics.median(off), "samples": on, "samples_gc_off": off,
+                         "collections_per_10k_ops": statistics.median(collections_run[row.key, side])}
         out["ratio"] = out["without"]["median"] / out["with"]["median"]
         out["saved"] = out["without"]["median"] - out["with"]["median"]
         out["saved_gc_off"] = out["without"]["median_gc_off"] - out["with"]["median_gc_off"]
+        out["overlap"] = _overlap(out["with"], out["without"])
         rows.append(out)
     return rows
 
 
 # -- The server runs ---------------------------------------------------------------------------
+
+def _overlap(a: dict, b: dict) -> bool | None:
+    """Whether the min-max ranges of two summaries overlap (the difference is then within the noise)."""
+    if a.get("min") is None or b.get("min") is None:
+        return None
+    return a["min"] <= b["max"] and b["min"] <= a["max"]
+
 
 def _spread(values: list[float]) -> dict | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
@@ -614,6 +668,7 @@ def summarize(chosen: list[Change], records: list[dict]) -> list[dict]:
         real, undone = row["with"].get("median"), row["without"].get("median")
         row["ratio"] = undone / real if real and undone is not None else None
         row["saved"] = undone - real if real is not None and undone is not None else None
+        row["overlap"] = _overlap(row["with"], row["without"])
         rows.append(row)
     return rows
 
@@ -669,18 +724,23 @@ def render(data: dict) -> str:
         rps = "/".join(f"{row[side]['rps']:.0f}" if row[side].get("rps") else "-" for side in ("with", "without"))
         rows.append([row["key"], LOADS[row["load"]].title, figure, _cell(row["with"], digits),
                      _cell(row["without"], digits),
-                     f"{row['ratio']:.2f}" if row["ratio"] is not None else "-",
+                     (f"{row['ratio']:.2f}" + ("*" if row["overlap"] else " ")) if row["ratio"] is not None else "-",
                      f"{row['saved']:+.{digits}f}" if row["saved"] is not None else "-", rps])
     out += _table(["change", "load", "figure", "with the change", "variant", "ratio", "variant costs",
                    "req/s with/variant"], rows, left=3)
     if data.get("micro"):
         out += ["", f"Per operation, in one process on one CPU: ns of CPU time, median of "
-                    f"{settings['micro_repeat']} (min-max), garbage collector on; \"gc off\" the same without it.", ""]
-        rows = [[row["key"], row["op"], _cell(row["with"], 0), _cell(row["without"], 0), f"{row['ratio']:.2f}",
-                 f"{row['saved']:+.0f}", f"{row['saved_gc_off']:+.0f}"] for row in data["micro"]]
+                    f"{settings['micro_repeat']} (min-max), garbage collector on; \"gc off\": what the variant",
+                    "costs with it disabled; collections: how often the collector ran, with the change/variant.", ""]
+        rows = [[row["key"], row["op"], _cell(row["with"], 0), _cell(row["without"], 0),
+                 f"{row['ratio']:.2f}" + ("*" if row["overlap"] else " "),
+                 f"{row['saved']:+.0f}", f"{row['saved_gc_off']:+.0f}",
+                 f"{row['with']['collections_per_10k_ops']:.0f}/{row['without']['collections_per_10k_ops']:.0f}"]
+                for row in data["micro"]]
         out += _table(["change", "operation", "with the change", "variant", "ratio", "variant costs",
-                       "gc off"], rows)
-    out += ["", "The changes (what tinyloop.aio does / the variant that undoes it, a subclass in "
+                       "gc off", "collections/10k ops"], rows)
+    out += ["", "* the two min-max ranges overlap: the difference is within the run-to-run spread.",
+            "", "The changes (what tinyloop.aio does / the variant that undoes it, a subclass in "
                 "benchmarks/aio_changes.py):"]
     seen = set()
     for row in [*data["rows"], *data.get("micro", [])]:
@@ -811,6 +871,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--micro-ops", type=int, default=DEFAULTS["micro_ops"],
                         help=f"operations per per-operation timing (default {DEFAULTS['micro_ops']})")
     parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
+    parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
     parser.add_argument("--reference", action="store_true",
                         help="maintainers: write the book's committed results (benchmarks/results/) "
                              "instead of benchmarks/results/local/")
@@ -845,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     keys = _keys(args.changes, list(dict.fromkeys([c.key for c in CHANGES] + [m.key for m in MICRO])))
-    chosen = [c for c in CHANGES if c.key in keys]
+    chosen = [] if args.no_servers else [c for c in CHANGES if c.key in keys]
     micro = [] if args.no_micro else [m for m in MICRO if m.key in keys]
     requests = {name: args.requests or n for name, n in DEFAULTS["requests"].items()}
     settings = Settings(requests=requests, duration=1.0, socket_timeout=args.timeout, run_timeout=120.0)
