@@ -3,11 +3,10 @@
 # benchmarks/aio_changes.py: the plumbing, never a speed.  Every server it
 # runs (the real loop and each variant that undoes one change) starts and
 # answers keep-alive and closing requests correctly, and stops cleanly on
-# SIGTERM; a tiny run writes a JSON
-# with a row per change and a text table naming each; the per-operation
-# variants really are what they say (a tuple per handle, the check on every
-# call); and --profile sums the time by layer.  Loopback only, small counts,
-# every subprocess bounded in time.
+# SIGTERM; a tiny run writes a JSON with a row per change and a text table
+# naming each; the per-operation variants really are what they say (a tuple
+# per handle, the check on every call); and --profile sums the time by
+# layer.  Loopback only, small counts, every subprocess bounded in time.
 
 from __future__ import annotations
 
