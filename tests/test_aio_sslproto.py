@@ -552,38 +552,35 @@ def test_graceful_close_sends_and_answers_close_notify(
         loop_factory, server_ctx, client_ctx, our_side, closer):
     async def main(loop):
         app = App()
-        peer_ctx = server_ctx if our_side == "client" else client_ctx
-        listener = None
-        if our_side == "client":
-            listener = socket.create_server(("127.0.0.1", 0))
-            listener.settimeout(10)
-            port = listener.getsockname()[1]
-        else:
-            server = Server(loop, server_ctx, lambda: app)
-            await server.__aenter__()
-            port = server.port
-        peer = loop.run_in_executor(None, _thread_peer, listener, port, peer_ctx,
-                                    our_side == "client", closer == "peer")
-        if our_side == "client":
-            await connect(loop, port, client_ctx, app)
-        await app.until(lambda: app.transport is not None)
 
-        if closer == "us":
-            app.transport.write(b"ping")
-            app.transport.close()
-            app.transport.write(b"dropped")  # after close(): dropped, as asyncio does
-            assert await app.lost is None
-            assert await peer == b"ping"  # the peer saw our close_notify, not a bare EOF
-            assert app.events == ["made", "lost"]
+        async def close_and_check(peer: asyncio.Future) -> None:
+            if closer == "us":
+                app.transport.write(b"ping")
+                app.transport.close()
+                app.transport.write(b"dropped")  # after close(): dropped, as asyncio does
+                assert await app.lost is None
+                assert await peer == b"ping"  # the peer saw our close_notify, not a bare EOF
+                assert app.events == ["made", "lost"]
+            else:
+                assert await app.lost is None
+                await peer  # the peer's unwrap() got our close_notify back
+                assert app.received == b"bye"
+                assert app.events == ["made", "eof", "lost"]
+
+        if our_side == "client":
+            with socket.create_server(("127.0.0.1", 0)) as listener:
+                listener.settimeout(10)
+                port = listener.getsockname()[1]
+                peer = loop.run_in_executor(None, _thread_peer, listener, port, server_ctx,
+                                            True, closer == "peer")
+                await connect(loop, port, client_ctx, app)
+                await close_and_check(peer)
         else:
-            assert await app.lost is None
-            await peer  # the peer's unwrap() got our close_notify back
-            assert app.received == b"bye"
-            assert app.events == ["made", "eof", "lost"]
-        if listener is not None:
-            listener.close()
-        else:
-            await server.__aexit__(None, None, None)
+            async with Server(loop, server_ctx, lambda: app) as server:
+                peer = loop.run_in_executor(None, _thread_peer, None, server.port, client_ctx,
+                                            False, closer == "peer")
+                await app.until(lambda: app.transport is not None)
+                await close_and_check(peer)
 
     run(loop_factory, main)
 
@@ -659,7 +656,7 @@ def test_abort_cuts_a_close_short(loop_factory, server_ctx, client_ctx):
     async def main(loop):
         async with Server(loop, server_ctx, lambda: App(paused_reading=True)) as server:
             client, server_app, _ = await server.pair(client_ctx)
-            client.transport.close()
+            client.transport.close()  # unanswered: it would wait the 30 s shutdown timeout
             await asyncio.sleep(0.05)
             client.transport.abort()
             assert await client.lost is None
@@ -750,7 +747,7 @@ def test_sendfile_falls_back_to_writes(loop_factory, server_ctx, client_ctx, tmp
                 except (NotImplementedError, RuntimeError) as exc:
                     client.transport.close()
                     await client.lost
-                    pytest.skip(f"this loop's sendfile takes no TLS transport: {exc}")
+                    pytest.skip(f"this loop's sendfile takes no TLS transport: {exc!r}")
             assert sent == len(data)
             await server_app.until(lambda: len(server_app.received) >= len(data))
             assert server_app.received == data
