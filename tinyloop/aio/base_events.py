@@ -62,9 +62,6 @@ logger = logging.getLogger("asyncio")
 
 # How many frames of a coroutine's creation debug mode records (asyncio: 10).
 DEBUG_STACK_DEPTH = 10
-# Seconds a TLS handshake and a TLS shutdown may take by default (asyncio's).
-SSL_HANDSHAKE_TIMEOUT = 60.0
-SSL_SHUTDOWN_TIMEOUT = 30.0
 # sendfile's fallback reads the file in pieces of this many bytes.
 SENDFILE_FALLBACK_CHUNK = 256 * 1024
 

@@ -1,7 +1,9 @@
 # tinyloop/aio/transports.py
 #
 # Flow control on the write side, written once for every transport that
-# buffers: sockets, TLS, pipes.  CPython's Lib/asyncio/transports.py holds
+# buffers: sockets, datagrams, pipes.  (TLS keeps no buffer of its own: its
+# records go straight to the socket transport, whose marks the application
+# then hears through sslproto.py.)  CPython's Lib/asyncio/transports.py holds
 # the abstract transports (BaseTransport, Transport, DatagramTransport, ...)
 # and this same mixin; the abstract classes we import from asyncio, because
 # programs check ``isinstance(transport, asyncio.Transport)``.
