@@ -75,7 +75,7 @@ from typing import Any
 __all__ = ["SSL_HANDSHAKE_TIMEOUT", "SSL_SHUTDOWN_TIMEOUT", "SSLHandshakeTimeoutError",
            "SSLProtocol"]
 
-logger = logging.getLogger("tinyloop.aio")
+logger = logging.getLogger("asyncio")  # where asyncio programs look for the loop's messages
 
 # Seconds a handshake, and a shutdown, may take by default (asyncio's values).
 SSL_HANDSHAKE_TIMEOUT = 60.0
