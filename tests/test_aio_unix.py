@@ -165,14 +165,15 @@ def test_signal_handler_runs_with_its_arguments(loop: asyncio.AbstractEventLoop)
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
 
 
-def test_signal_handler_runs_once_per_delivery_and_replaces(loop: asyncio.AbstractEventLoop) -> None:
+def test_signal_handler_runs_once_per_delivery_and_replaces(
+        loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> list[str]:
         seen: list[str] = []
         loop.add_signal_handler(signal.SIGUSR2, seen.append, "first")
         loop.add_signal_handler(signal.SIGUSR2, seen.append, "second")  # replaces
-        for _ in range(3):
+        for delivered in range(1, 4):
             os.kill(os.getpid(), signal.SIGUSR2)
-            while len(seen) < 1 + _:
+            while len(seen) < delivered:
                 await asyncio.sleep(0.01)
         loop.remove_signal_handler(signal.SIGUSR2)
         return seen
@@ -440,7 +441,8 @@ def test_unix_echo_at_a_path(loop: asyncio.AbstractEventLoop, tmp_path: Path) ->
     assert run(loop, echo_once(tmp_path / "echo.sock")) == b"over a unix socket\n"
 
 
-def test_unix_echo_in_the_abstract_namespace(loop: asyncio.AbstractEventLoop, loop_name: str) -> None:
+def test_unix_echo_in_the_abstract_namespace(loop: asyncio.AbstractEventLoop,
+                                             loop_name: str) -> None:
     if loop_name == "uvloop":
         pytest.skip("uvloop 0.23 refuses a str name starting with NUL (EINVAL)")
     name = f"\0tinyloop-test-{os.getpid()}-{loop_name}"

@@ -6,10 +6,10 @@
 # CPython's Lib/asyncio/base_subprocess.py, which has the same job; the
 # Unix part (starting the child, learning of its exit) is in unix_events.py.
 #
-#     child's stdin  <-- _UnixWritePipeTransport <-- _PipeProtocol(fd 0) --+
-#     child's stdout --> _UnixReadPipeTransport  --> _PipeProtocol(fd 1) --+--> BaseSubprocessTransport
-#     child's stderr --> _UnixReadPipeTransport  --> _PipeProtocol(fd 2) --+      --> SubprocessProtocol
-#     child's exit   --> a child watcher (unix_events) ---------------------+
+#     stdin  <-- _UnixWritePipeTransport <-- _PipeProtocol(fd 0) --+
+#     stdout --> _UnixReadPipeTransport  --> _PipeProtocol(fd 1) --+--> BaseSubprocessTransport
+#     stderr --> _UnixReadPipeTransport  --> _PipeProtocol(fd 2) --+      --> SubprocessProtocol
+#     exit   --> a child watcher (unix_events.py) -----------------+
 #
 # Rules this file keeps:
 #   * The protocol hears ``connection_made`` first and ``connection_lost``
@@ -137,8 +137,8 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
 
     def _connect_pipes(self) -> None:
         """A pipe transport for each of the child's pipes, writing to fd 0, reading from 1 and 2."""
-        proc = self._proc
-        for fd, file in ((STDIN, proc.stdin), (STDOUT, proc.stdout), (STDERR, proc.stderr)):  # type: ignore[union-attr]
+        proc: Any = self._proc
+        for fd, file in ((STDIN, proc.stdin), (STDOUT, proc.stdout), (STDERR, proc.stderr)):
             if file is None:
                 continue
             protocol = _PipeProtocol(self, fd)

@@ -212,7 +212,8 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
         try:
             while data := self._ssock.recv(4096):
                 for signum in data:
-                    handle = self._signal_handlers.get(signum)  # 0, or a signal nobody handles: None
+                    # None for 0 (a wake-up) and for a signal nobody handles here.
+                    handle = self._signal_handlers.get(signum)
                     if handle is not None:
                         self._ready.append(handle)
         except (BlockingIOError, InterruptedError):
@@ -226,7 +227,7 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             server_hostname: str | None = None, ssl_handshake_timeout: float | None = None,
             ssl_shutdown_timeout: float | None = None,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
-        """Connect a stream to the Unix socket at ``path`` (or use ``sock``); return (transport, protocol).
+        """Connect to the Unix socket ``path`` (or use ``sock``); return (transport, protocol).
 
         ``path`` is a str, bytes or path-like; one starting with a NUL byte
         names Linux's abstract namespace (unix(7)).  With ``ssl``,
@@ -269,7 +270,7 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             ssl_handshake_timeout: float | None = None, ssl_shutdown_timeout: float | None = None,
             start_serving: bool = True, cleanup_socket: bool = True,
     ) -> base_events.Server:
-        """Listen on the Unix socket ``path`` (or on ``sock``); return a :class:`base_events.Server`.
+        """Listen on the Unix socket ``path`` (or on ``sock``); return a ``base_events.Server``.
 
         A socket file left at ``path`` by a server that died is removed
         first; anything else there makes bind fail (OSError EADDRINUSE).
@@ -351,7 +352,7 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
 
     async def connect_read_pipe(self, protocol_factory: Callable[[], asyncio.BaseProtocol],
                                 pipe: Any) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
-        """Read ``pipe`` (a file object with fileno()) into a protocol; return (transport, protocol).
+        """Read ``pipe`` (a file object) into a protocol; return (transport, protocol).
 
         The protocol gets data_received(bytes), then at the writer's close
         eof_received() and connection_lost(None).  The transport owns
@@ -363,7 +364,7 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
 
     async def connect_write_pipe(self, protocol_factory: Callable[[], asyncio.BaseProtocol],
                                  pipe: Any) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
-        """Write to ``pipe`` through a buffering, flow-controlled transport; return (transport, protocol).
+        """Write to ``pipe`` through a buffering transport; return (transport, protocol).
 
         When the reader closes its end the protocol gets connection_lost:
         BrokenPipeError if bytes were still buffered, else None.  Raises
@@ -719,7 +720,8 @@ class _UnixWritePipeTransport(_UnixPipeTransport, FlowControlMixin, asyncio.Writ
         after a few).  Raises TypeError for a non-bytes-like.
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+            raise TypeError(f"data argument must be a bytes-like object, "
+                            f"not {type(data).__name__!r}")
         if not data:
             return
         if self._closing:
@@ -845,7 +847,7 @@ def _can_use_pidfd() -> bool:
 
 
 def _watch_child(loop: SelectorEventLoop, pid: int, callback: Callable[[int], object]) -> Any:
-    """Start watching child ``pid`` for ``loop``: a pidfd where the kernel has them, else a thread."""
+    """Watch child ``pid`` for ``loop``: with a pidfd where the kernel has them, else a thread."""
     if _can_use_pidfd():
         return _PidfdWatcher(loop, pid, callback)
     return _ThreadWatcher(loop, pid, callback)
@@ -854,7 +856,8 @@ def _watch_child(loop: SelectorEventLoop, pid: int, callback: Callable[[int], ob
 class _PidfdWatcher:
     """One child, watched through a pidfd in the loop's selector (pidfd_open(2))."""
 
-    def __init__(self, loop: SelectorEventLoop, pid: int, callback: Callable[[int], object]) -> None:
+    def __init__(self, loop: SelectorEventLoop, pid: int,
+                 callback: Callable[[int], object]) -> None:
         self._loop = loop
         self._pid = pid
         self._callback = callback
@@ -900,7 +903,8 @@ class _ThreadWatcher:
     reaches our child or nobody, never a stranger that got the pid.
     """
 
-    def __init__(self, loop: SelectorEventLoop, pid: int, callback: Callable[[int], object]) -> None:
+    def __init__(self, loop: SelectorEventLoop, pid: int,
+                 callback: Callable[[int], object]) -> None:
         self._loop = loop
         self._pid = pid
         self._callback = callback
