@@ -166,16 +166,15 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
 
         The signal's disposition goes back to the default (for SIGINT,
         Python's, which raises KeyboardInterrupt).  Raises ValueError for a
-        number that is no signal, RuntimeError outside the main thread.
+        number that is no signal, and outside the main thread (signal.signal's
+        own; the handler then stays).
         """
         self._check_signal(sig)
-        if self._signal_handlers.pop(sig, None) is None:
+        if sig not in self._signal_handlers:
             return False
         default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
-        try:
-            signal.signal(sig, default)
-        except ValueError as exc:  # not the main thread
-            raise RuntimeError(str(exc)) from None
+        signal.signal(sig, default)
+        del self._signal_handlers[sig]
         if not self._signal_handlers:
             self._restore_wakeup_fd()
         return True
