@@ -1,0 +1,134 @@
+# benchmarks/peers/echo_server.py
+#
+# The echo benchmark's Python servers (benchmarks/echo.py): one TCP echo
+# program, written two ways, run on any asyncio loop.  Only the loop and the
+# API change between the rows, so their differences are the loop's and the
+# API's, as in the uvloop announcement's echo benchmark.
+#
+#   --api protocol   an asyncio.Protocol: data_received -> transport.write
+#   --api streams    asyncio.start_server: a coroutine per connection that
+#                    awaits reader.read(), then writer.write() and drain()
+#   --loop asyncio   the standard library's loop (selectors, pure Python)
+#   --loop uvloop    uvloop's loop (Cython on libuv)
+#   --loop aio       tinyloop.aio, the book's Part III loop (pure Python)
+#
+# Rules this file keeps:
+#   * Written against asyncio's public API only; the loop comes from a
+#     factory in LOOPS, handed to asyncio.Runner, the way any program picks
+#     a loop.  A new loop (Part IV's ``uv``) is one more row there.
+#   * Backpressure both ways, as tinyloop/aio/server.py's HTTP protocol:
+#     the Protocol stops reading while the transport's buffer is above its
+#     high-water mark; the streams handler awaits drain().
+#
+# Usage: python benchmarks/peers/echo_server.py --loop aio --api protocol --port 0
+# It prints ``tinyloop: serving echo-LOOP-API on http://127.0.0.1:PORT/``
+# (the launcher's announce line, shared with the HTTP servers) when it
+# listens, and stops cleanly on SIGTERM or Ctrl-C.
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop
+
+from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
+
+__all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main"]
+
+# Loop name -> "module:function" returning a new event loop.
+LOOPS: dict[str, str] = {
+    "asyncio": "asyncio:new_event_loop",
+    "uvloop": "uvloop:new_event_loop",
+    "aio": "tinyloop.aio:new_event_loop",
+}
+APIS = ("protocol", "streams")
+READ_SIZE = 65536  # bytes asked for per read, as the peers in C, Go and Node
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The factory LOOPS names for ``name``; raises ImportError when its module is missing."""
+    module, _, function = LOOPS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+class EchoProtocol(asyncio.Protocol):
+    """Write back every chunk as it arrives."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its echo: read no more from it.
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
+
+async def echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One connection as a coroutine: read a chunk, write it back, drain, until end of file."""
+    try:
+        while data := await reader.read(READ_SIZE):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass  # the peer reset: nothing left to echo
+    finally:
+        writer.close()
+
+
+async def serve(name: str, api: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    except NotImplementedError:
+        # Discussion: a loop without signal handlers (tinyloop.aio before
+        # its unix_events has them) still stops on SIGTERM: the signal
+        # becomes KeyboardInterrupt, as in every stage's server, and
+        # asyncio.Runner cancels what is left on the way out.
+        stop_on_sigterm()
+    sock = listen("127.0.0.1", port)
+    if api == "protocol":
+        server = await loop.create_server(EchoProtocol, sock=sock)
+    else:
+        server = await asyncio.start_server(echo_stream, sock=sock)
+    async with server:
+        announce(name, sock)
+        await stop.wait()
+        server.close()
+        # Drop the clients still connected (Server.abort_clients: 3.13's, and tinyloop.aio's).
+        abort_clients = getattr(server, "abort_clients", None)
+        if abort_clients is not None:
+            abort_clients()
+    log(f"{name}: stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A TCP echo server on any asyncio loop.")
+    parser.add_argument("--loop", choices=tuple(LOOPS), default="asyncio")
+    parser.add_argument("--api", choices=APIS, default="protocol")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    name = f"echo-{args.loop}-{args.api}"
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+            runner.run(serve(name, args.api, args.port))
+    except KeyboardInterrupt:
+        log(f"{name}: stopped")
+
+
+if __name__ == "__main__":
+    main()
