@@ -83,7 +83,7 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
         self._signal_handlers: dict[int, Handle] = {}  # signal number -> its handle
         self._wakeup_fd = -1            # the wakeup fd we set (our self-pipe's write end), or -1
         self._previous_wakeup_fd = -1   # the one it replaced, put back when we are done
-        self._child_watchers: set[_PidfdWatcher] = set()  # pidfds in our selector
+        self._child_watchers: set[Any] = set()  # children not yet reported (see Child watchers)
         self._unix_socket_files: dict[int, tuple[str, int, int]] = {}  # see _stop_serving
         super().__init__(selector, clock, debug=debug)
 
@@ -804,7 +804,10 @@ class _UnixWritePipeTransport(_UnixPipeTransport, FlowControlMixin, asyncio.Writ
 #                          ThreadedChildWatcher).
 #
 # Each is made for one child, reports ``callback(returncode)`` on the loop's
-# thread, signals the child with ``send_signal``, and is let go with ``close``.
+# thread, signals the child with ``send_signal``, and is let go with
+# ``close``.  The loop closes the watchers it still has when it closes: they
+# drop the callback, so a transport nobody closed can be collected, and its
+# __del__ kills the child.
 
 def _exit_code(status: int) -> int:
     """waitpid(2)'s status as an exit code: the status, or minus the killing signal."""
@@ -859,7 +862,7 @@ class _PidfdWatcher:
                  callback: Callable[[int], object]) -> None:
         self._loop = loop
         self._pid = pid
-        self._callback = callback
+        self._callback: Callable[[int], object] | None = callback
         self._reaped = False
         self._pidfd: int | None = os.pidfd_open(pid)
         loop._add_reader(self._pidfd, self._exited)
@@ -870,8 +873,10 @@ class _PidfdWatcher:
         if returncode is None:
             return  # not yet: a spurious wake-up
         self._reaped = True
+        callback = self._callback
         self.close()
-        self._callback(returncode)
+        if callback is not None:
+            callback(returncode)
 
     def send_signal(self, sig: int) -> None:
         """Signal the child; ProcessLookupError if it is gone (pidfd_send_signal(2))."""
@@ -885,6 +890,8 @@ class _PidfdWatcher:
             os.kill(self._pid, sig)
 
     def close(self) -> None:
+        """Stop watching and let the transport go; the child may still be signalled."""
+        self._callback = None
         if self._pidfd is not None:
             self._loop._child_watchers.discard(self)
             self._loop._remove_reader(self._pidfd)
@@ -899,16 +906,19 @@ class _ThreadWatcher:
     returns at the exit but leaves the zombie in place, and only then reaps,
     under a lock that send_signal also takes.  While the zombie exists its
     pid cannot be given to a new process; so a signal sent under the lock
-    reaches our child or nobody, never a stranger that got the pid.
+    reaches our child or nobody, never a stranger that got the pid.  (Where
+    there is no waitid, the thread reaps in one blocking waitpid, outside
+    the lock, and that small window stays open.)
     """
 
     def __init__(self, loop: SelectorEventLoop, pid: int,
                  callback: Callable[[int], object]) -> None:
         self._loop = loop
         self._pid = pid
-        self._callback = callback
+        self._callback: Callable[[int], object] | None = callback
         self._lock = threading.Lock()
         self._reaped = False
+        loop._child_watchers.add(self)
         threading.Thread(target=self._wait, name=f"tinyloop-waitpid-{pid}", daemon=True).start()
 
     def _wait(self) -> None:
@@ -917,16 +927,24 @@ class _ThreadWatcher:
                 os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOWAIT)
             except ChildProcessError:
                 pass  # _reap says so
-        with self._lock:
+            with self._lock:
+                returncode = _reap(self._pid, 0)
+                self._reaped = True
+        else:
             returncode = _reap(self._pid, 0)
             self._reaped = True
+        if self._callback is None:
+            return  # the loop closed and let us go: nobody to tell
         try:
-            self._loop.call_soon_threadsafe(self._callback, returncode)
-        except RuntimeError:  # the loop was closed meanwhile
-            if self._loop.is_closed():
-                logger.warning("Loop %r that handles pid %r is closed", self._loop, self._pid)
-            else:
-                raise
+            self._loop.call_soon_threadsafe(self._report, returncode)
+        except RuntimeError:  # the loop closed just now
+            logger.warning("Loop %r that handles pid %r is closed", self._loop, self._pid)
+
+    def _report(self, returncode: int) -> None:  # on the loop's thread
+        callback = self._callback
+        self.close()
+        if callback is not None:
+            callback(returncode)
 
     def send_signal(self, sig: int) -> None:
         """Signal the child; ProcessLookupError if it is gone (kill(2))."""
@@ -936,7 +954,9 @@ class _ThreadWatcher:
             os.kill(self._pid, sig)
 
     def close(self) -> None:
-        pass  # the thread ends by itself when the child does
+        """Let the transport go; the thread ends by itself when the child does."""
+        self._callback = None
+        self._loop._child_watchers.discard(self)
 
 
 class _UnixSubprocessTransport(base_subprocess.BaseSubprocessTransport):
