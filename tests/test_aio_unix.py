@@ -653,6 +653,29 @@ def test_subprocess_shell(loop: asyncio.AbstractEventLoop) -> None:
     assert run(loop, main()) == (b"42\n", 5)
 
 
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+def test_subprocess_creation_cancelled(loop: asyncio.AbstractEventLoop, loop_name: str,
+                                       steps: int) -> None:
+    """Cancelled part-way through its start, a subprocess is killed and nothing leaks."""
+    if loop_name == "uvloop" and steps:
+        pytest.skip("uvloop 0.23 leaves the process transport unclosed (ResourceWarning)")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            "sleep", "30", stdin=PIPE, stdout=PIPE, stderr=PIPE))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            proc = await task
+        except asyncio.CancelledError:
+            return
+        proc.kill()  # it was done before the cancel came
+        await proc.wait()
+
+    run(loop, main())
+
+
 def test_subprocess_missing_program(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
         with pytest.raises(FileNotFoundError):
