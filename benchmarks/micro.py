@@ -1,0 +1,328 @@
+# benchmarks/micro.py
+"""The loop's own costs, one operation at a time, measured with pyperf.
+
+    python benchmarks/micro.py                    every operation on every loop
+    python benchmarks/micro.py --quick            a short look (few processes, short values)
+    python benchmarks/micro.py --event-loops asyncio,aio --ops call_soon,sleep0
+    python benchmarks/micro.py --save             refresh the book's reference, benchmarks/results/micro.json
+
+Operations (each timed over many repetitions in one process, then over
+several fresh processes, by pyperf's Runner):
+
+    call_soon     one callback scheduled with call_soon and run by the loop
+    timer_cancel  one call_later(3600, ...) scheduled and cancelled, the loop
+                  then dropping the cancelled timer
+    sleep0        one ``await asyncio.sleep(0)`` in a task: the task yields
+                  to the loop and is stepped again
+    create_task   ``await loop.create_task(coro())`` of a coroutine that
+                  returns at once
+
+on stdlib asyncio, uvloop and tinyloop.aio, and, for the two operations that
+do not need asyncio's tasks, on Part II's callbacks reactor
+(tinyloop.callbacks.loop.Loop).
+
+Writes pyperf's own JSON (every value of every process) to
+benchmarks/results/local/micro-pyperf.json, and a summary (median time per
+operation, operations per second, ratio to asyncio, spread) to
+benchmarks/results/local/micro.json; --save writes the summary to the
+committed benchmarks/results/micro.json instead, which the book renders
+({bench-micro}).
+"""
+
+# Rules this file keeps:
+#
+#   * pyperf does the measuring: ``Runner.bench_time_func`` with a function
+#     that runs ``loops`` operations and returns the seconds they took, so
+#     pyperf calibrates ``loops``, warms up, spawns worker processes and
+#     keeps every value.  The script runs again in each worker (pyperf's
+#     design), so everything below ``main`` must declare the same benchmarks
+#     in the same order in every process, and only the manager writes files.
+#   * Loop set-up and tear-down stay outside the timed region; work the loop
+#     does because of the operation (running the callback, dropping the
+#     cancelled timer) stays inside it.
+#   * The loops come from benchmarks/peers/echo_server.py's LOOPS (one table
+#     of loop factories for the benchmarks), plus Part II's reactor here.
+#   * Workers run on one CPU (pyperf --affinity, the first usable CPU unless
+#     told otherwise), as the echo and HTTP servers do.
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks import report, run, servers  # noqa: E402
+from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
+
+__all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "summarize", "table", "main"]
+
+SCHEMA = 1
+REFERENCE = run.RESULTS / "micro.json"                 # the book's, committed; only --save writes it
+LOCAL = run.RESULTS / "local" / "micro.json"           # a user's run: ignored by git
+PYPERF_JSON = run.RESULTS / "local" / "micro-pyperf.json"
+BASELINE = "asyncio"
+
+# Each batch of operations ends in one pass of run_forever; large enough that
+# starting and stopping the loop is a small share of the batch.
+BATCH = 10_000
+
+# pyperf's settings.  The default run (14 benchmarks) takes about a minute
+# and a half on a 2-core machine; --quick a few seconds per benchmark.
+DEFAULT_PYPERF = ["--quiet", "--processes", "5", "--values", "3", "--warmups", "1", "--min-time", "0.05"]
+QUICK_PYPERF = ["--quiet", "--processes", "2", "--values", "2", "--warmups", "1", "--min-time", "0.02"]
+
+
+def _noop() -> None:
+    pass
+
+
+async def _nothing() -> None:
+    return None
+
+
+# --- the operations: each runs ``loops`` of one and returns the seconds taken ---
+
+def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` callbacks, scheduled with call_soon in batches, each batch run by run_forever."""
+    loop = factory()
+    try:
+        started = time.perf_counter()
+        left = loops
+        while left:
+            n = min(left, BATCH)
+            left -= n
+            for _ in range(n - 1):
+                loop.call_soon(_noop)
+            loop.call_soon(loop.stop)  # the batch's last callback
+            loop.run_forever()
+        return time.perf_counter() - started
+    finally:
+        loop.close()
+
+
+def time_timer_cancel(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` timers scheduled an hour ahead and cancelled; after each batch the loop
+    runs once, which is where a heap with many cancelled timers gets cleaned."""
+    loop = factory()
+    try:
+        started = time.perf_counter()
+        left = loops
+        while left:
+            n = min(left, BATCH)
+            left -= n
+            for _ in range(n):
+                loop.call_later(3600.0, _noop).cancel()
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+        return time.perf_counter() - started
+    finally:
+        loop.close()
+
+
+def time_sleep0(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` round trips of ``await asyncio.sleep(0)`` in one task."""
+    async def main() -> float:
+        started = time.perf_counter()
+        for _ in range(loops):
+            await asyncio.sleep(0)
+        return time.perf_counter() - started
+    return _in_loop(factory, main)
+
+
+def time_create_task(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` times: create a task for a coroutine that returns at once, and await it."""
+    async def main() -> float:
+        create_task = asyncio.get_running_loop().create_task
+        started = time.perf_counter()
+        for _ in range(loops):
+            await create_task(_nothing())
+        return time.perf_counter() - started
+    return _in_loop(factory, main)
+
+
+def _in_loop(factory: Callable[[], Any], main: Callable[[], Any]) -> float:
+    loop = factory()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+# name -> (function, what one operation is, whether the reactor can run it)
+OPERATIONS: dict[str, tuple[Callable[[int, Callable[[], Any]], float], str, bool]] = {
+    "call_soon": (time_call_soon, "call_soon + run one callback", True),
+    "timer_cancel": (time_timer_cancel, "call_later + cancel one timer", True),
+    "sleep0": (time_sleep0, "one await asyncio.sleep(0) round trip", False),
+    "create_task": (time_create_task, "create_task + await a trivial coroutine", False),
+}
+REACTOR = "callbacks"  # Part II's reactor: no tasks, so only the operations marked True
+LOOP_NAMES = (*LOOPS, REACTOR)
+
+
+def factory_for(name: str) -> Callable[[], Any]:
+    """A function returning a new loop called ``name``; ImportError when it is not installed."""
+    if name == REACTOR:
+        from tinyloop.callbacks.loop import Loop
+        return Loop
+    return loop_factory(name)
+
+
+def benchmarks(loops: list[str], ops: list[str]) -> list[tuple[str, str]]:
+    """``(operation, loop)`` pairs to measure, operation-major, in a fixed order."""
+    return [(op, loop) for op in ops for loop in loops if loop != REACTOR or OPERATIONS[op][2]]
+
+
+# --- the summary ------------------------------------------------------------
+
+def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELINE) -> dict[str, dict[str, dict]]:
+    """``{operation: {loop: row}}`` from each benchmark's values (seconds per operation).
+
+    A row has ``median_ns``, ``mean_ns``, ``stdev_ns``, ``ops_per_s``
+    (1 / median), ``spread_ns`` [min, max], ``noisy`` (the largest value over
+    1 + report.NOISE times the smallest) and ``ratio``: its median time over
+    the baseline loop's (below 1 is faster), None without a baseline row.
+    """
+    out: dict[str, dict[str, dict]] = {}
+    for (op, loop), seconds in values.items():
+        ns = [value * 1e9 for value in seconds]
+        median = statistics.median(ns)
+        out.setdefault(op, {})[loop] = {
+            "median_ns": median, "mean_ns": statistics.fmean(ns),
+            "stdev_ns": statistics.stdev(ns) if len(ns) > 1 else 0.0,
+            "ops_per_s": 1e9 / median if median else None, "values": len(ns),
+            "spread_ns": [min(ns), max(ns)],
+            "noisy": min(ns) > 0 and max(ns) > min(ns) * (1 + report.NOISE),
+        }
+    for rows in out.values():
+        base = rows.get(baseline)
+        for row in rows.values():
+            row["ratio"] = row["median_ns"] / base["median_ns"] if base else None
+    return out
+
+
+HEADER = ["loop", "median ns/op", "ops/s", "× asyncio", "min–max ns"]
+
+
+def table(data: dict, op: str) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` for one operation, loops in the run's order; a skipped loop says so."""
+    rows_by_loop = data["results"].get(op, {})
+    rows = []
+    for loop in data["loops"]:
+        name, skipped = loop["name"], loop.get("skipped")
+        if skipped:
+            rows.append([name, "skipped", "—", "—", "—"])
+            continue
+        row = rows_by_loop.get(name)
+        if row is None:
+            continue  # the reactor has no tasks: no row for sleep0 / create_task
+        low, high = row["spread_ns"]
+        spread = f"{low:,.0f}–{high:,.0f}" + (" noisy" if row["noisy"] else "")
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        rows.append([name, f"{row['median_ns']:,.0f}", f"{row['ops_per_s']:,.0f}", ratio, spread])
+    return HEADER, rows
+
+
+def format_text(data: dict) -> str:
+    parts = []
+    for op in data["operations"]:
+        header, rows = table(data, op["name"])
+        parts.append("\n".join([f"{op['name']}: {op['what']}", *report._align(header, rows)]))
+    notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
+    notes.append("× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.")
+    return "\n\n".join(parts) + "\n\n" + "\n".join(notes)
+
+
+# --- the command line --------------------------------------------------------
+
+def _split(argument: str | None, known: list[str], what: str) -> list[str]:
+    return run._names(argument, known, what, known)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pyperf
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = run._display(["python", "benchmarks/micro.py", *argv])
+    worker = "--worker" in argv
+    quick = "--quick" in argv
+    save = "--save" in argv
+    argv = [a for a in argv if a not in ("--quick", "--save")]
+    if not worker:
+        # Our defaults first; the user's pyperf options (later) override them.
+        argv = (QUICK_PYPERF if quick else DEFAULT_PYPERF) + argv
+        if not any(a.startswith("--affinity") for a in argv) and len(os.sched_getaffinity(0)) >= 2:
+            argv.append(f"--affinity={min(os.sched_getaffinity(0))}")
+
+    def forward(cmd: list[str], args: Any) -> None:
+        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])
+
+    runner = pyperf.Runner(add_cmdline_args=forward, program_args=(str(Path(__file__).resolve()),))
+    parser = runner.argparser
+    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --save."
+    parser.add_argument("--event-loops", default="all",
+                        help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
+    parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
+    args = runner.parse_args(argv)
+    loops = _split(args.event_loops, list(LOOP_NAMES), "loop")
+    ops = _split(args.ops, list(OPERATIONS), "operation")
+
+    skipped: dict[str, str] = {}
+    factories: dict[str, Callable[[], Any]] = {}
+    for name in loops:
+        try:
+            factories[name] = factory_for(name)
+        except ImportError as error:
+            skipped[name] = f"does not import ({error})"
+    ready = [name for name in loops if name in factories]
+
+    date, started = datetime.now(timezone.utc), time.monotonic()
+    results: dict[tuple[str, str], Any] = {}
+    for op, loop in benchmarks(ready, ops):
+        bench = runner.bench_time_func(f"{op}[{loop}]", OPERATIONS[op][0], factories[loop])
+        if bench is not None:  # None in a worker, and for the tasks it does not run
+            results[(op, loop)] = bench
+    if args.worker:
+        return 0
+
+    # The manager alone writes files.
+    PYPERF_JSON.parent.mkdir(parents=True, exist_ok=True)
+    if results:
+        pyperf.BenchmarkSuite(list(results.values())).dump(str(PYPERF_JSON), replace=True)
+    data = {
+        "schema": SCHEMA,
+        "date": date.isoformat(timespec="seconds"),
+        "command": command,
+        "machine": run.fingerprint(),
+        "tools": {"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
+        "settings": {"quick": quick, "processes": args.processes, "values": args.values,
+                     "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
+                     "batch": BATCH, "noise": report.NOISE},
+        "baseline": BASELINE if BASELINE in ready else None,
+        "operations": [{"name": op, "what": OPERATIONS[op][1]} for op in ops],
+        "loops": [{"name": name, "skipped": skipped.get(name)} for name in loops],
+        "results": summarize({key: list(bench.get_values()) for key, bench in results.items()},
+                             BASELINE if BASELINE in ready else ""),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    out = REFERENCE if save else LOCAL
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print()
+    print(format_text(data))
+    print(f"\nwrote {run._relative(out)} and {run._relative(PYPERF_JSON)} in {run._minutes(data['elapsed_s'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
