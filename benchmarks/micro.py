@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import report, run, servers  # noqa: E402
 from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
 
-__all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "summarize", "table", "main"]
+__all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
 
 SCHEMA = 1
 REFERENCE = run.RESULTS / "micro.json"                 # the book's, committed; only --save writes it
@@ -233,6 +233,17 @@ def table(data: dict, op: str) -> tuple[list[str], list[list[str]]]:
     return HEADER, rows
 
 
+def describe(data: dict) -> str:
+    """One line saying where and how: machine, pyperf's settings, pinning, date."""
+    machine, settings = data.get("machine", {}), data.get("settings", {})
+    parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
+             f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
+    how = (f"pyperf, {settings.get('processes')} processes x {settings.get('values')} values"
+           + (f", on CPU {settings['affinity']}" if settings.get("affinity") else ", unpinned")
+           + (" (--quick: a look, not a measurement)" if settings.get("quick") else ""))
+    return f"{', '.join(p for p in parts if p)}; {how}; {str(data.get('date', ''))[:10]}"
+
+
 def format_text(data: dict) -> str:
     parts = []
     for op in data["operations"]:
@@ -240,6 +251,7 @@ def format_text(data: dict) -> str:
         parts.append("\n".join([f"{op['name']}: {op['what']}", *report._align(header, rows)]))
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
     notes.append("× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.")
+    notes.append("Measured on: " + describe(data))
     return "\n\n".join(parts) + "\n\n" + "\n".join(notes)
 
 
@@ -265,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             argv.append(f"--affinity={min(os.sched_getaffinity(0))}")
 
     def forward(cmd: list[str], args: Any) -> None:
-        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])
+        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])  # not --summary: workers write nothing
 
     runner = pyperf.Runner(add_cmdline_args=forward, program_args=(str(Path(__file__).resolve()),))
     parser = runner.argparser
@@ -273,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-loops", default="all",
                         help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
     parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
+    parser.add_argument("--summary", type=Path,
+                        help="where to write the summary JSON (default benchmarks/results/local/micro.json); "
+                             "pyperf's JSON goes beside it as NAME-pyperf.json")
     args = runner.parse_args(argv)
     loops = _split(args.event_loops, list(LOOP_NAMES), "loop")
     ops = _split(args.ops, list(OPERATIONS), "operation")
@@ -296,9 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # The manager alone writes files.
-    PYPERF_JSON.parent.mkdir(parents=True, exist_ok=True)
+    if save and args.summary is not None:
+        parser.error("--save writes benchmarks/results/micro.json: not with --summary")
+    out = REFERENCE if save else (args.summary or LOCAL)
+    pyperf_json = PYPERF_JSON if out in (REFERENCE, LOCAL) else out.with_name(f"{out.stem}-pyperf.json")
+    pyperf_json.parent.mkdir(parents=True, exist_ok=True)
     if results:
-        pyperf.BenchmarkSuite(list(results.values())).dump(str(PYPERF_JSON), replace=True)
+        pyperf.BenchmarkSuite(list(results.values())).dump(str(pyperf_json), replace=True)
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
@@ -315,12 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                              BASELINE if BASELINE in ready else ""),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    out = REFERENCE if save else LOCAL
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print()
     print(format_text(data))
-    print(f"\nwrote {run._relative(out)} and {run._relative(PYPERF_JSON)} in {run._minutes(data['elapsed_s'])}")
+    print(f"\nwrote {run._relative(out)} and {run._relative(pyperf_json)} in {run._minutes(data['elapsed_s'])}")
     return 0
 
 

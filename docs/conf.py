@@ -48,6 +48,7 @@ extensions = [
     "book_solutions",
     "book_catalog",
     "book_bench",
+    "book_echo",
 ]
 
 root_doc = "index"

@@ -1,0 +1,111 @@
+# docs/_ext/book_echo.py
+#
+# The Part III benchmark directives: the TCP echo benchmark and the loop
+# micro-benchmarks, each rendered from the JSON its script writes.  Like
+# book_bench's directives (whose shared base this module imports), they
+# only put on the page what the script's own ``table()`` returns:
+#
+#   {bench-echo}    :size: a message size in KiB (1, 10 or 100; default:
+#                          every size the run measured, one table each)
+#       benchmarks/echo.py's table from benchmarks/results/echo.json:
+#       messages/s and CPU µs per message (each with its ratio to
+#       asyncio-protocol), MiB/s, p50/p99 in µs, the spread of the
+#       repetitions; then the client's command, the notes on skipped or
+#       failed rows, and the machine.  Config: ``book_echo_results``.
+#
+#   {bench-micro}   :op: call_soon, timer_cancel, sleep0 or create_task
+#                        (default: every operation, one table each)
+#       benchmarks/micro.py's table from benchmarks/results/micro.json:
+#       median ns per operation, operations per second, the ratio to
+#       asyncio, the spread.  Config: ``book_micro_results``.
+#
+# Rules (book_bench's): without the JSON, a note with the command that makes
+# it, and the build passes; with it, anything wrong (an unknown size or
+# operation) is a warning, so an error under -W.
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.application import Sphinx
+
+from book_bench import _machine, _ScriptResultsDirective
+from book_tables import table
+
+__all__ = ["BenchEchoDirective", "BenchMicroDirective", "setup"]
+
+
+def _paragraph(label: str, code: str, classes: str) -> nodes.paragraph:
+    line = nodes.paragraph(classes=[classes])
+    line += nodes.Text(label)
+    line += nodes.literal(code, code)
+    return line
+
+
+class BenchEchoDirective(_ScriptResultsDirective):
+    """``{bench-echo}``: the echo benchmark's table for one message size, or for each."""
+
+    option_spec = {"size": directives.positive_int}
+    script, results, config_value, what = "benchmarks.echo", "echo.json", "book_echo_results", "echo"
+    command = "python benchmarks/echo.py --save"
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        sizes = data["settings"]["sizes"]
+        if "size" in self.options:
+            wanted = self.options["size"] * 1024
+            if wanted not in sizes:
+                raise KeyError(f":size: {self.options['size']} KiB is not in this run "
+                               f"(it measured {', '.join(str(s // 1024) for s in sizes)} KiB)")
+            sizes = [wanted]
+        out: list[nodes.Node] = []
+        for size in sizes:
+            header, rows = script.table(data, size)
+            title = (f"TCP echo, {script._size_label(size)} messages, "
+                     f"{data['settings']['connections']} connections")
+            out.append(table(header, rows, title=title, classes=["book-bench"], numeric_from=1))
+        out.append(_paragraph("Load generator: ", data["client"], "book-bench-command"))
+        notes = script.notes(data) + [script.NOTES[key] for key in ("ratio", "cpu", "noisy")]
+        items = nodes.bullet_list(classes=["book-bench-notes"])
+        for note in notes:
+            items += nodes.list_item("", nodes.paragraph(note, note))
+        out.append(items)
+        out.append(_machine(importlib.import_module("benchmarks.report"), data))
+        return out
+
+
+class BenchMicroDirective(BenchEchoDirective):
+    """``{bench-micro}``: the loop micro-benchmarks' table for one operation, or for each."""
+
+    option_spec = {"op": directives.unchanged}
+    script, results, config_value, what = "benchmarks.micro", "micro.json", "book_micro_results", "micro-benchmark"
+    command = "python benchmarks/micro.py --save"
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        ops = data["operations"]
+        if "op" in self.options:
+            ops = [op for op in ops if op["name"] == self.options["op"]]
+            if not ops:
+                raise KeyError(f":op: {self.options['op']!r}; this run has "
+                               f"{', '.join(op['name'] for op in data['operations'])}")
+        out: list[nodes.Node] = []
+        for op in ops:
+            header, rows = script.table(data, op["name"])
+            out.append(table(header, rows, title=f"{op['name']}: {op['what']}",
+                             classes=["book-bench"], numeric_from=1))
+        out.append(_paragraph("Command: ", data["command"], "book-bench-command"))
+        line = nodes.paragraph(classes=["book-bench-machine"])
+        line += nodes.emphasis("Measured on: ", "Measured on: ")
+        line += nodes.Text(script.describe(data))
+        out.append(line)
+        return out
+
+
+def setup(app: Sphinx) -> dict[str, object]:
+    app.add_config_value("book_echo_results", "", "env", types=[str])
+    app.add_config_value("book_micro_results", "", "env", types=[str])
+    app.add_directive("bench-echo", BenchEchoDirective)
+    app.add_directive("bench-micro", BenchMicroDirective)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
