@@ -35,6 +35,14 @@
 #     closes only at its EOF or error; asyncio closes on any readability.
 #   * ``cleanup_socket`` (3.13's create_unix_server argument) works on every
 #     Python we run on.
+#   * One child watcher per child, chosen here (asyncio 3.11 asks its
+#     policy for a process-wide one).  The exit is reported in the iteration
+#     the pidfd turns readable; asyncio waits one more.  A closed loop's
+#     watchers let go of their transports, so one nobody closed is collected
+#     and kills its child; asyncio's watcher keeps it alive until the exit.
+#   * The pipe transports report a write error other than EPIPE, ECONNRESET
+#     or EIO to the exception handler; asyncio's write pipe logs every
+#     OSError only in debug mode.
 
 from __future__ import annotations
 
