@@ -148,7 +148,8 @@ class ExercisesDirective(SphinxDirective):
         where = nodes.paragraph()
         where += nodes.Text("You write the missing part of ")
         where += nodes.literal(module_path, module_path)
-        graded = "pytest " + " ".join(exercise.tests)
+        checker = importlib.import_module("tinyloop.exercises.checker")
+        graded = "pytest " + " ".join(checker.test_arguments(exercise))
         where += nodes.Text(". The checker runs ")
         where += nodes.literal(graded, graded)
         stage = exercise.stage

@@ -30,10 +30,13 @@ EXERCISES = [
             happens next.  A Future of this loop: remember it in
             self._waiting_on, add self._wakeup as its done-callback, and if a
             cancel came during the step (self._must_cancel), cancel that
-            future now.  A future of another loop, or the task itself:
-            schedule a step that throws a RuntimeError in.  None (a bare
+            future now.  A future of another loop: schedule (call_soon) a
+            step that throws a RuntimeError in; the task itself: the same,
+            with RuntimeError("a task cannot await itself").  None (a bare
             yield): schedule a plain step with call_soon.  Anything else:
-            schedule a step that throws a RuntimeError naming what was yielded.
+            schedule a step that throws a RuntimeError naming what was
+            yielded: f"task {self._name!r} yielded {yielded!r}; a coroutine
+            may only await Futures".
         """,
         tests=_TASK_TESTS,
         stage="coroutines",

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ from tinyloop._override import ENV
 from tinyloop.exercises import markers, properties
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["CheckerError", "Report", "Step", "check", "repository_root"]
+__all__ = ["CheckerError", "Report", "Step", "check", "repository_root", "stages_using", "test_arguments"]
 
 # Time limits, in seconds: one test (pytest-timeout; a wrong solution often
 # hangs, e.g. a server that resends its output forever), and the whole run.
@@ -105,7 +106,7 @@ def repository_root() -> Path:
 
 def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
           root: Path | None = None, stop_when_unwritten: bool = True,
-          fail_fast: bool = False) -> Report:
+          fail_fast: bool = False, verdict_only: bool = False) -> Report:
     """Grade the file ``path`` as a solution to ``exercise``.
 
     ``quick`` measures the loop properties with smaller counts (for the test
@@ -113,8 +114,11 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     source checkout, :func:`repository_root`).  ``stop_when_unwritten=False``
     runs the tests even on an untouched starter (the test suite uses it to
     prove the tests catch one); ``fail_fast`` stops them at the first
-    failure (pytest -x).  Raises :class:`CheckerError` if ``path`` does
-    not exist or there is no checkout.
+    failure (pytest -x); ``verdict_only`` does that and skips the
+    diagnosis of a failure (running the server once more for its
+    traceback): the same PASSED or FAILED, sooner (the mutation runner).
+    Raises :class:`CheckerError` if ``path`` does not exist or there is no
+    checkout.
     """
     path = Path(path).resolve()
     if not path.is_file():
@@ -140,10 +144,10 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
         "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
     }
-    step = _run_tests(exercise, path, root, override, ["-x"] if fail_fast else [])
+    step = _run_tests(exercise, path, root, override, ["-x"] if fail_fast or verdict_only else [])
     report.steps.append(step)
     limits = properties.QUICK if quick else properties.FULL
-    if step.status == "FAIL" and exercise.stage:
+    if step.status == "FAIL" and exercise.stage and not verdict_only:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
             step.details += _explain_crash(exercise, path, traceback)
@@ -156,6 +160,109 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
                 report.steps.append(Step("ok" if result.passed else "FAIL",
                                          f"{result.name}: {result.message}"))
     return report
+
+
+def stages_using(module: str, names: set[str] | None = None) -> list[str]:
+    """The stages (names, in the stage table's order) whose server runs code of
+    ``module``: the stage's own module is it, or imports it, directly or through
+    other tinyloop modules.  With ``names`` (top-level names of ``module``), a
+    ``from module import x`` counts only when ``x`` is one of them.
+
+    Found by reading the imports (``ast``), never by importing: the check runs
+    on a student's file, which may not import.
+    """
+    from tinyloop import stages
+    found = []
+    for stage in stages.STAGES:
+        for importer, target, name in _imports_from(stage.module):
+            if importer == module or (target == module and (names is None or name is None
+                                                            or name in names)):
+                found.append(stage.name)
+                break
+    return found
+
+
+def _imports_from(start: str) -> list[tuple[str, str, str | None]]:
+    """``(importer, module, name)`` for every tinyloop import made by ``start`` and the
+    tinyloop modules it imports, transitively; ``name`` None for a whole module.
+    ``start`` itself appears as ``(start, start, None)``."""
+    edges: list[tuple[str, str, str | None]] = [(start, start, None)]
+    seen: set[str] = set()
+    pending = [start]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            path = markers.source_path(name)
+        except (ModuleNotFoundError, ImportError, ValueError):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # "from tinyloop.callbacks import loop": loop may be a module itself.
+                found = [(node.module, alias.name) for alias in node.names]
+                found += [(f"{node.module}.{alias.name}", None) for alias in node.names]
+            else:
+                continue
+            for target, imported in found:
+                if target.split(".")[0] == "tinyloop":
+                    edges.append((name, target, imported))
+                    pending.append(target)
+    return edges
+
+
+def _region_owners(exercise: Exercise) -> set[str]:
+    """The top-level names (class, function) of the reference module that hold the
+    exercise's regions."""
+    text = markers.source_path(exercise.module).read_text(encoding="utf-8")
+    lines = [r.begin for r in markers.find_regions(text) if r.name == exercise.name]
+    owners = set()
+    for node in ast.parse(text).body:
+        end = getattr(node, "end_lineno", node.lineno)
+        if any(node.lineno <= line <= end for line in lines):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                owners.add(node.name)
+    return owners
+
+
+def test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
+    """The pytest arguments that grade ``exercise``: the catalog's, widened to
+
+    * the exercise's own behaviour tests, ``tests/test_exercise_<chapter>.py``
+      (tests named after the exercise, ``test_<name with _>_...``), whose
+      messages speak the exercise's words, run first;
+    * the HTTP suite (``tests/test_servers.py``) of every stage whose server
+      imports the module the region is cut from (:func:`stages_using`): a
+      region of ``raw/connection.py`` breaks the callbacks server too.
+
+    The catalog's ``-k`` expression is kept, or-ed with what selects those.
+    """
+    root = root if root is not None else repository_root()
+    files, expression, others = [], None, []
+    args = list(exercise.tests)
+    while args:
+        arg = args.pop(0)
+        if arg == "-k" and args:
+            expression = args.pop(0)
+        elif arg.startswith("-"):
+            others.append(arg)
+        else:
+            files.append(arg)
+    own = f"tests/test_exercise_{exercise.chapter}.py"
+    wanted = [f"test_{exercise.name.replace('-', '_')}"]
+    if (root / own).exists() and own not in files:
+        files.insert(0, own)
+    if expression is None:
+        return others + files  # without -k every test of the files runs, ours included
+    if (root / "tests/test_servers.py").exists():
+        users = stages_using(exercise.module, _region_owners(exercise))
+        if users and "tests/test_servers.py" not in files:
+            files.append("tests/test_servers.py")
+        wanted += users
+    return others + files + ["-k", f"({expression}) or " + " or ".join(wanted)]
 
 
 def _compiles(exercise: Exercise, path: Path, text: str) -> Step:
@@ -241,7 +348,7 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
         junit = Path(tmp) / "junit.xml"
         command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                    f"--junitxml={junit}", f"--maxfail={SHOW_FAILURES}",
-                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *exercise.tests]
+                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *test_arguments(exercise, root)]
         # Its own session, so that on any exit the servers the tests started
         # go with it: a server spinning on a wrong solution must not outlive
         # the check.
@@ -271,7 +378,7 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
               if case.find("failure") is not None or case.find("error") is not None]
     skipped = sum(case.find("skipped") is not None for case in cases)
     passed = len(cases) - len(failed) - skipped
-    what = _clip(" ".join(exercise.tests), 60)
+    what = _describe_tests(exercise, root)
     if not failed and proc.returncode == 0:
         return Step("ok", f"tests: {passed} passed ({what})")
     if not failed:
@@ -285,15 +392,37 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
     return Step("FAIL", f"tests: {len(failed)} failed, {passed} passed{stopped} ({what})", details)
 
 
+def _describe_tests(exercise: Exercise, root: Path) -> str:
+    """What the tests were, in a few words: the files, and the stages of the HTTP suite."""
+    args = test_arguments(exercise, root)
+    files = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "-k")]
+    users = stages_using(exercise.module, _region_owners(exercise)) \
+        if "tests/test_servers.py" in files else []
+    text = ", ".join(f.removeprefix("tests/") for f in files)
+    if users:
+        text += f"; the HTTP suite on {', '.join(users)}"
+    return _clip(text, 160)
+
+
 def _explain_crash(exercise: Exercise, path: Path, traceback: str) -> list[str]:
-    """Two lines on the traceback the stage's server printed with the student's file."""
+    """The server's own traceback, shortened to the frames in the student's file:
+    a test only sees the closed connection (a ConnectionResetError of its own)."""
     lines = re.findall(rf'File "{re.escape(str(path))}", line (\d+)', traceback)
     where = f" at line {lines[-1]} of your file" if lines else ""
     error = properties.last_line(traceback)
     if error == f"NotImplementedError: {markers.placeholder_message(exercise.name)}":
         error = "NotImplementedError: the exercise is not written yet"
-    return [f"the {exercise.stage} server, run with your file, raised an exception{where}:",
-            f"  {_clip(error)}"]
+    out = [f"the {exercise.stage} server, run with your file, raised an exception{where}; "
+           "its traceback, your file's lines:"]
+    text = traceback.splitlines()
+    for index, line in enumerate(text):
+        match = re.match(rf'\s*File "{re.escape(str(path))}", line (\d+), in (\S+)', line)
+        if match:
+            code = text[index + 1].strip() if index + 1 < len(text) else ""
+            out.append(f"  line {match.group(1)}, in {match.group(2)}: {_clip(code, 70)}")
+    out = out[:1] + out[1:][-4:]  # the innermost frames: where it broke
+    out.append(f"  {_clip(error)}")
+    return out
 
 
 def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
@@ -316,12 +445,21 @@ def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
                    if line.startswith("E ") and line[1:].strip()]
     if not explanation:
         explanation = [line for line in (problem.get("message") or "").splitlines() if line.strip()]
+    # A test that explains itself ("assert ok, message") puts its message
+    # first, after "AssertionError: "; pytest's own restatement of the
+    # expression follows, which helps less, so it goes when there is one.
+    if explanation and explanation[0].startswith("AssertionError: "):
+        explanation = [explanation[0][len("AssertionError: "):]]
     explanation = explanation[:2] or ["(no message)"]
     if explanation[0].startswith("Failed: Timeout"):  # pytest-timeout's words
         explanation = [f"still running after {TEST_TIMEOUT:g} s: does your code wait, "
                        "or loop, forever?"]
     explanation[0] = where + explanation[0]
-    return [title] + [f"  {_clip(line)}" for line in explanation]
+    # A message says what was expected and what happened: keep all of it,
+    # wrapped, rather than cut at the screen's edge.
+    lines = [wrapped for line in explanation[:1] for wrapped in textwrap.wrap(line, 96)][:4]
+    lines += [_clip(line) for line in explanation[1:]]
+    return [title] + [f"  {line}" for line in lines]
 
 
 def _import_failure(path: Path, stderr: str) -> Step:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -78,7 +79,11 @@ def check(name: str, file: str | None) -> int:
         return _error(error.args[0])
     path = file if file is not None else f"{name}.py"
     try:
-        report = checker.check(exercise, path)
+        # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
+        # and skips the diagnosis (the mutation runner, benchmarks/mutation.py):
+        # the same PASSED or FAILED, sooner.
+        report = checker.check(exercise, path,
+                               verdict_only=os.environ.get("TINYLOOP_CHECK_VERDICT_ONLY") == "1")
     except checker.CheckerError as error:
         return _error(str(error))
     print(report.render())

@@ -36,6 +36,7 @@ from tinyloop.testing import ServerProcess, http_get, recv_response
 __all__ = ["FULL", "QUICK", "Limits", "Result", "check", "crash", "last_line"]
 
 _KEEP_ALIVE_GET = b"GET / HTTP/1.1\r\nHost: checker\r\n\r\n"
+_ECHO_BYTES = 1 << 20  # crash(): a body larger than any socket buffer
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,35 @@ def crash(stage: str, *, env: Mapping[str, str] | None = None,
                     sock.sendall(_KEEP_ALIVE_GET)
                     recv_response(sock)
                 http_get(server.address, timeout=timeout)
+                # A large echo read slowly: the path of partial writes and
+                # backpressure, where many wrong solutions only then fail.
+                with server.connect(timeout) as sock:
+                    body = b"x" * _ECHO_BYTES
+                    request = (b"POST /echo HTTP/1.1\r\nHost: checker\r\nContent-Length: %d\r\n"
+                               b"Connection: close\r\n\r\n" % len(body) + body)
+                    # Send from a thread while this one reads: the server echoes
+                    # before the body has all arrived, and a client that only
+                    # sent would stall both sides.
+                    sender = threading.Thread(target=_send_quietly, args=(sock, request), daemon=True)
+                    sender.start()
+                    recv_response(sock)
+                    sender.join(timeout)
             except (OSError, ValueError):
-                time.sleep(0.1)  # let a dying server finish printing
+                pass
+            time.sleep(0.1)  # let a dying server finish printing
             # Read before stopping it: what it prints on SIGTERM is not a crash.
             output = "".join(server.stderr_lines)
     except RuntimeError as error:  # it did not start
         output = str(error)
     start = output.rfind("Traceback (most recent call last)")
     return output[start:] if start >= 0 else None
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass  # the reader sees what went wrong
 
 
 def last_line(text: str) -> str:
