@@ -83,7 +83,9 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
 
     ``selector`` (a :class:`selectors.BaseSelector`, default the best the
     platform has) and ``clock`` (seconds, monotonic) are injected as in
-    Part II; ``debug=None`` reads the environment.
+    Part II; ``debug=None`` reads the environment.  Beyond the selector
+    loop it has signal handlers, Unix sockets, pipe transports and
+    subprocesses, each section below.
     """
 
     def __init__(self, selector: Any = None, clock: Callable[[], float] = time.monotonic, *,
