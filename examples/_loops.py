@@ -55,10 +55,20 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
     return getattr(importlib.import_module(module), function)
 
 
-def add_loop_option(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` the ``--loop`` option every example has."""
+def make_parser(doc: str) -> argparse.ArgumentParser:
+    """An argument parser described by ``doc``'s first line, with the ``--loop`` option."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--loop", choices=list(LOOPS), default=DEFAULT_LOOP,
                         help=f"event loop to run on (default: {DEFAULT_LOOP})")
+    return parser
+
+
+def add_address_options(parser: argparse.ArgumentParser, port: int, *, serving: bool = True) -> None:
+    """Give ``parser`` ``--host`` and ``--port`` (default 127.0.0.1 and ``port``)."""
+    where = "address to listen on" if serving else "server address"
+    parser.add_argument("--host", default="127.0.0.1", help=f"{where} (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port,
+                        help=f"port{' to listen on, 0 for any' if serving else ''} (default: {port})")
 
 
 def describe(loop: asyncio.AbstractEventLoop) -> str:

@@ -135,10 +135,8 @@ async def main(host: str, port: int) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8889, help="port to listen on, 0 for any (default: 8889)")
-    _loops.add_loop_option(parser)
+    parser = _loops.make_parser(__doc__)
+    _loops.add_address_options(parser, 8889)
     return parser.parse_args(argv)
 
 

@@ -288,7 +288,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _loops.make_parser(__doc__)
     parser.add_argument("--pages", type=int, default=30, help="pages on the site (default: 30)")
     parser.add_argument("--max-redirect", type=int, default=3,
                         help="redirects followed from one link (default: 3)")
@@ -298,9 +298,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per fetch (default: 10)")
     parser.add_argument("--quiet", action="store_true", help="print the counts only, not every URL")
     parser.add_argument("--serve-only", action="store_true", help="serve the site until Ctrl-C; no crawl")
-    parser.add_argument("--host", default="127.0.0.1", help="address the site listens on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port for the site (default: any free one)")
-    _loops.add_loop_option(parser)
+    _loops.add_address_options(parser, 0)
     args = parser.parse_args(argv)
     if args.pages < 1 or args.max_tasks < 1 or args.max_redirect < 0:
         parser.error("--pages and --max-tasks must be at least 1, --max-redirect at least 0")

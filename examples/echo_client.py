@@ -74,15 +74,13 @@ async def main(args: argparse.Namespace) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _loops.make_parser(__doc__)
     parser.add_argument("words", nargs="*", help="lines to send, one at a time (default: timed messages)")
-    parser.add_argument("--host", default="127.0.0.1", help="server address (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8888, help="server port (default: 8888)")
+    _loops.add_address_options(parser, 8888, serving=False)
     parser.add_argument("--count", type=int, default=10, help="messages per connection (default: 10)")
     parser.add_argument("--size", type=int, default=1024, help="bytes per message (default: 1024)")
     parser.add_argument("--connections", type=int, default=1, help="connections at once (default: 1)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds for the whole run (default: 30)")
-    _loops.add_loop_option(parser)
     return parser.parse_args(argv)
 
 

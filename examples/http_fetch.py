@@ -145,12 +145,11 @@ async def main(args: argparse.Namespace) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _loops.make_parser(__doc__)
     parser.add_argument("urls", nargs="+", metavar="URL", help="http:// URLs to fetch, all at once")
     parser.add_argument("--headers", action="store_true", help="print each response's headers")
     parser.add_argument("--body", action="store_true", help="print each response's body")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per URL (default: 10)")
-    _loops.add_loop_option(parser)
     return parser.parse_args(argv)
 
 
