@@ -8,4 +8,19 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
-exec "$TINYLOOP_PYTHON" benchmarks/run.py "$@"
+"$TINYLOOP_PYTHON" benchmarks/run.py "$@"
+
+# Part III, after the HTTP table: TCP echo (benchmarks/echo.py) and the loop
+# micro-benchmarks (benchmarks/micro.py), about five minutes more.  --quick
+# and --list carry over, and --reference becomes their --save.
+part3=()
+for arg in "$@"; do
+    case $arg in
+        --quick|--list) part3+=("$arg") ;;
+        --reference) part3+=(--save) ;;
+        -h|--help) exit 0 ;;
+    esac
+done
+"$TINYLOOP_PYTHON" benchmarks/echo.py ${part3[@]+"${part3[@]}"}
+case " ${part3[*]-} " in *" --list "*) exit 0 ;; esac
+"$TINYLOOP_PYTHON" benchmarks/micro.py ${part3[@]+"${part3[@]}"}
