@@ -8,7 +8,7 @@ Use it the way uvloop is used::
     asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())
 
 The modules mirror CPython's ``Lib/asyncio/`` file for file: ``events``,
-``base_events``, ``selector_events``, ``unix_events``, ``transports``,
+``base_events``, ``selector_events``, ``unix_events``, ``base_subprocess``, ``transports``,
 ``sslproto``, ``runners``.
 
 Discussion: the names above are looked up on first use (PEP 562's module
