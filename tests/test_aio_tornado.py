@@ -8,9 +8,7 @@
 #     so a test that fails on this machine for a reason of its own (no IPv6,
 #     no network) fails on both loops and is no difference.
 #   * Every test that passes on asyncio passes on ours, or is listed in
-#     KNOWN_DIFFERENCES with the reason.  A reason is worked out from the
-#     loop as it is (a method still missing), so once the missing part
-#     lands the listed tests must pass again and the list cannot go stale.
+#     KNOWN_DIFFERENCES with the reason.
 #   * Slow: the suite is run twice (about 40 s each on 2 cores), in child
 #     processes (tests/tornado_suite.py), each bounded by TIMEOUT.
 #
@@ -21,30 +19,20 @@ from __future__ import annotations
 
 import pytest
 
-import tinyloop.aio
-
 pytest.importorskip("tornado")
 
-from tornado_suite import TIMEOUT, SuiteResult, run_suite  # noqa: E402
+from tornado_suite import TIMEOUT, SuiteResult, parse_report, run_suite  # noqa: E402
 
-# Both runs happen in the first test's setup: its time limit covers two.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT + 60)]
-
-
-def _lacks(method: str) -> bool:
-    import asyncio
-    return getattr(tinyloop.aio.Loop, method) is getattr(asyncio.AbstractEventLoop, method)
+# The slow tests share one fixture that runs the suite twice, in the first
+# one's setup: each has a time limit that covers both runs.
 
 
-# Test id prefix -> why it may fail on tinyloop.aio and pass on asyncio, or
-# None when the reason no longer holds (then the test must pass).
-_PROCESS = "tornado.test.process_test.SubprocessTest."
-KNOWN_DIFFERENCES: dict[str, str | None] = {
-    # tornado.process.Subprocess puts a SIGCHLD handler on the loop
-    # (add_signal_handler) and its tests run children through it.
-    _PROCESS: ("tinyloop.aio has no add_signal_handler() yet (tinyloop/aio/unix_events.py)"
-               if _lacks("add_signal_handler") else None),
-}
+# Test id prefix -> why that test may fail on tinyloop.aio and pass on
+# asyncio.  Empty: every tornado test that passes on asyncio passes on ours.
+# (Until unix_events.py had add_signal_handler, the five
+# tornado.test.process_test.SubprocessTest tests built on a SIGCHLD handler
+# were listed here.)
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def _reason(test_id: str) -> str | None:
@@ -59,6 +47,8 @@ def runs() -> dict[str, SuiteResult]:
     return {loop: run_suite(loop) for loop in ("asyncio", "aio")}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT + 60)
 def test_tornado_suite_runs_whole_on_aio(runs: dict[str, SuiteResult]) -> None:
     """The suite ran to its end on our loop, every test of it."""
     reference, ours = runs["asyncio"], runs["aio"]
@@ -66,6 +56,8 @@ def test_tornado_suite_runs_whole_on_aio(runs: dict[str, SuiteResult]) -> None:
     assert ours.skipped == reference.skipped, (ours, reference)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT + 60)
 def test_no_tornado_test_fails_only_on_aio(runs: dict[str, SuiteResult]) -> None:
     """Every test that passes on asyncio passes on tinyloop.aio, or is a known difference."""
     reference, ours = runs["asyncio"], runs["aio"]
@@ -78,3 +70,32 @@ def test_no_tornado_test_fails_only_on_aio(runs: dict[str, SuiteResult]) -> None
         print(f"known difference: {test_id}: {_reason(test_id)}")
     print(f"tornado suite: asyncio passed {reference.passed}/{reference.ran}, "
           f"aio passed {ours.passed}/{ours.ran}")
+
+
+REPORT = """\
+test_a (tornado.test.x_test.T.test_a) ... ok
+[E 261123 12:00:00 web:1] Uncaught exception
+======================================================================
+ERROR: test_b (tornado.test.x_test.T.test_b)
+----------------------------------------------------------------------
+Traceback (most recent call last):
+OSError: boom
+======================================================================
+FAIL: setUpClass (tornado.test.y_test.U)
+----------------------------------------------------------------------
+AssertionError
+----------------------------------------------------------------------
+Ran 12 tests in 3.210s
+
+FAILED (failures=1, errors=1, skipped=3, expected failures=1)
+"""
+
+
+def test_parse_report_reads_unittests_own_summary() -> None:
+    result = parse_report("aio", REPORT)
+    assert (result.ran, result.failures, result.errors, result.skipped) == (12, 1, 1, 3)
+    assert result.passed == 12 - 1 - 1 - 3 - 1
+    assert result.failed_ids == {"tornado.test.x_test.T.test_b", "tornado.test.y_test.U.setUpClass"}
+    assert parse_report("aio", "Ran 5 tests in 0.1s\n\nOK (skipped=2)\n").passed == 3
+    with pytest.raises(ValueError, match="no 'Ran N tests' line"):
+        parse_report("aio", "Segmentation fault")
