@@ -262,8 +262,20 @@ def test_every_call_method_runs_in_the_context_given(loop, method):
     loop.run_forever()
     var.reset(token)
     assert seen == ["given"]
-    if sys.version_info >= (3, 12):
-        assert handle.get_context() is context
+    handle.cancel()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Handle.get_context() is new in 3.12")
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop's handles have no get_context()")
+@pytest.mark.parametrize("method", ["call_soon", "call_later"])
+def test_a_handle_gives_its_context(loop, method):
+    context = contextvars.copy_context()
+    if method == "call_later":
+        handle = loop.call_later(10, print, context=context)
+    else:
+        handle = loop.call_soon(print, context=context)
+    assert handle.get_context() is context
+    handle.cancel()
 
 
 def test_without_context_a_callback_runs_in_a_copy_of_the_current_context(loop):
