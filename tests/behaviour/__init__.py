@@ -1,26 +1,34 @@
-"""One behaviour suite for the Part II loops: ``callbacks``, ``generators``, ``coroutines``.
+"""One behaviour suite for every loop the book builds: ``callbacks``, ``generators``,
+``yieldfrom``, ``coroutines``, ``aio`` (and later ``uv``), with stdlib asyncio
+as the reference row.
 
-The three stages schedule different things (a callback, a generator task, a
-coroutine task) but promise the same behaviour: timers fire in deadline
-order, cancelled work never runs, I/O work waits for readiness, an error is
-reported and the loop goes on, work already queued runs before newly due
-timers and newly ready I/O, and nothing starves the rest.  The suite states
-those promises once, in terms of plain functions; each stage supplies an
-*adapter* that turns "run this function" into its own unit of work.
+The loops schedule different things (a callback, a generator task, a
+coroutine task, an asyncio Task) but promise the same behaviour: timers fire
+in deadline order, cancelled work never runs, I/O work waits for readiness,
+an error is reported and the loop goes on, work already queued runs before
+newly due timers and newly ready I/O, and nothing starves the rest.  The
+suite states those promises once, in terms of plain functions; each loop
+supplies an *adapter* that turns "run this function" into its own unit of
+work.
 
-Use it by subclassing :class:`LoopBehaviour` in a test module
-(``tests/test_behaviour_<stage>.py``) and implementing the adapter::
+The rows come from the stage registry.  A stage whose ``loop`` field (in
+``tinyloop/stages.py``) names a loop factory needs an adapter in
+:mod:`behaviour.adapters` (``ADAPTERS``, keyed by the stage's name) and a
+test module that runs the suite with it; ``tests/test_behaviour_registry.py``
+checks both.  A row is a class::
 
     from behaviour import LoopBehaviour
+    from behaviour.adapters import Callbacks
 
-    class TestCallbacksBehaviour(LoopBehaviour):
-        def make_loop(self): ...
-        ...
+    class TestCallbacksBehaviour(Callbacks, LoopBehaviour):
+        pass
 
 Before each test the suite creates ``self.clock`` (a :class:`fakes.VirtualClock`),
 ``self.selector`` (a :class:`fakes.FakeSelector` on that clock) and
-``self.errors`` (an empty list), then calls ``make_loop()``.  After each test
-it calls ``close_loop()`` and closes the sockets it made.
+``self.errors`` (an empty list), then calls ``make_loop()``, which builds the
+stage's loop by calling its registry factory with ``selector=`` and
+``clock=``.  After each test it calls ``close_loop()`` and closes the sockets
+it made.
 
 The adapter (every method is required):
 
