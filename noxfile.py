@@ -1,0 +1,110 @@
+# noxfile.py
+#
+# The asyncio contract on every Python the machine has.  asyncio moved
+# between 3.11, 3.12 and 3.13 (eager tasks, loop_factory, Server.close_clients,
+# policy deprecations), so the suites that hold tinyloop.aio to it run once
+# per CPython found:
+#
+#     tests/conformance/            one suite over asyncio, uvloop and aio
+#     tests/test_servers.py -k aio  the HTTP suite on the aio stages
+#     tests/test_aio_*.py           TLS, Unix, the real programs
+#
+# Rules this file keeps:
+#   * Interpreters are found, never downloaded: python3.X on PATH, then
+#     under ~/.pyenv/versions (or $PYENV_ROOT).  A version that is absent is
+#     skipped with a message; it is not an error.
+#   * The Python running nox is left out: the main pytest run (scripts/test.sh)
+#     has just covered it.  TINYLOOP_NOX_ALL=1 keeps it in.
+#   * Each session's virtual environment lives under .nox/ (git-ignored) and
+#     gets tinyloop, editable, with the dev extra minus what only the book and
+#     the benchmarks need; reused between runs when nothing changed.
+#
+# Run: `.venv/bin/python -m nox` (every session), `nox -s "aio-3.13"` (one),
+# `nox -s aio-3.12 -- -k happy` (arguments after -- go to pytest).
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nox
+
+# The CPython minor versions the asyncio stage promises to run on.
+VERSIONS = ("3.11", "3.12", "3.13", "3.14")
+
+# The stage-specific tests, beside tests/conformance (relative to the repository root).
+AIO_TESTS = "tests/test_aio_*.py"
+
+# Dev-extra packages the sessions do not need: the book's build, plots, mutation testing.
+NOT_NEEDED = {"sphinx", "myst-parser", "furo", "sphinx-design", "sphinx-copybutton",
+              "websocket-client", "mutmut", "matplotlib", "pyperf", "nox"}
+
+ROOT = Path(__file__).resolve().parent
+nox.options.error_on_missing_interpreters = False
+if hasattr(nox.options, "download_python"):
+    nox.options.download_python = "never"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.envdir = str(ROOT / ".nox")
+
+
+def _version_of(python: str) -> str | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _find(version: str) -> str | None:
+    """An executable CPython ``version`` (e.g. "3.12"): on PATH first, then pyenv's versions."""
+    candidates = [shutil.which(f"python{version}")]
+    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates += sorted(glob.glob(os.path.join(pyenv_root, "versions", f"{version}.*", "bin",
+                                                f"python{version}")), reverse=True)
+    for candidate in candidates:
+        # A pyenv shim is on PATH for every installed version, but runs only the
+        # selected ones: ask each candidate what it is.
+        if candidate and _version_of(candidate) == version:
+            return candidate
+    return None
+
+
+def _pythons() -> list[str]:
+    """The versions found, with their directories put first on PATH so nox finds them too."""
+    current = "%d.%d" % sys.version_info[:2]
+    found = []
+    for version in VERSIONS:
+        if version == current and not os.environ.get("TINYLOOP_NOX_ALL"):
+            print(f"nox: Python {version} skipped: the main pytest run covers it", file=sys.stderr)
+            continue
+        python = _find(version)
+        if python is None:
+            print(f"nox: Python {version} not found (PATH, pyenv): skipped", file=sys.stderr)
+            continue
+        os.environ["PATH"] = os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")
+        found.append(version)
+    return found
+
+
+def _requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dev = project["project"]["optional-dependencies"]["dev"]
+    return [req for req in dev
+            if req.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+            not in NOT_NEEDED]
+
+
+@nox.session(name="aio", python=_pythons())
+def aio(session: nox.Session) -> None:
+    """The conformance suite, the aio server tests and tests/test_aio_*.py on one Python."""
+    session.install("-e", ".", *_requirements())
+    aio_tests = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
+    pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    session.run(*pytest, "tests/conformance", *aio_tests, *session.posargs)
+    session.run(*pytest, "tests/test_servers.py", "-k", "aio", *session.posargs)
