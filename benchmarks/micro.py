@@ -311,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # The manager alone writes files.
-    if save and args.summary is not None:
-        parser.error("--save writes benchmarks/results/micro.json: not with --summary")
+    if save and (args.summary is not None or quick):
+        parser.error("--save writes benchmarks/results/micro.json from a full run: not with --summary or --quick")
     out = REFERENCE if save else (args.summary or LOCAL)
     pyperf_json = PYPERF_JSON if out in (REFERENCE, LOCAL) else out.with_name(f"{out.stem}-pyperf.json")
     pyperf_json.parent.mkdir(parents=True, exist_ok=True)
