@@ -42,7 +42,8 @@ AIO_TESTS = "tests/test_aio_*.py"
 
 # Dev-extra packages the sessions do not need: the book's build, plots, mutation testing.
 NOT_NEEDED = {"sphinx", "myst-parser", "furo", "sphinx-design", "sphinx-copybutton",
-              "websocket-client", "mutmut", "matplotlib", "pyperf", "nox"}
+              "websocket-client", "mutmut", "matplotlib", "pyperf", "nox",
+              "cosmic-ray"}
 
 ROOT = Path(__file__).resolve().parent
 nox.options.error_on_missing_interpreters = False
