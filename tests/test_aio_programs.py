@@ -1,8 +1,10 @@
 # tests/test_aio_programs.py
 #
-# Real programs, unchanged, on tinyloop.aio: an aiohttp server and client,
-# uvicorn serving a Starlette app to httpx, asyncio streams, a subprocess
-# pipeline, signal handlers, and a TLS echo.
+# Real programs, unchanged, on tinyloop.aio: an aiohttp server and client
+# (keep-alive, uploads, a websocket, static files by sendfile, streaming,
+# a pool and a timeout), uvicorn serving a Starlette app to httpx, asyncio
+# streams over TCP and a Unix socket, UDP, subprocesses and a pipeline,
+# signal handlers and Ctrl-C, and a TLS echo.
 #
 # Rules this file keeps:
 #   * Every test runs on three loops (the ``loop_name`` parameter): stdlib
@@ -15,9 +17,10 @@
 #     closed by the test that opened it.
 #   * Behaviour, never speed: the checks are on bytes, counts and order.
 #
-# Where tinyloop.aio lacks a part (subprocesses, signals, TLS are written in
-# unix_events.py and sslproto.py), its tests skip on ``aio`` with a reason
-# that names the missing method, and still run on the other two loops.
+# Where tinyloop.aio lacks a part (subprocesses, signals and Unix sockets
+# live in unix_events.py, TLS in sslproto.py), its tests skip on ``aio``
+# with a reason that names what is missing, and still run on the other two
+# loops.
 
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ from aiohttp import web  # noqa: E402
 MIB = 1024 * 1024
 
 
-def aiohttp_app() -> web.Application:
+def aiohttp_app(static: Path | None = None) -> web.Application:
     async def hello(request: web.Request) -> web.Response:
         # The client's port says which connection carried the request.
         peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -106,16 +109,34 @@ def aiohttp_app() -> web.Application:
                 await ws.send_bytes(msg.data[::-1])
         return ws
 
+    async def stream(request: web.Request) -> web.StreamResponse:
+        # A chunked response written piece by piece, each write drained.
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for i in range(int(request.query["n"])):
+            await response.write(b"%d\n" % i)
+        await response.write_eof()
+        return response
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(float(request.query["delay"]))
+        return web.Response(text="late")
+
     app = web.Application(client_max_size=4 * MIB)
     app.router.add_get("/", hello)
     app.router.add_post("/echo", echo)
     app.router.add_get("/ws", websocket)
+    app.router.add_get("/stream", stream)
+    app.router.add_get("/slow", slow)
+    if static is not None:
+        app.router.add_static("/static", static)
     return app
 
 
 @contextlib.asynccontextmanager
-async def aiohttp_server() -> Any:
-    runner = web.AppRunner(aiohttp_app(), access_log=None)
+async def aiohttp_server(static: Path | None = None) -> Any:
+    runner = web.AppRunner(aiohttp_app(static), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, HOST, 0)
     await site.start()
@@ -179,6 +200,74 @@ def test_aiohttp_websocket_echo(loop_name: str) -> None:
     assert got[3] == (b"\x00\x01\x02" * 1000)[::-1]
 
 
+def test_aiohttp_static_file_by_sendfile(loop_name: str, tmp_path: Path) -> None:
+    """aiohttp serves files with loop.sendfile(): a whole 3 MiB file, and a byte range of it."""
+    content = os.urandom(3 * MIB)
+    (tmp_path / "blob.bin").write_bytes(content)
+
+    async def main() -> tuple[bytes, int, bytes]:
+        async with aiohttp_server(static=tmp_path) as url:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(url + "/static/blob.bin") as response:
+                    assert response.status == 200
+                    whole = await response.read()
+                async with session.get(url + "/static/blob.bin",
+                                       headers={"Range": "bytes=1000-1999999"}) as response:
+                    return whole, response.status, await response.read()
+
+    whole, status, part = run(loop_name, main)
+    assert whole == content
+    assert (status, part) == (206, content[1000:2000000])
+
+
+def test_aiohttp_streaming_both_ways(loop_name: str) -> None:
+    """A chunked download read line by line, and an upload from an async generator."""
+    async def pieces() -> Any:
+        for i in range(64):
+            yield bytes([i]) * 16384
+            await asyncio.sleep(0)
+
+    async def main() -> tuple[list[bytes], bytes]:
+        async with aiohttp_server() as url:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(url + "/stream", params={"n": "5000"}) as response:
+                    assert response.headers["Transfer-Encoding"] == "chunked"
+                    lines = [line async for line in response.content]
+                async with session.post(url + "/echo", data=pieces()) as response:
+                    return lines, await response.read()
+
+    lines, echoed = run(loop_name, main)
+    assert lines == [b"%d\n" % i for i in range(5000)]
+    assert echoed == b"".join(bytes([i]) * 16384 for i in range(64))
+
+
+def test_aiohttp_many_clients_and_a_timeout(loop_name: str) -> None:
+    """100 requests through a pool of 10 connections; a request that times out harms no other."""
+    async def main() -> tuple[list[int], type[BaseException], str]:
+        async with aiohttp_server() as url:
+            connector = aiohttp.TCPConnector(limit=10)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                async def get(path: str) -> int:
+                    async with session.get(url + path) as response:
+                        await response.read()
+                        return response.status
+
+                statuses = await asyncio.gather(*(get("/") for _ in range(100)))
+                try:
+                    async with session.get(url + "/slow", params={"delay": "5"},
+                                           timeout=aiohttp.ClientTimeout(total=0.2)):
+                        raise AssertionError("the slow request should have timed out")
+                except asyncio.TimeoutError as exc:
+                    timed_out: type[BaseException] = type(exc)
+                async with session.get(url + "/slow", params={"delay": "0.01"}) as response:
+                    return statuses, timed_out, await response.text()
+
+    statuses, timed_out, late = run(loop_name, main)
+    assert statuses == [200] * 100
+    assert issubclass(timed_out, asyncio.TimeoutError)
+    assert late == "late"
+
+
 # -- uvicorn + Starlette, hit by httpx ----------------------------------------------
 #
 # Discussion: uvicorn chooses a loop only in Server.run() (through
@@ -236,6 +325,8 @@ def test_uvicorn_starlette_httpx(loop_name: str, http: str) -> None:
             async with httpx.AsyncClient(base_url=f"http://{HOST}:{port}") as client:
                 home = (await client.get("/")).json()
                 echo = await client.post("/echo", content=b"shout")
+                big = await client.post("/echo", content=b"x" * MIB)
+                assert big.content == b"X" * MIB
                 counted = await client.get("/count", params={"n": 100})
                 many = await asyncio.gather(*(client.get("/") for _ in range(10)))
             return home, echo.text, counted.text, [r.status_code for r in many]
@@ -339,6 +430,66 @@ def test_streams_drain_waits_for_a_slow_reader(loop_name: str) -> None:
     assert seen["max_buffered"] <= 256 * 1024 + piece, seen  # and it never grew past mark + one write
 
 
+def test_streams_over_a_unix_socket(loop_name: str, tmp_path: Path) -> None:
+    """start_unix_server/open_unix_connection: the same line protocol on an AF_UNIX path."""
+    require(loop_name, "create_unix_server")
+    path = str(tmp_path / "echo.sock")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            writer.write(line[::-1].strip() + b"\n")
+            await writer.drain()
+        writer.close()
+
+    async def main() -> list[bytes]:
+        server = await asyncio.start_unix_server(handle, path)
+        async with server:
+            reader, writer = await asyncio.open_unix_connection(path)
+            got = []
+            for word in (b"stressed", b"drawer", b"x" * 50000):
+                writer.write(word + b"\n")
+                got.append(await reader.readline())
+            writer.close()
+            await writer.wait_closed()
+        return got
+
+    assert run(loop_name, main) == [b"desserts\n", b"reward\n", b"x" * 50000 + b"\n"]
+
+
+def test_udp_echo(loop_name: str) -> None:
+    """create_datagram_endpoint: a server that answers each datagram, a client that sends 50."""
+    class Echo(asyncio.DatagramProtocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            self.transport.sendto(data.upper(), addr)  # type: ignore[attr-defined]
+
+    class Client(asyncio.DatagramProtocol):
+        def __init__(self) -> None:
+            self.got: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            self.got.put_nowait(data)
+
+    async def main() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        server, _ = await loop.create_datagram_endpoint(Echo, local_addr=(HOST, 0))
+        address = server.get_extra_info("sockname")
+        client, protocol = await loop.create_datagram_endpoint(Client, remote_addr=address)
+        try:
+            got = []
+            for i in range(50):  # one at a time: loopback does not drop, but may reorder bursts
+                client.sendto(b"datagram %d" % i)
+                got.append(await protocol.got.get())
+            return got
+        finally:
+            client.close()
+            server.close()
+
+    assert run(loop_name, main) == [b"DATAGRAM %d" % i for i in range(50)]
+
+
 # -- A subprocess pipeline -------------------------------------------------------------
 
 CHILD_UPPER = "import sys\nfor line in sys.stdin: sys.stdout.write(line.upper()); sys.stdout.flush()"
@@ -376,6 +527,22 @@ def test_subprocess_pipeline(loop_name: str) -> None:
     expected = "".join(f"LINE {i}\n" for i in range(2000))
     assert out.split() == [b"2000", str(len(expected)).encode()]
     assert (produce_status, count_status, err) == (0, 3, b"")
+
+
+def test_subprocess_large_stdin_and_stdout(loop_name: str) -> None:
+    """4 MiB through ``cat``, written and read at once: pipe flow control both ways."""
+    require(loop_name, "subprocess_exec")
+    data = os.urandom(4 * MIB)
+
+    async def main() -> tuple[bytes, int]:
+        cat = await asyncio.create_subprocess_exec("cat", stdin=asyncio.subprocess.PIPE,
+                                                   stdout=asyncio.subprocess.PIPE)
+        out, _ = await cat.communicate(data)
+        return out, cat.returncode
+
+    out, status = run(loop_name, main)
+    assert (len(out), status) == (len(data), 0)
+    assert out == data
 
 
 def test_subprocess_kill_and_shell(loop_name: str) -> None:
