@@ -262,7 +262,11 @@ def _split(argument: str | None, known: list[str], what: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import pyperf
+    try:
+        import pyperf
+    except ImportError:
+        raise SystemExit("micro.py: pyperf is not installed: run `bash scripts/setup.sh` "
+                         "(or pip install pyperf)") from None
 
     argv = list(sys.argv[1:] if argv is None else argv)
     command = run._display(["python", "benchmarks/micro.py", *argv])
