@@ -9,6 +9,8 @@
 #   {exercises} CHAPTER   the chapter's exercises from the exercise catalog,
 #                         each with its instructions and the commands that
 #                         write a starter file and grade a solution.
+#   {mutation-table}      the checker's mutation score per exercise, from
+#                         benchmarks/results/mutation.json (teachers' page).
 #
 # A chapter that asks for exercises and finds none is a warning (so an error
 # under -W): the reader was promised them.  Each document that uses one of
@@ -31,7 +33,7 @@ from sphinx.util.docutils import SphinxDirective
 from book_tables import table
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["ExercisesDirective", "StagesDirective", "load_exercises", "setup"]
+__all__ = ["ExercisesDirective", "MutationTableDirective", "StagesDirective", "load_exercises", "setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +169,85 @@ class ExercisesDirective(SphinxDirective):
         return box
 
 
+class MutationTableDirective(SphinxDirective):
+    """``{mutation-table}``: how many wrong solutions the checker catches, per exercise,
+    from ``benchmarks/results/mutation.json`` (``benchmarks/mutation.py`` writes it).
+
+    One row per exercise of the catalog: mutants, killed, equivalent,
+    surviving, the score, and the score before, when the file keeps an earlier
+    run.  Under the table: every equivalent mutant with its reason, and every
+    survivor.  Without the file, a note with the command that makes it.
+    """
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        import json
+        from pathlib import Path
+
+        path = Path(self.env.app.confdir).parent / "benchmarks" / "results" / "mutation.json"
+        self.env.note_dependency(str(path))
+        if not path.exists():
+            note = nodes.note()
+            note += nodes.paragraph(text="Not measured yet: run bash scripts/mutation.sh "
+                                         "(it writes benchmarks/results/mutation.json).")
+            return [note]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        measured = data.get("exercises", {})
+        before = data.get("before", {}).get("exercises", {})
+        catalog = importlib.import_module("tinyloop.exercises.catalog")
+        rows, notes = [], []
+
+        def score(value: object) -> str:
+            return "—" if value is None else f"{float(value):.0%}"  # type: ignore[arg-type]
+
+        for exercise in catalog.exercises():
+            entry = measured.get(exercise.name)
+            if entry is None:
+                rows.append([f"`{exercise.name}`", exercise.chapter, "not measured", "", "", "", "", ""])
+                continue
+            rows.append([f"`{exercise.name}`", exercise.chapter, entry["mutants"] - entry.get("incompetent", 0),
+                         entry["killed"], len(entry.get("equivalent", [])), entry["survived"],
+                         score(entry.get("score")), score((before.get(exercise.name) or {}).get("score"))])
+            for item in entry.get("equivalent", []):
+                notes.append(f"{exercise.name}, line {item['line']} ({item['operator'].split('/')[-1]}): "
+                             f"`{item['code']}`: equivalent, {item['reason']}")
+            for item in entry.get("survivors", []):
+                change = " / ".join(item.get("diff", [])[:2]) or item["code"]
+                notes.append(f"{exercise.name}, line {item['line']} ({item['operator'].split('/')[-1]}): "
+                             f"survives: `{change}`")
+        out: list[nodes.Node] = [table(
+            ["Exercise", "Chapter", "Mutants", "Killed", "Equivalent", "Survived", "Score", "Before"],
+            rows, classes=["book-mutation"], numeric_from=2)]
+        line = nodes.paragraph(classes=["book-bench-machine"])
+        line += nodes.Text(f"Measured {str(data.get('date', ''))[:10]} with cosmic-ray "
+                           f"{data.get('tool')} on Python {data.get('python')}; "
+                           f"'Before': {str(data.get('before', {}).get('date') or '')[:10]} "
+                           f"({data.get('before', {}).get('label') or 'an earlier run'}).")
+        out.append(line)
+        if notes:
+            items = nodes.bullet_list(classes=["book-bench-notes"])
+            for text in notes:
+                item = nodes.list_item()
+                item += nodes.paragraph("", "", *_code_cells(text))
+                items += item
+            out.append(items)
+        return out
+
+
+def _code_cells(text: str) -> list[nodes.Node]:
+    """``text`` with its backquoted spans as inline code."""
+    parts: list[nodes.Node] = []
+    for index, piece in enumerate(text.split("`")):
+        if index % 2:
+            parts.append(nodes.literal(piece, piece))
+        elif piece:
+            parts.append(nodes.Text(piece))
+    return parts
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.add_directive("stages", StagesDirective)
     app.add_directive("exercises", ExercisesDirective)
+    app.add_directive("mutation-table", MutationTableDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,329 @@
+# benchmarks/mutation.py
+"""Measure the exercise checker by mutation: how many wrong solutions does it catch?
+
+    python benchmarks/mutation.py                          every exercise
+    python benchmarks/mutation.py --exercises run-once,task-step
+    python benchmarks/mutation.py --list                   the mutants, without running them
+
+For each exercise, the reference solution is written out as the file a
+student would hand in (``markers.reference``), cosmic-ray makes every mutant
+of the lines inside the exercise's marked region(s), and each mutant is
+graded by ``python -m tinyloop check NAME FILE``, the student's own command:
+a FAILED verdict kills it.  The score is killed / (mutants - equivalent).
+
+Writes benchmarks/results/mutation.json (``--out``), which the teachers' page
+of the book renders; ``bash scripts/mutation.sh`` runs this under ``nice``.
+"""
+
+# Rules this file keeps:
+#
+#   * Only the student's file is mutated, in a temporary directory: the
+#     repository is never touched, so a run can share the machine with work.
+#   * cosmic-ray makes the mutants (its core operators, pruned in
+#     EXCLUDED_OPERATORS, and two of ours: a statement left out, a value not
+#     returned) and runs them, as a library in this process.
+#   * Mutants run one at a time (cosmic-ray's local distributor), each with
+#     a time limit; a check that does not finish counts as killed (the
+#     checker itself gives up and fails after TESTS_TIMEOUT) and is reported
+#     apart.
+#   * A surviving mutant is either killed by a new test or property, or
+#     listed in EQUIVALENT with the reason no test can tell it apart from the
+#     reference.  An equivalent mutant is named by its operator and the
+#     mutated source line, so the list survives edits elsewhere in the file.
+#   * The checker runs with TINYLOOP_CHECK_VERDICT_ONLY=1 (pytest -x, no
+#     diagnosis of a failure): the verdict is the same, only sooner.
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tinyloop.exercises import catalog, markers  # noqa: E402
+from tinyloop.exercises.properties import last_line as properties_last_line  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "mutation.json"
+SCHEMA = 1
+TIMEOUT = 400.0  # seconds for one mutant's check (the checker's own limit is 300 s of tests)
+
+# cosmic-ray's operators, less the ones that only multiply mutants of one
+# kind: a binary operator is replaced by one other (+ by -, * by +, ...), not
+# by all eleven; numbers are nudged by one either way (NumberReplacer) as is.
+EXCLUDED_OPERATORS = [
+    r"core/ReplaceBinaryOperator_Add_(?!Sub).*",
+    r"core/ReplaceBinaryOperator_Sub_(?!Add).*",
+    r"core/ReplaceBinaryOperator_Mul_(?!Add).*",
+    r"core/ReplaceBinaryOperator_Div_(?!Mul).*",
+    r"core/ReplaceBinaryOperator_FloorDiv_(?!Mul).*",
+    r"core/ReplaceBinaryOperator_Mod_(?!Add).*",
+    r"core/ReplaceBinaryOperator_Pow_(?!Mul).*",
+    r"core/ReplaceBinaryOperator_(RShift|LShift|BitOr|BitAnd|BitXor)_(?!Add).*",
+    r"core/ReplaceComparisonOperator_Is_.*",      # `x is None` -> `x is not None` is kept (IsNot),
+    r"core/ReplaceComparisonOperator_IsNot_Is$",  # the reverse once
+]
+
+# Survivors no test can kill, with the reason: {exercise: [(operator, line, reason)]}.
+# ``line`` is the mutated source line, stripped, as in the reference.
+_THREAD_NAME = 'name=f"client-{address[0]}:{address[1]}", daemon=True)'
+EQUIVALENT: dict[str, list[tuple[str, str, str]]] = {
+    "thread-per-connection": [
+        ("core/NumberReplacer", _THREAD_NAME,
+         "it changes only the thread's name (address[0] for address[1], say), which nothing "
+         "reads: a debugger's label, not part of the exercise"),
+    ],
+}
+
+
+def _equivalent_reason(exercise: str, operator: str, line: str) -> str | None:
+    for op, code, reason in EQUIVALENT.get(exercise, []):
+        if op == operator and code == line.strip():
+            return reason
+    return None
+
+
+# --- two operators of ours ---------------------------------------------------
+# cosmic-ray's core operators change an operator, a comparison, a number, a
+# keyword.  The bugs the exercises invite are as often a line left out: a
+# forgotten ``return``, a missing ``del`` or ``self.failed = True``, a call
+# never made.  These two make those mutants, through cosmic-ray's own
+# Operator interface (on parso's tree), registered as the provider "tinyloop".
+
+def _operators():
+    from parso.python.tree import Keyword
+    from cosmic_ray.operators.operator import Example, Operator
+
+    class DeleteStatement(Operator):
+        """Replace one simple statement (an assignment, a call, a return, a del, a
+        raise) by ``pass``: the line a student forgot."""
+
+        def mutation_positions(self, node):
+            parent = getattr(node, "parent", None)
+            if (parent is not None and parent.type == "simple_stmt" and node.type not in
+                    ("newline", "pass_stmt", "operator") and getattr(node, "value", None) != ";"):
+                yield (node.start_pos, node.end_pos)
+
+        def mutate(self, node, index):
+            return Keyword("pass", node.start_pos, prefix=node.get_first_leaf().prefix)
+
+        @classmethod
+        def examples(cls):
+            return (Example("x = 1\n", "pass\n"), Example("return f(x)\n", "pass\n"))
+
+    class ReturnNone(Operator):
+        """``return VALUE`` becomes ``return None``: a result computed and not given back."""
+
+        def mutation_positions(self, node):
+            if node.type == "return_stmt" and len(node.children) == 2 and \
+                    node.children[1].get_code().strip() != "None":
+                yield (node.start_pos, node.end_pos)
+
+        def mutate(self, node, index):
+            value = node.children[1]
+            node.children[1] = Keyword("None", value.start_pos, prefix=value.get_first_leaf().prefix)
+            node.children[1].parent = node
+            return node
+
+        @classmethod
+        def examples(cls):
+            return (Example("return x\n", "return None\n"),)
+
+    return {"DeleteStatement": DeleteStatement, "ReturnNone": ReturnNone}
+
+
+class _Provider:
+    """A cosmic-ray operator provider (name -> Operator class)."""
+
+    def __init__(self) -> None:
+        self._operators = _operators()
+
+    def __iter__(self):
+        return iter(self._operators)
+
+    def __getitem__(self, name: str):
+        return self._operators[name]
+
+
+def _config(name: str, ranges: list[str], python: str, timeout: float) -> str:
+    lines = ", ".join(json.dumps(r) for r in ranges)
+    excluded = ", ".join(json.dumps(e) for e in EXCLUDED_OPERATORS)
+    command = f"{shlex.quote(python)} -m tinyloop check {name} {name}.py"
+    return (f'[cosmic-ray]\nmodule-path = "{name}.py"\ntimeout = {timeout}\n'
+            f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
+            f'[cosmic-ray.distributor]\nname = "local"\n\n'
+            f'[cosmic-ray.filters.line-filter]\nlines = {{ "{name}.py" = [{lines}] }}\n\n'
+            f'[cosmic-ray.filters.operators-filter]\nexclude-operators = [{excluded}]\n')
+
+
+def _session(work: Path, config_path: Path, dry_run: bool) -> tuple[Path, int]:
+    """Make the session (cosmic-ray's work database) in ``work``, filter it to the
+    region's lines and our operator choice, run it unless ``dry_run``; returns the
+    session's path and the number of mutants."""
+    from cosmic_ray import commands, modules, plugins
+    from cosmic_ray.config import load_config
+    from cosmic_ray.tools.filters.line_filter import LineFilter
+    from cosmic_ray.tools.filters.operators_filter import OperatorsFilter
+    from cosmic_ray.work_db import use_db
+
+    plugins.OPERATOR_PROVIDERS.setdefault("tinyloop", _Provider())
+    config = load_config(str(config_path))
+    session = work / "session.sqlite"
+    here = Path.cwd()
+    os.chdir(work)  # module-path and the test command are relative to the work directory
+    try:
+        with use_db(str(session)) as db:
+            commands.init(modules.find_modules([Path(config["module-path"])]), db,
+                          config.operators_config)
+            LineFilter().filter(db, argparse.Namespace(config=str(config_path)))
+            OperatorsFilter().filter(db, argparse.Namespace(config=str(config_path)))
+            pending = sum(1 for _ in db.pending_work_items)
+            if not dry_run:
+                commands.execute(db, config)
+    finally:
+        os.chdir(here)
+    return session, pending
+
+
+def measure(exercise, *, timeout: float, dry_run: bool = False, progress=print) -> dict:
+    """Mutate one exercise's regions and grade every mutant; its entry of the JSON."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{exercise.name}-") as tmp:
+        work = Path(tmp)
+        text = markers.reference(exercise, f"{exercise.name}.py")
+        (work / f"{exercise.name}.py").write_text(text, encoding="utf-8")
+        source = text.splitlines()
+        regions = [r for r in markers.find_regions(text) if r.name == exercise.name]
+        ranges = [f"{r.begin + 1}-{r.end - 1}" for r in regions]
+        config = work / "mutation.toml"
+        config.write_text(_config(exercise.name, ranges, sys.executable, timeout), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               "TINYLOOP_CHECK_VERDICT_ONLY": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        os.environ.update(env)  # the test command inherits it
+        started = time.monotonic()
+        session, pending = _session(work, config, dry_run)
+        progress(f"{exercise.name}: {pending} mutants in lines {', '.join(ranges)}")
+        entry = {"chapter": exercise.chapter, "module": exercise.module, "regions": ranges,
+                 "tests": list(exercise.tests), "mutants": 0, "killed": 0, "timeouts": 0,
+                 "incompetent": 0, "survived": 0, "equivalent": [], "survivors": [],
+                 "seconds": round(time.monotonic() - started, 1)}
+        with use_db(str(session), WorkDB.Mode.open) as db:
+            for item, result in db.completed_work_items:
+                if result.worker_outcome.value == "skipped":
+                    continue
+                mutation = item.mutations[0]
+                line_no = mutation.start_pos[0]
+                code = source[line_no - 1].strip()
+                entry["mutants"] += 1
+                if result.test_outcome == TestOutcome.INCOMPETENT:
+                    # cosmic-ray could not make this mutant: reported, not counted.
+                    entry["incompetent"] += 1
+                    entry.setdefault("incompetent_detail", []).append(
+                        {"line": line_no, "operator": mutation.operator_name,
+                         "error": properties_last_line(result.output or "")})
+                    continue
+                if result.test_outcome == TestOutcome.KILLED:
+                    entry["killed"] += 1
+                    entry["timeouts"] += (result.output or "").strip() == "timeout"
+                    continue
+                reason = _equivalent_reason(exercise.name, mutation.operator_name, code)
+                record = {"line": line_no, "code": code, "operator": mutation.operator_name,
+                          "occurrence": mutation.occurrence, "diff": _short_diff(result.diff)}
+                if reason:
+                    entry["equivalent"].append({**record, "reason": reason})
+                else:
+                    entry["survived"] += 1
+                    entry["survivors"].append(record)
+            if dry_run:
+                entry["mutants"] = pending
+    counted = entry["mutants"] - entry["incompetent"] - len(entry["equivalent"])
+    entry["score"] = round(entry["killed"] / counted, 3) if counted > 0 and not dry_run else None
+    return entry
+
+
+def _short_diff(diff: str | None) -> list[str]:
+    """The changed lines of a unified diff, without its headers."""
+    if not diff:
+        return []
+    return [line for line in diff.splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))][:6]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/mutation.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exercises", help="comma list (default: every exercise)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the JSON (default {OUT.relative_to(ROOT)})")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds for one mutant's check")
+    parser.add_argument("--label", default="", help="a word saved with the run (e.g. before, after)")
+    parser.add_argument("--list", action="store_true", help="count the mutants, run none")
+    parser.add_argument("--before", type=Path,
+                        help="a JSON of an earlier run (e.g. before the checker was improved): "
+                             "its scores are kept in this one's \"before\", for the book's table")
+    args = parser.parse_args(argv)
+    try:
+        import cosmic_ray  # noqa: F401
+    except ImportError:
+        raise SystemExit("mutation.py: cosmic-ray is not installed (it is in the dev extra: "
+                         "pip install -e '.[dev]')")
+    known = {e.name: e for e in catalog.exercises()}
+    names = args.exercises.split(",") if args.exercises else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"mutation.py: unknown exercise {', '.join(unknown)}; choose from {', '.join(known)}")
+    previous = json.loads(args.out.read_text()) if args.out.exists() and not args.list else {}
+    data = {"schema": SCHEMA, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "label": args.label, "command": "python benchmarks/mutation.py " + " ".join(argv or sys.argv[1:]),
+            "tool": _version("cosmic-ray"), "python": platform.python_version(),
+            "excluded_operators": EXCLUDED_OPERATORS,
+            "exercises": dict(previous.get("exercises", {}))}
+    if args.before:
+        earlier = json.loads(args.before.read_text(encoding="utf-8"))
+        data["before"] = {"date": earlier.get("date"), "label": earlier.get("label"),
+                          "exercises": {n: {k: e.get(k) for k in ("score", "mutants", "killed", "survived",
+                                                                  "incompetent")}
+                                        for n, e in earlier.get("exercises", {}).items()}}
+    elif "before" in previous:
+        data["before"] = previous["before"]
+    for name in names:
+        entry = measure(known[name], timeout=args.timeout, dry_run=args.list,
+                        progress=lambda line: print(line, flush=True))
+        if args.list:
+            continue
+        data["exercises"][name] = entry
+        print(f"  {name}: score {entry['score']}, {entry['killed']} killed "
+              f"({entry['timeouts']} by time-out), {entry['survived']} survived, "
+              f"{len(entry['equivalent'])} equivalent, {entry['incompetent']} incompetent, "
+              f"in {entry['seconds']:.0f} s", flush=True)
+        for survivor in entry["survivors"]:
+            print(f"    survived: line {survivor['line']} {survivor['operator']}: {survivor['code']}")
+        # Written after every exercise: an interrupted run keeps what it measured.
+        order = list(known)
+        data["exercises"] = dict(sorted(data["exercises"].items(),
+                                        key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+def _version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
