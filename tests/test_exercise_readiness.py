@@ -181,3 +181,188 @@ def test_backpressure_a_fresh_connection_reads() -> None:
 
 def test_backpressure_high_water_is_the_module_constant() -> None:
     assert connection.HIGH_WATER == HIGH_WATER
+
+
+# --- fd-setsize -------------------------------------------------------------------
+
+class FakeAccepted:
+    """An accepted socket with a chosen descriptor number; records close()."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.closed = fd, False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeAcceptor:
+    """What _accept() accepts from: its accept() gives the scripted sockets once."""
+
+    def __init__(self, socks: list[FakeAccepted]) -> None:
+        self.socks = socks
+
+    def accept(self) -> list[FakeAccepted]:
+        socks, self.socks = self.socks, []
+        return socks
+
+
+def accept_these(monkeypatch: pytest.MonkeyPatch, fds: list[int]) -> tuple[FakeAcceptor, list[FakeAccepted]]:
+    """A source of accepted sockets for select_server._accept, however it accepts:
+    from an acceptor's accept(), or from accept_all(listener)."""
+    from tinyloop.raw import select_server
+    socks = [FakeAccepted(fd) for fd in fds]
+    source = FakeAcceptor(list(socks))
+    monkeypatch.setattr(select_server, "accept_all", lambda listener: listener.accept(), raising=False)
+    return source, socks
+
+
+def test_fd_setsize_descriptors_below_the_limit_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinyloop.raw import select_server
+    limit = select_server.FD_SETSIZE
+    source, socks = accept_these(monkeypatch, [5, limit - 1])
+    connections: set[Connection] = set()
+    select_server._accept(source, connections)  # type: ignore[arg-type]
+    served = sorted(conn.fd for conn in connections)
+    assert served == [5, limit - 1], (
+        f"each accepted socket whose descriptor is below FD_SETSIZE ({limit}) must be wrapped in a "
+        f"Connection and added to `connections`; the set holds descriptors {served}")
+    assert not any(s.closed for s in socks), "a socket below FD_SETSIZE must not be closed"
+
+
+def test_fd_setsize_descriptors_at_or_above_the_limit_are_closed_and_logged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinyloop.raw import select_server
+    limit = select_server.FD_SETSIZE
+    source, socks = accept_these(monkeypatch, [7, limit, limit + 3])
+    logged: list[str] = []
+    monkeypatch.setattr(select_server, "log", lambda message, *a, **k: logged.append(str(message)))
+    connections: set[Connection] = set()
+    select_server._accept(source, connections)  # type: ignore[arg-type]
+    served = sorted(conn.fd for conn in connections)
+    assert served == [7], (
+        f"a descriptor of FD_SETSIZE ({limit}) or more cannot be watched by select(): it must not "
+        f"be added to `connections`, and the others must; the set holds {served}")
+    closed = [s.fd for s in socks if s.closed]
+    assert closed == [limit, limit + 3], (
+        f"each refused socket must be closed; closed were descriptors {closed}")
+    assert len(logged) == 2 and all("FD_SETSIZE" in line for line in logged), (
+        f"each refusal must be logged with a line that mentions FD_SETSIZE; logged: {logged}")
+
+
+# --- kqueue-changes -------------------------------------------------------------------
+
+class Wants:
+    """What interest_changes reads of a connection."""
+
+    def __init__(self, fd: int, read: bool, write: bool) -> None:
+        self.fd, self.wants_read, self.wants_write = fd, read, write
+
+
+def changes(conn: Wants, enabled: dict) -> list[tuple[int, int, int]]:
+    from tinyloop.raw import kqueue_server
+    made = kqueue_server.interest_changes(conn, enabled)  # type: ignore[arg-type]
+    return [(event.ident, event.filter, event.flags) for event in made]
+
+
+@pytest.mark.parametrize("read, write", [(True, False), (False, True), (True, True), (False, False)])
+def test_kqueue_changes_nothing_to_change_makes_no_kevent(read: bool, write: bool) -> None:
+    enabled = {9: (read, write)}
+    made = changes(Wants(9, read, write), enabled)
+    assert made == [], (
+        f"when the kernel already has (READ {read}, WRITE {write}) and the connection wants the "
+        f"same, no kevent must be made; yours made {made}")
+    assert enabled[9] == (read, write), "the recorded pair must stay as it was"
+
+
+@pytest.mark.parametrize("have, want", [((True, False), (False, False)), ((False, False), (True, False)),
+                                         ((True, False), (True, True)), ((True, True), (True, False)),
+                                         ((True, False), (False, True)), ((False, True), (True, False))])
+def test_kqueue_changes_one_kevent_per_filter_that_changes(have: tuple, want: tuple) -> None:
+    from tinyloop.raw import kqueue_server as k
+    enabled = {9: have}
+    made = changes(Wants(9, *want), enabled)
+    expected = [(9, f, k.ENABLE if on else k.DISABLE)
+                for f, on, was in zip((k.READ, k.WRITE), want, have) if on != was]
+    assert made == expected, (
+        f"from (READ {have[0]}, WRITE {have[1]}) to (READ {want[0]}, WRITE {want[1]}) the changes "
+        f"must be one kevent per filter that changes, READ first, EV_ENABLE to turn a filter on and "
+        f"EV_DISABLE to turn it off: expected {expected}, yours made {made}")
+    assert enabled[9] == want, (
+        f"enabled[conn.fd] must record the new pair {want}; it holds {enabled[9]}")
+
+
+# --- edge-triggered ---------------------------------------------------------------------
+
+class Scripted:
+    """A connection whose on_writable/on_readable return what the script says, round by round."""
+
+    def __init__(self, writes: list[bool], reads: list[bool], wants_write: bool = True,
+                 wants_read: bool = True) -> None:
+        self.writes, self.reads = list(writes), list(reads)
+        self.wants_write, self.wants_read = wants_write, wants_read
+        self.calls: list[str] = []
+
+    def on_writable(self) -> bool:
+        self.calls.append("write")
+        return self.writes.pop(0) if self.writes else False
+
+    def on_readable(self) -> bool:
+        self.calls.append("read")
+        return self.reads.pop(0) if self.reads else False
+
+
+def progress(conn: Scripted, budget: int = 16) -> object:
+    from tinyloop.raw import epoll_et_server
+    return epoll_et_server.make_progress(conn, budget)  # type: ignore[arg-type]
+
+
+def test_edge_triggered_stops_when_neither_side_moves() -> None:
+    conn = Scripted(writes=[True, False], reads=[True, True, False])
+    result = progress(conn)
+    assert result is False, (
+        f"when neither side makes progress any more, make_progress must return False; yours returned {result!r}")
+    assert conn.calls == ["write", "read", "write", "read", "write", "read"], (
+        "each round must send (on_writable) then read (on_readable), and go round again while "
+        f"either moved; the calls were {conn.calls}")
+
+
+def test_edge_triggered_the_budget_runs_out_while_it_could_move() -> None:
+    conn = Scripted(writes=[True] * 10, reads=[True] * 10)
+    result = progress(conn, budget=3)
+    assert result is True, (
+        "when the budget runs out while the connection could still move, make_progress must return "
+        f"True (the server comes back to it without an edge); yours returned {result!r}")
+    assert conn.calls.count("write") == 3 and conn.calls.count("read") == 3, (
+        f"it must go round at most `budget` (3) times; the calls were {conn.calls}")
+
+
+def test_edge_triggered_does_not_write_what_it_does_not_want() -> None:
+    conn = Scripted(writes=[True], reads=[True, False], wants_write=False)
+    progress(conn)
+    assert "write" not in conn.calls, (
+        "send only while the connection wants to write (conn.wants_write); yours called on_writable")
+
+
+def test_edge_triggered_does_not_read_what_it_does_not_want() -> None:
+    conn = Scripted(writes=[True, False], reads=[True], wants_read=False)
+    progress(conn)
+    assert "read" not in conn.calls, (
+        "read only while the connection wants to read (conn.wants_read); yours called on_readable")
+
+
+def test_edge_triggered_one_side_moving_is_enough_to_go_round() -> None:
+    conn = Scripted(writes=[False, False, False], reads=[True, True, False])
+    result = progress(conn)
+    assert conn.calls.count("read") == 3 and result is False, (
+        "go round again while either side moved (here only reads did), until neither moves; "
+        f"the calls were {conn.calls}, the result {result!r}")
+
+
+def test_edge_triggered_a_budget_of_one_is_one_round() -> None:
+    conn = Scripted(writes=[True], reads=[False])
+    result = progress(conn, budget=1)
+    assert conn.calls == ["write", "read"] and result is True, (
+        f"a budget of 1 is one round; the calls were {conn.calls}, the result {result!r}")
