@@ -532,3 +532,48 @@ def test_create_datagram_endpoint_checks_its_arguments(loop):
             run(loop, loop.create_datagram_endpoint(Datagrams, sock=stream))
     with pytest.raises(ValueError):
         run(loop, loop.create_datagram_endpoint(Datagrams))
+
+
+def test_an_accepted_transport_knows_both_ends(loop):
+    accepted = []
+
+    class Server(Echo):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            accepted.append({key: transport.get_extra_info(key) for key in ("peername", "sockname")})
+
+    async def main():
+        server = await loop.create_server(Server, "127.0.0.1", 0)
+        transport, protocol = await loop.create_connection(Collect, *server.sockets[0].getsockname())
+        transport.write(b"x")
+        await protocol.until(1)
+        ends = transport.get_extra_info("sockname"), transport.get_extra_info("peername")
+        transport.close()
+        server.close()
+        await server.wait_closed()
+        return ends
+
+    client_sockname, client_peername = run(loop, main())
+    assert accepted == [{"peername": client_sockname, "sockname": client_peername}]
+
+
+def test_many_clients_at_once_are_all_served(loop):
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0, backlog=200)
+        address = server.sockets[0].getsockname()
+
+        async def client(i):
+            reader, writer = await asyncio.open_connection(*address)
+            message = f"client {i}\n".encode()
+            writer.write(message)
+            line = await reader.readline()
+            writer.close()
+            await writer.wait_closed()
+            return line == message
+
+        results = await asyncio.gather(*[client(i) for i in range(100)])
+        server.close()
+        await server.wait_closed()
+        return all(results)
+
+    assert run(loop, main()) is True

@@ -115,3 +115,33 @@ def test_run_cancels_what_main_left_behind_and_closes_async_generators(package):
 def test_asyncio_run_with_loop_factory(loop_name, loop_class):
     kind, _ = asyncio.run(_running_loop_type_and_debug(), loop_factory=loop_factory(loop_name))
     assert issubclass(kind, loop_class)
+
+
+def test_ctrl_c_cancels_main_and_raises_keyboard_interrupt(loop_name):
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT reaches the main thread only")
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("another SIGINT handler is installed: asyncio.Runner would leave it alone")
+    log = []
+
+    async def main():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            log.append("main cancelled")
+            raise
+
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with asyncio.Runner(loop_factory=loop_factory(loop_name)) as runner:
+                runner.run(main())
+    finally:
+        timer.cancel()
+    assert log == ["main cancelled"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -504,3 +504,16 @@ def test_shutdown_default_executor_waits_for_running_work(loop):
             loop.run_in_executor(None, work)
 
     run(loop, main())
+
+
+def test_a_closed_loop_refuses_tasks_and_threadsafe_calls(loop):
+    async def body():
+        pass
+
+    loop.close()
+    coro = body()
+    with pytest.raises(RuntimeError):
+        loop.create_task(coro)
+    coro.close()
+    with pytest.raises(RuntimeError):
+        loop.call_soon_threadsafe(print)

@@ -76,3 +76,12 @@ def test_many_executor_calls_complete(loop):
         return await asyncio.gather(*[loop.run_in_executor(None, pow, i, 2) for i in range(50)])
 
     assert run(loop, main()) == [i * i for i in range(50)]
+
+
+def test_in_debug_mode_run_in_executor_refuses_a_coroutine_function(loop):
+    async def coroutine_function():
+        pass
+
+    loop.set_debug(True)
+    with pytest.raises(TypeError):
+        loop.run_in_executor(None, coroutine_function)
