@@ -184,7 +184,8 @@ class Crawler:
 
     async def fetch(self, url: str, max_redirect: int) -> None:
         """Fetch one URL, with retries; queue its new links, or its redirect's target."""
-        for tries in range(self.max_tries):
+        error: BaseException | None = None
+        for _ in range(self.max_tries):
             try:
                 response = await fetch(url, timeout=self.timeout)
                 break
