@@ -285,3 +285,151 @@ def test_task_cancel_forgets_an_unretrieved_exception(loop: Loop) -> None:
     task.cancel()
     assert task._log_traceback is False, (
         "cancel() must forget any unretrieved exception (self._log_traceback = False)")
+
+
+# --- readiness-future ------------------------------------------------------------------
+
+class Registry:
+    """Stands for loop.add_reader/remove_reader: records the calls, and the callback."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.callback = None
+
+    def add(self, fileobj: object, callback: Any, *args: Any) -> None:
+        self.calls.append(("add", fileobj, args))
+        self.callback = (callback, args)
+
+    def remove(self, fileobj: object) -> bool:
+        self.calls.append(("remove", fileobj))
+        return True
+
+
+def wait_task(loop: Loop, registry: Registry, waiter: Future) -> Task:
+    from tinyloop.coroutines import streams
+    return Task(streams._wait("sock", waiter, registry.add, registry.remove), loop=loop)
+
+
+def test_readiness_future_registers_wake_with_the_waiter(loop: Loop) -> None:
+    registry, waiter = Registry(), Future(loop=loop)
+    task = wait_task(loop, registry, waiter)
+    drive(loop)
+    assert registry.calls[:1] == [("add", "sock", (waiter,))], (
+        "_wait must first register _wake for the socket with the waiter as its argument "
+        f"(add(fileobj, _wake, waiter)); the calls were {registry.calls}")
+    assert not task.done(), f"then await the waiter: the task must wait; it {outcome(task)}"
+    callback, args = registry.callback
+    callback(*args)  # the loop reports readiness
+    drive(loop)
+    assert waiter.done() and task.done() and task.exception() is None, (
+        f"readiness (the callback) must complete the waiter and so end the wait; the task {outcome(task)}")
+    assert registry.calls[-1] == ("remove", "sock"), (
+        f"after the wait the registration must be removed (remove(fileobj)); the calls were {registry.calls}")
+
+
+def test_readiness_future_removes_the_registration_on_cancellation(loop: Loop) -> None:
+    registry, waiter = Registry(), Future(loop=loop)
+    task = wait_task(loop, registry, waiter)
+    drive(loop)
+    task.cancel()
+    drive(loop)
+    assert task.cancelled(), f"a cancelled wait must end the task cancelled; it {outcome(task)}"
+    assert registry.calls[-1] == ("remove", "sock"), (
+        "whatever ends the wait, cancellation included, the registration must be removed "
+        f"(try/finally); the calls were {registry.calls}")
+
+
+def test_readiness_future_removes_the_registration_on_an_error(loop: Loop) -> None:
+    registry, waiter = Registry(), Future(loop=loop)
+    task = wait_task(loop, registry, waiter)
+    drive(loop)
+    waiter.set_exception(ConnectionResetError("gone"))
+    drive(loop)
+    assert task.done() and isinstance(task.exception(), ConnectionResetError), (
+        f"an error set on the waiter must be raised by the wait; the task {outcome(task)}")
+    assert registry.calls[-1] == ("remove", "sock"), (
+        f"and the registration removed all the same; the calls were {registry.calls}")
+
+
+# --- flow-control ---------------------------------------------------------------------------
+
+@pytest.fixture
+def writer_on(loop: Loop):
+    from test_coroutines_streams import ScriptedSocket
+
+    from tinyloop.coroutines.streams import StreamWriter
+    sock = ScriptedSocket(fd=10_001)
+    return sock, StreamWriter(sock, loop=loop, high_water=1000, low_water=200)  # type: ignore[arg-type]
+
+
+def test_flow_control_pauses_only_above_the_high_water_mark(writer_on) -> None:
+    sock, writer = writer_on
+    writer.write(b"x" * 1000)
+    assert writer._paused is False, (
+        "with exactly high_water (1000) bytes buffered the writer must not pause: only 'more than "
+        "self._high_water' does")
+    writer.write(b"x")
+    assert writer._paused is True, (
+        "with 1001 bytes buffered (more than high_water, 1000) write() must pause "
+        "(self._paused = True)")
+
+
+def test_flow_control_resumes_at_the_low_water_mark_and_wakes_drain(loop: Loop, writer_on) -> None:
+    sock, writer = writer_on
+    done: list[int] = []
+
+    async def producer() -> None:
+        writer.write(b"x" * 1500)
+        await writer.drain()
+        done.append(writer.get_write_buffer_size())
+
+    task = Task(producer(), loop=loop)
+    drive(loop)
+    assert not done and writer._drain_waiter is not None, (
+        "above the high-water mark drain() must wait on a new Future kept in self._drain_waiter")
+    sock.room = 1299
+    writer._on_writable()  # 1500 -> 201: still above the low-water mark
+    drive(loop)
+    assert writer._paused and not done, (
+        "with 201 bytes left (above low_water, 200) the writer must stay paused and drain() wait")
+    sock.room = 1
+    writer._on_writable()  # 201 -> 200: at the low-water mark
+    assert writer._paused is False, (
+        "with the buffer down to low_water (200) bytes or fewer, _on_writable must unpause")
+    drive(loop)
+    assert done == [200] and task.done(), (
+        "and wake the drainer (self._wake_drain()), so drain() returns; "
+        f"drain returned with {done} bytes buffered, the task {outcome(task)}")
+    assert writer._drain_waiter is None, "after the wait, self._drain_waiter must be reset to None"
+
+
+def test_flow_control_drain_returns_at_once_when_not_paused(loop: Loop, writer_on) -> None:
+    sock, writer = writer_on
+    done: list[bool] = []
+
+    async def producer() -> None:
+        writer.write(b"x" * 10)
+        await writer.drain()
+        done.append(True)
+
+    Task(producer(), loop=loop)
+    drive(loop)
+    assert done == [True] and writer._drain_waiter is None, (
+        "below the high-water mark drain() must return at once, with no waiter")
+
+
+def test_flow_control_a_cancelled_drain_resets_its_waiter(loop: Loop, writer_on) -> None:
+    sock, writer = writer_on
+
+    async def producer() -> None:
+        writer.write(b"x" * 1500)
+        await writer.drain()
+
+    task = Task(producer(), loop=loop)
+    drive(loop)
+    task.cancel()
+    drive(loop)
+    assert task.cancelled(), f"the draining task was cancelled; it {outcome(task)}"
+    assert writer._drain_waiter is None, (
+        "self._drain_waiter must be reset to None whatever ends the wait, cancellation included "
+        "(try/finally)")
