@@ -187,3 +187,117 @@ def test_run_once_io_callbacks_run_before_due_timers(loop: Loop, clock: VirtualC
         loop.remove_reader(a)
         a.close()
         b.close()
+
+
+# --- callback-interest ------------------------------------------------------------------
+
+class RecordingLoop:
+    """The four interest calls Client._update makes, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def add_reader(self, fd: int, callback, *args) -> None:
+        self.calls.append(("add_reader", fd, getattr(callback, "__name__", callback)))
+
+    def remove_reader(self, fd: int) -> bool:
+        self.calls.append(("remove_reader", fd))
+        return True
+
+    def add_writer(self, fd: int, callback, *args) -> None:
+        self.calls.append(("add_writer", fd, getattr(callback, "__name__", callback)))
+
+    def remove_writer(self, fd: int) -> bool:
+        self.calls.append(("remove_writer", fd))
+        return True
+
+    def time(self) -> float:
+        return 0.0
+
+
+class Wanting:
+    """A connection that wants what the test says."""
+
+    def __init__(self, read: bool, write: bool, done: bool = False) -> None:
+        self.fd, self.wants_read, self.wants_write, self.done = 7, read, write, done
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Server:
+    def __init__(self) -> None:
+        self.clients: set = set()
+
+
+def client_with(conn: Wanting, reading: bool, writing: bool):
+    from tinyloop.callbacks.server import Client
+    client = Client.__new__(Client)  # the fields _update uses, without a socket
+    client.server, client.loop, client.conn = Server(), RecordingLoop(), conn
+    client.reading, client.writing, client.idle_timer, client.last_active = reading, writing, None, 0.0
+    client.server.clients.add(client)
+    return client
+
+
+@pytest.mark.parametrize("read, write", [(True, False), (False, True), (True, True), (False, False)])
+def test_callback_interest_nothing_changed_makes_no_call(read: bool, write: bool) -> None:
+    client = client_with(Wanting(read, write), reading=read, writing=write)
+    client._update()
+    assert client.loop.calls == [], (
+        "when the connection wants what is registered already, _update must make no call (each is a "
+        f"system call); yours made {client.loop.calls}")
+
+
+def test_callback_interest_starts_reading() -> None:
+    client = client_with(Wanting(True, False), reading=False, writing=False)
+    client._update()
+    assert client.loop.calls == [("add_reader", 7, "_on_readable")], (
+        "when conn.wants_read becomes True, _update must add the reader self._on_readable for "
+        f"conn.fd; yours made {client.loop.calls}")
+    assert client.reading is True, "and remember it: self.reading = True"
+
+
+def test_callback_interest_stops_reading() -> None:
+    client = client_with(Wanting(False, False), reading=True, writing=False)
+    client._update()
+    assert client.loop.calls == [("remove_reader", 7)], (
+        f"when conn.wants_read becomes False, _update must remove the reader; yours made {client.loop.calls}")
+    assert client.reading is False, "and remember it: self.reading = False"
+
+
+def test_callback_interest_starts_writing() -> None:
+    client = client_with(Wanting(True, True), reading=True, writing=False)
+    client._update()
+    assert client.loop.calls == [("add_writer", 7, "_on_writable")], (
+        "when conn.wants_write becomes True, _update must add the writer self._on_writable for "
+        f"conn.fd; yours made {client.loop.calls}")
+    assert client.writing is True, "and remember it: self.writing = True"
+
+
+def test_callback_interest_stops_writing() -> None:
+    client = client_with(Wanting(True, False), reading=True, writing=True)
+    client._update()
+    assert client.loop.calls == [("remove_writer", 7)], (
+        "when conn.wants_write becomes False (the output is sent), _update must remove the writer, "
+        f"or the loop spins on a writable socket; yours made {client.loop.calls}")
+    assert client.writing is False, "and remember it: self.writing = False"
+
+
+def test_callback_interest_both_change_at_once() -> None:
+    client = client_with(Wanting(False, True), reading=True, writing=False)
+    client._update()
+    assert client.loop.calls == [("remove_reader", 7), ("add_writer", 7, "_on_writable")], (
+        f"both may change in one call; yours made {client.loop.calls}")
+    assert (client.reading, client.writing) == (False, True), "and both are remembered"
+
+
+def test_callback_interest_a_done_connection_is_closed() -> None:
+    conn = Wanting(True, True, done=True)
+    client = client_with(conn, reading=True, writing=True)
+    client._update()
+    assert conn.closed, "when self.conn.done, _update must close the client (which closes the connection)"
+    assert client not in client.server.clients, "the closed client must leave the server's clients"
+    assert ("add_reader", 7, "_on_readable") not in client.loop.calls and \
+        ("add_writer", 7, "_on_writable") not in client.loop.calls, (
+            f"and return: no interest for a closed connection; the calls were {client.loop.calls}")
