@@ -27,9 +27,6 @@
 # Where this differs from CPython, and why:
 #   * Server.wait_closed() waits for the clients to leave on every Python
 #     (3.12's behaviour; 3.11's returned at once after close()).
-#   * call_soon refuses a coroutine function by the CO_COROUTINE flag of its
-#     code, a cheaper test than inspect.iscoroutinefunction (which also
-#     unwraps functools.partial); see _check_callback.
 #   * Happy Eyeballs is one small coroutine here (_staggered_connect) where
 #     asyncio has a module of its own (staggered.py).
 
@@ -335,9 +332,13 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         super()._check_callback(callback, method)
         # Discussion: a coroutine function passed as a callback would make a
         # coroutine object and drop it ("never awaited").  Its code object
-        # carries the CO_COROUTINE flag; bound methods pass __code__ through.
+        # carries the CO_COROUTINE flag (bound methods pass __code__ through),
+        # a cheap test for every call that checks.  In debug mode we also ask
+        # inspect.iscoroutinefunction, as asyncio does: it sees through
+        # functools.partial and inspect.markcoroutinefunction too.
         code = getattr(callback, "__code__", None)
-        if code is not None and code.co_flags & inspect.CO_COROUTINE:
+        if (code is not None and code.co_flags & inspect.CO_COROUTINE) or (
+                self._debug and inspect.iscoroutinefunction(callback)):
             raise TypeError(f"coroutines cannot be used with {method}()")
 
     # Discussion: call_soon and call_at check the callback in debug mode
