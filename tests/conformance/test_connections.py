@@ -577,3 +577,4 @@ def test_many_clients_at_once_are_all_served(loop):
         return all(results)
 
     assert run(loop, main()) is True
+

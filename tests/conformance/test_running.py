@@ -517,3 +517,15 @@ def test_a_closed_loop_refuses_tasks_and_threadsafe_calls(loop):
     coro.close()
     with pytest.raises(RuntimeError):
         loop.call_soon_threadsafe(print)
+
+
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop checks no callback, in debug mode or not")
+def test_in_debug_mode_call_soon_refuses_a_partial_of_a_coroutine_function(loop):
+    import functools
+
+    async def coroutine_function(x):
+        pass
+
+    loop.set_debug(True)  # asyncio asks inspect.iscoroutinefunction, which sees through partial
+    with pytest.raises(TypeError):
+        loop.call_soon(functools.partial(coroutine_function, 1))

@@ -369,3 +369,11 @@ def test_getnameinfo_matches_the_socket_module(loop):
     address = ("127.0.0.1", 80)
     flags = socket.NI_NUMERICHOST | socket.NI_NUMERICSERV
     assert run(loop, loop.getnameinfo(address, flags)) == socket.getnameinfo(address, flags)
+
+
+def test_in_debug_mode_a_blocking_socket_is_refused(loop):
+    loop.set_debug(True)
+    sock = socket.socket()
+    with sock:
+        with pytest.raises(ValueError):
+            run(loop, loop.sock_recv(sock, 10))
