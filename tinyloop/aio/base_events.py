@@ -664,6 +664,10 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             sock = socket.socket(family, type_, proto)
             sock.setblocking(False)
             if local_infos is not None:
+                # Discussion: when no local address binds, the attempt fails
+                # with the last bind error, errno and all (a caller checks for
+                # EADDRINUSE), as asyncio's does; it joins ``errors`` below.
+                bind_error: OSError | None = None
                 for local in local_infos:
                     if local[0] != family:
                         continue
@@ -671,10 +675,11 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                         sock.bind(local[4])
                         break
                     except OSError as exc:
-                        errors.append(OSError(exc.errno, f"error while attempting to bind on "
-                                                         f"address {local[4]!r}: {exc.strerror.lower()}"))
+                        bind_error = OSError(exc.errno, f"error while attempting to bind on "
+                                                        f"address {local[4]!r}: {exc.strerror.lower()}")
                 else:
-                    raise OSError(f"no matching local address with family={family} found")
+                    raise bind_error or OSError(
+                        f"no matching local address with family={family} found")
             await self.sock_connect(sock, address)
             return sock
         except OSError as exc:
