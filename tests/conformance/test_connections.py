@@ -578,3 +578,12 @@ def test_many_clients_at_once_are_all_served(loop):
 
     assert run(loop, main()) is True
 
+
+
+def test_create_connection_with_a_local_addr_in_use_raises_eaddrinuse(loop, listener):
+    import errno
+
+    with pytest.raises(OSError) as info:
+        run(loop, loop.create_connection(asyncio.Protocol, *listener.getsockname(),
+                                         local_addr=listener.getsockname()))
+    assert info.value.errno == errno.EADDRINUSE
