@@ -33,6 +33,7 @@ import signal
 import socket
 import ssl
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -301,8 +302,15 @@ def starlette_app() -> Starlette:
                 await asyncio.sleep(0)
         return StreamingResponse(lines(), media_type="text/plain")
 
+    def blocking(request: Request) -> PlainTextResponse:
+        # A plain function: Starlette runs it in a worker thread (anyio's),
+        # whose result comes back to the loop through call_soon_threadsafe.
+        import threading
+        time.sleep(0.01)
+        return PlainTextResponse(threading.current_thread().name)
+
     return Starlette(routes=[Route("/", home), Route("/echo", echo, methods=["POST"]),
-                             Route("/count", count)])
+                             Route("/count", count), Route("/blocking", blocking)])
 
 
 @pytest.mark.parametrize("http", ["h11", "httptools"])
@@ -329,6 +337,8 @@ def test_uvicorn_starlette_httpx(loop_name: str, http: str) -> None:
                 assert big.content == b"X" * MIB
                 counted = await client.get("/count", params={"n": 100})
                 many = await asyncio.gather(*(client.get("/") for _ in range(10)))
+                threads = await asyncio.gather(*(client.get("/blocking") for _ in range(8)))
+                assert all(r.status_code == 200 and r.text != "MainThread" for r in threads)
             return home, echo.text, counted.text, [r.status_code for r in many]
         finally:
             server.should_exit = True
