@@ -269,6 +269,33 @@ def test_aiohttp_many_clients_and_a_timeout(loop_name: str) -> None:
     assert late == "late"
 
 
+def test_aiohttp_client_reset_mid_upload_harms_no_other(loop_name: str) -> None:
+    """A client that resets its connection halfway through a body: the handler sees an
+    error, and the server goes on serving (a keep-alive client on it included)."""
+    import struct
+
+    async def main() -> tuple[int, str]:
+        async with aiohttp_server() as url:
+            port = int(url.rsplit(":", 1)[1])
+            async with aiohttp.ClientSession() as session:
+                async with session.get(url + "/") as response:  # a connection kept alive
+                    assert response.status == 200
+                for _ in range(3):
+                    reader, writer = await asyncio.open_connection(HOST, port)
+                    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % MIB)
+                    writer.write(b"y" * 100_000)
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()  # close(2) with SO_LINGER 0: an RST
+                await asyncio.sleep(0.1)
+                async with session.get(url + "/") as response:
+                    return response.status, (await response.json())["hello"]
+
+    assert run(loop_name, main) == (200, "world")
+
+
 # -- uvicorn + Starlette, hit by httpx ----------------------------------------------
 #
 # Discussion: uvicorn chooses a loop only in Server.run() (through
