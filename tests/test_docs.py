@@ -118,7 +118,7 @@ def test_a_teachers_build_leaves_the_solutions_out(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for page in (tmp_path / "out" / "html").glob("*.html"):
         html = page.read_text(encoding="utf-8")
-        assert "Reference solution" not in html, page.name
+        assert "Reference solution: exercise" not in html, page.name
         text = _squeeze(page_text(html))
         for name, line in solution_lines().items():
             assert _squeeze(line) not in text, f"{page.name} shows exercise {name}'s solution"
