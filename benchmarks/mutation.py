@@ -77,6 +77,15 @@ EXCLUDED_OPERATORS = [
 # ``line`` is the mutated source line, stripped, as in the reference.
 _THREAD_NAME = 'name=f"client-{address[0]}:{address[1]}", daemon=True)'
 EQUIVALENT: dict[str, list[tuple[str, str, str]]] = {
+    "partial-writes": [
+        ("core/ReplaceComparisonOperator_Gt_NotEq", "return sent > 0",
+         "send() returns how many bytes it took, never fewer than 0, so sent != 0 and sent > 0 "
+         "agree on every value it can return"),
+    ],
+    "kqueue-changes": [
+        ("core/ReplaceComparisonOperator_NotEq_IsNot", "if want != have:",
+         "want and have are bools, and True and False are singletons: `is not` and `!=` agree"),
+    ],
     "thread-per-connection": [
         ("core/NumberReplacer", _THREAD_NAME,
          "it changes only the thread's name (address[0] for address[1], say), which nothing "

@@ -93,6 +93,14 @@ def test_partial_writes_eagain_keeps_everything_and_returns_false() -> None:
     assert not conn.failed, "EAGAIN is not a failure: self.failed must stay False (wait for write readiness)"
 
 
+def test_partial_writes_a_single_byte_taken_is_progress() -> None:
+    conn = conn_with(ScriptedSocket(1), b"hello")
+    took = conn.on_writable()
+    assert took is True, (
+        f"on_writable() must return True when the kernel took any bytes, even one; yours returned {took!r}")
+    assert conn.outgoing == bytearray(b"ello"), f"the rest must stay: {bytes(conn.outgoing)!r}"
+
+
 def test_partial_writes_a_send_that_takes_nothing_returns_false() -> None:
     conn = conn_with(ScriptedSocket(0), b"hello")
     took = conn.on_writable()
