@@ -161,14 +161,18 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
 
     async def _sock_call(self, sock: socket.socket, writing: bool,
                          call: Callable[..., Any], *args: Any) -> Any:
-        _check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError("the socket must be non-blocking")
+        self._check_sock(sock)
         try:
             return call(*args)
         except (BlockingIOError, InterruptedError):
             pass
         return await self._sock_retry_when_ready(sock, writing, call, args)
+
+    def _check_sock(self, sock: socket.socket) -> None:
+        """What every sock_* coroutine refuses: a TLS socket; in debug mode, a blocking one."""
+        _check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
 
     def _sock_retry_when_ready(self, sock: socket.socket, writing: bool,
                                call: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future:
@@ -238,7 +242,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
         Raises the send error (e.g. BrokenPipeError); on cancellation some
         prefix of ``data`` may have been sent.
         """
-        _check_ssl_socket(sock)
+        self._check_sock(sock)
         try:
             sent = sock.send(data)
         except (BlockingIOError, InterruptedError):
@@ -255,7 +259,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
         turns writable when the handshake ends, and SO_ERROR then says how it
         ended (connect(2), "EINPROGRESS").
         """
-        _check_ssl_socket(sock)
+        self._check_sock(sock)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             infos = await self._resolve(*address[:2], family=sock.family, type=sock.type,
                                         proto=sock.proto, flags=0)
