@@ -810,7 +810,16 @@ class _SelectorSocketTransport(_SelectorTransport):
             self._empty_waiter.set_result(None)
         try:
             await self._empty_waiter
-            return await self._loop._sock_sendfile_native(self._sock, file, offset, count)
+            # Discussion: while sendfile(2) waits for room, the socket is the
+            # sock_* coroutine's, and the sock_* door refuses a descriptor a
+            # transport owns (_ensure_fd_no_transport).  So the transport
+            # hands it over for the duration and takes it back after, as
+            # asyncio's _sendfile_native does.
+            del self._loop._transports[self._sock_fd]
+            try:
+                return await self._loop._sock_sendfile_native(self._sock, file, offset, count)
+            finally:
+                self._loop._transports[self._sock_fd] = self
         finally:
             self._empty_waiter = None
             if resume:
