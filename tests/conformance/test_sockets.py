@@ -371,9 +371,15 @@ def test_getnameinfo_matches_the_socket_module(loop):
     assert run(loop, loop.getnameinfo(address, flags)) == socket.getnameinfo(address, flags)
 
 
-def test_in_debug_mode_a_blocking_socket_is_refused(loop):
+@pytest.mark.parametrize("operation", ["connect", "sendall", "recv", "recv_into", "accept"])
+def test_in_debug_mode_a_blocking_socket_is_refused(loop, listener, operation):
     loop.set_debug(True)
     sock = socket.socket()
+    call = {"connect": lambda: loop.sock_connect(sock, listener.getsockname()),
+            "sendall": lambda: loop.sock_sendall(sock, b"data"),
+            "recv": lambda: loop.sock_recv(sock, 10),
+            "recv_into": lambda: loop.sock_recv_into(sock, bytearray(10)),
+            "accept": lambda: loop.sock_accept(sock)}[operation]
     with sock:
         with pytest.raises(ValueError):
-            run(loop, loop.sock_recv(sock, 10))
+            run(loop, call())

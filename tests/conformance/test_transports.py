@@ -375,6 +375,31 @@ def test_sendfile_sends_a_regular_file_over_a_transport(loop, listener):
 
 
 @NO_SENDFILE_ON_UVLOOP
+def test_sendfile_waits_for_a_slow_reader(loop, listener):
+    data = os.urandom(16 * 1024 * 1024)  # more than the socket buffers hold: sendfile(2) hits EAGAIN
+    with tempfile.TemporaryFile() as file:
+        file.write(data)
+        file.seek(0)
+
+        async def main():
+            transport, protocol, peer = await connect(loop, listener, Recorder())
+            with peer:
+                async def read_later():
+                    await asyncio.sleep(0.05)
+                    return await drain_socket(loop, peer, len(data))
+
+                reader = asyncio.ensure_future(read_later())
+                sent = await loop.sendfile(transport, file)
+                received = await reader
+                transport.write(b"after")  # the transport is its own again
+                after = await drain_socket(loop, peer, 5)
+                transport.close()
+            return sent, received == data, after
+
+        assert run(loop, main()) == (len(data), True, b"after")
+
+
+@NO_SENDFILE_ON_UVLOOP
 def test_sendfile_falls_back_to_writes_for_a_file_without_a_descriptor(loop, listener):
     data = os.urandom(300_000)
     file = io.BytesIO(data)
