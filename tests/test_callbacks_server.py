@@ -8,6 +8,7 @@ output waits, neither once it is closed, and the idle timer.
 
 from __future__ import annotations
 
+import errno
 import selectors
 import socket
 
@@ -17,6 +18,7 @@ from fakes import FakeSelector, VirtualClock
 from tinyloop.callbacks.loop import Loop
 from tinyloop.callbacks.server import Client, HTTPServer
 from tinyloop.http import HELLO
+from tinyloop.raw.accept import ACCEPT_RETRY_DELAY
 from tinyloop.raw.connection import HIGH_WATER
 
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -138,3 +140,58 @@ def test_an_idle_client_is_dropped_and_an_active_one_kept(env) -> None:
     loop.run_once()
     assert loop.time() == pytest.approx(16)
     assert active not in server.clients
+
+
+class ScriptedListener:
+    """A listening socket's stand-in whose accept() raises what the test scripts."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.errors: list[OSError] = []
+        self.accepts = 0
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def accept(self):
+        self.accepts += 1
+        raise self.errors.pop(0) if self.errors else BlockingIOError(errno.EAGAIN, "empty")
+
+
+def test_out_of_descriptors_the_listener_rests_then_returns(capsys) -> None:
+    # asyncio's remedy, step by step on the virtual clock: EMFILE takes the
+    # listener out of the selector, a timer ACCEPT_RETRY_DELAY later puts it
+    # back, and the episode is logged once.
+    clock = VirtualClock()
+    selector = FakeSelector(clock)
+    loop = Loop(selector=selector, clock=clock)
+    a, b = socket.socketpair()  # a real descriptor number for the stand-in
+    listener = ScriptedListener(a.fileno())
+    server = HTTPServer(loop, listener)
+    try:
+        server.start()
+        listener.errors = [OSError(errno.EMFILE, "Too many open files")]
+        selector.set_ready(listener, READ)  # queued connections: readable, and stays so
+        loop.run_once()
+        assert not selector.is_registered(listener), "the listener must leave the selector"
+        loop.run_once()                     # nothing else to do: sleeps until the retry timer
+        assert clock() == pytest.approx(ACCEPT_RETRY_DELAY)
+        assert selector.is_registered(listener, READ)
+        listener.errors = [OSError(errno.EMFILE, "Too many open files")]
+        loop.run_once()                     # still full: rests again, without a new log line
+        assert not selector.is_registered(listener) and listener.accepts == 2
+        loop.run_once()
+        loop.run_once()                     # room now: accepts until EAGAIN, and says so
+        assert selector.is_registered(listener, READ) and listener.accepts == 3
+        log = capsys.readouterr().err.splitlines()
+        assert [line.split(": ", 2)[2].split(";")[0] for line in log] == [
+            "accept failed (Too many open files)",
+            "accepting connections again"]
+    finally:
+        server.close()
+        loop.close()
+        a.close()
+        b.close()

@@ -27,6 +27,10 @@ from tinyloop.testing import ServerProcess, http_get, recv_response
 
 STAGE_NAMES = [stage.name for stage in stages.STAGES]
 TIMEOUT = 5.0  # seconds any one socket operation may take before the test fails
+# How much a server's resident memory may grow while a client floods it with
+# requests and reads nothing: the high-water mark (256 KiB), one read's
+# worth of answers past it, and room for the allocator's own slack.
+MEMORY_BOUND = 16 * 1024 * 1024
 
 
 @pytest.fixture(scope="module", params=STAGE_NAMES)
@@ -170,6 +174,33 @@ def test_large_upload_and_download(server: ServerProcess) -> None:
     assert status == 200 and echoed == body
 
 
+def test_half_close_after_the_requests_still_gets_every_response(server: ServerProcess) -> None:
+    # The client sends two requests, then shutdown(SHUT_WR): end of stream on
+    # the server's side, while the client still reads.  A 1 MiB echo cannot
+    # leave in one send to a small receive buffer, so the server must finish
+    # writing after it has read EOF, and close only then.
+    body = bytes(range(256)) * 4096
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        sock.settimeout(TIMEOUT)
+        sock.connect(server.address)
+        sock.sendall(post(body) + get())
+        sock.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)  # the server reads EOF long before the client reads
+        buffer = bytearray(read_until_eof(sock))
+    first, second = recv_response(FakeSocket(), buffer), recv_response(FakeSocket(), buffer)
+    assert (first[0], first[2]) == (200, body)
+    assert (second[0], second[2]) == (200, HELLO)
+    assert not buffer
+
+
+class FakeSocket:
+    """A socket that has nothing more to give: recv_response then parses its buffer alone."""
+
+    def recv(self, size: int) -> bytes:
+        return b""
+
+
 # --- bad input and bad peers -------------------------------------------------
 
 def test_malformed_request_gets_400_and_server_goes_on(server: ServerProcess) -> None:
@@ -259,6 +290,7 @@ def test_a_client_that_never_reads_is_held_back(server: ServerProcess) -> None:
     # server buffering without bound, and other clients are still served.
     limit = 64 * 1024 * 1024
     chunk = get() * 2000  # 2000 requests, about 56 KB
+    memory = server.rss_bytes()
     with socket.socket() as flooder:
         flooder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
         flooder.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
@@ -279,6 +311,11 @@ def test_a_client_that_never_reads_is_held_back(server: ServerProcess) -> None:
                     break
         assert sent < limit and time.monotonic() < deadline, (
             f"the server took {sent} bytes of requests from a client that reads nothing")
+        # The high-water mark bounds what the server holds for the flooder:
+        # its own buffers stay small, whatever the flooder sent.
+        grown = server.rss_bytes() - memory
+        assert grown < MEMORY_BOUND, (
+            f"the server's memory grew by {grown >> 20} MiB for a client that reads nothing")
         if server.stage != "blocking":  # blocking serves nobody else meanwhile: its lesson
             assert http_get(server.address) == (200, HELLO)
         reset(flooder)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
-__all__ = ["ServerProcess", "http_get", "recv_response"]
+__all__ = ["ServerProcess", "http_get", "nofile_at_least", "recv_response"]
 
 _ANNOUNCE = re.compile(r"serving \S+ on http://\[?([^\]/]+?)\]?:(\d+)/")
 
@@ -30,6 +32,9 @@ class ServerProcess:
     ``command`` runs another server instead of ``python -m tinyloop serve STAGE``
     (the benchmark's peers); it must print the same announce line.
     Standard error is collected in ``stderr_lines`` for assertions.
+    ``nofile`` sets the server's soft limit on open descriptors
+    (RLIMIT_NOFILE, see getrlimit(2)) in the child before it runs the
+    server, so a test can put a server at its descriptor limit.
 
     Raises ``RuntimeError`` with the server's own output if it exits, or has
     not announced its port within ``timeout`` seconds.
@@ -37,8 +42,9 @@ class ServerProcess:
 
     def __init__(self, stage: str, *, env: Mapping[str, str] | None = None,
                  timeout: float = 15.0, host: str = "127.0.0.1",
-                 command: Sequence[str] | None = None) -> None:
+                 command: Sequence[str] | None = None, nofile: int | None = None) -> None:
         self.stage = stage
+        self.nofile = nofile
         self.timeout = timeout
         self.host = host
         self.command = list(command or [sys.executable, "-m", "tinyloop", "serve", stage,
@@ -60,7 +66,8 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, env=self._env)
+                                     stdin=subprocess.DEVNULL, text=True, env=self._env,
+                                     preexec_fn=self._limit if self.nofile is not None else None)
         threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True).start()
         deadline = time.monotonic() + self.timeout
         found = threading.Event()
@@ -82,6 +89,12 @@ class ServerProcess:
                     f"server {self.stage!r} did not start (exit code {self.proc.returncode}):\n"
                     + "".join(self.stdout_lines + self.stderr_lines))
         return self
+
+    def _limit(self) -> None:
+        # Runs in the child between fork and exec: the limit is the server's
+        # alone (setrlimit(2) is per process; the exec keeps it).
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, hard))
 
     @staticmethod
     def _drain(stream, lines: list[str]) -> None:
@@ -120,6 +133,14 @@ class ServerProcess:
             fields = f.read().rpartition(")")[2].split()
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
+
+    def rss_bytes(self) -> int:
+        """The server's resident memory now, in bytes (Linux: VmRSS in /proc/PID/status)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024  # the kernel counts in KiB
+        raise RuntimeError(f"no VmRSS for process {self.pid}: has it exited?")
 
     def thread_count(self) -> int:
         """How many threads the server runs (Linux: /proc/PID/task)."""
@@ -166,3 +187,25 @@ def http_get(address: tuple[str, int], path: str = "/", timeout: float = 5.0) ->
         sock.sendall(b"GET %s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n" % path.encode())
         status, _, body = recv_response(sock)
         return status, body
+
+
+@contextmanager
+def nofile_at_least(need: int) -> Iterator[bool]:
+    """Raise this process's soft RLIMIT_NOFILE to ``need`` descriptors for the ``with`` block.
+
+    A server started inside inherits it (getrlimit(2): a child keeps its
+    parent's limits).  Yields False, changing nothing, when the hard limit is
+    below ``need`` (a test then skips); the old soft limit is restored after.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        yield True
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        yield False
+        return
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    try:
+        yield True
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -21,13 +21,20 @@
 # queue for it and its tail latency under keep-alive is worse than a loop's.
 # The idle timeout inherited from the blocking server frees the thread of a
 # client that stays silent.
+#
+# Discussion: this is the Part 0 server that meets the descriptor limit, a
+# descriptor per client being all it takes.  Its accept goes through the
+# blocking server's Doorman, whose spare descriptor turns clients away
+# while the process is full, and which raises nothing but a closed
+# listener's errors: an exception out of this loop would stop the process,
+# and with it every client it serves.
 
 from __future__ import annotations
 
 import socket
 import threading
 
-from tinyloop.baseline.blocking import serve_client
+from tinyloop.baseline.blocking import Doorman, serve_client
 from tinyloop.serving import log
 
 __all__ = ["serve"]
@@ -42,15 +49,21 @@ def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening, blocking) with a thread per connection.
 
     Runs until KeyboardInterrupt (Ctrl-C, or SIGTERM through the CLI).
+    At the descriptor limit it refuses new clients: see
+    :class:`~tinyloop.baseline.blocking.Doorman`.
     """
-    while True:
-        sock, address = listener.accept()
-        # exercise thread-per-connection: begin
-        thread = threading.Thread(target=_serve_and_close, args=(sock,),
-                                  name=f"client-{address[0]}:{address[1]}", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # the OS will not give us another thread
-            log("threaded: cannot start a thread; closing the new connection")
-            sock.close()
-        # exercise thread-per-connection: end
+    doorman = Doorman("threaded")
+    try:
+        while True:
+            sock, address = doorman.accept(listener)
+            # exercise thread-per-connection: begin
+            thread = threading.Thread(target=_serve_and_close, args=(sock,),
+                                      name=f"client-{address[0]}:{address[1]}", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # the OS will not give us another thread
+                log("threaded: cannot start a thread; closing the new connection")
+                sock.close()
+            # exercise thread-per-connection: end
+    finally:
+        doorman.close()

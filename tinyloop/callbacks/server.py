@@ -8,7 +8,7 @@
 # reactor (loop.py) now does the first two, and this file states only the
 # third, once per connection, as callbacks:
 #
-#     listener readable  ->  _on_acceptable: accept, make a Client per socket
+#     listener readable  ->  Listener._on_acceptable: accept, make a Client per socket
 #     client readable    ->  Client._on_readable: recv, answer, try to send
 #     client writable    ->  Client._on_writable: send what is left
 #
@@ -27,6 +27,9 @@
 #     kernel reuses the number for the next accept.
 #   * An idle keep-alive client is dropped after IDLE_TIMEOUT seconds, with
 #     one timer per connection that is re-armed, never cancelled, on activity.
+#   * Out of descriptors, the listener leaves the selector and a timer brings
+#     it back (asyncio's remedy; see Listener): the loop never spins on a
+#     listener it cannot accept from.
 #   * Ctrl-C and SIGTERM arrive as KeyboardInterrupt out of run_forever;
 #     ``serve`` then closes every connection, the listener's registration and
 #     the loop, in ``finally``.
@@ -34,12 +37,14 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 from tinyloop.baseline.blocking import IDLE_TIMEOUT
 from tinyloop.callbacks.loop import Loop, TimerHandle
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import Connection
 
-__all__ = ["Client", "HTTPServer", "serve"]
+__all__ = ["Client", "HTTPServer", "Listener", "serve"]
 
 
 def serve(listener: socket.socket) -> None:
@@ -54,6 +59,55 @@ def serve(listener: socket.socket) -> None:
         loop.close()
 
 
+class Listener:
+    """Calls ``on_connection(sock)`` for every connection accepted on ``sock`` (bound, listening).
+
+    ``name`` (the stage) prefixes log lines.  :meth:`start` registers the
+    accept callback on ``loop``; :meth:`close` unregisters it and cancels a
+    pending retry (the socket itself belongs to the caller).  The sockets
+    given to ``on_connection`` are non-blocking, with TCP_NODELAY.  Used by
+    this server and by the streams of Part II (``tinyloop.coroutines.streams``).
+    """
+
+    def __init__(self, loop: Loop, sock: socket.socket, name: str,
+                 on_connection: Callable[[socket.socket], object]) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.on_connection = on_connection
+        self.acceptor = Acceptor(sock, name, clock=loop.time)
+        self.retry: TimerHandle | None = None   # the timer that ends a rest, while one runs
+
+    def start(self) -> None:
+        """Watch the socket for connections (again, when called by the timer that ends a rest)."""
+        self.retry = None
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock, self._on_acceptable)
+
+    def _on_acceptable(self) -> None:
+        """Accept all that waits; out of descriptors, rest.
+
+        Discussion: the reactor is level-triggered (its selector is epoll,
+        kqueue, poll or select, all level-triggered here).  A listener we
+        cannot accept from stays readable, and would bring us back at once
+        on every iteration, forever.  So while the Acceptor rests, the
+        listener is out of the selector, and a timer puts it back: this is
+        what asyncio's ``_accept_connection`` does, with the same delay.
+        """
+        for sock in self.acceptor.accept():   # until EAGAIN, or a new rest
+            self.on_connection(sock)
+        rest = self.acceptor.rest_left()
+        if rest is not None:
+            self.loop.remove_reader(self.sock)
+            self.retry = self.loop.call_later(rest, self.start)
+
+    def close(self) -> None:
+        """Stop accepting: unregister, and cancel a pending retry (idempotent)."""
+        if self.retry is not None:
+            self.retry.cancel()
+            self.retry = None
+        self.loop.remove_reader(self.sock)
+
+
 class HTTPServer:
     """Accept connections on ``listener`` and serve each with a :class:`Client`.
 
@@ -63,22 +117,18 @@ class HTTPServer:
 
     def __init__(self, loop: Loop, listener: socket.socket, *, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.loop = loop
-        self.listener = listener
+        self.listener = Listener(loop, listener, "callbacks", self._on_connection)
         self.idle_timeout = idle_timeout
         self.clients: set[Client] = set()
 
     def start(self) -> None:
-        self.listener.setblocking(False)
-        self.loop.add_reader(self.listener, self._on_acceptable)
+        self.listener.start()
 
-    def _on_acceptable(self) -> None:
-        # accept_all accepts until EAGAIN (or EMFILE: the listener stays
-        # readable, level-triggered, and we try again next iteration).
-        for sock in accept_all(self.listener):
-            self.clients.add(Client(self, sock))
+    def _on_connection(self, sock: socket.socket) -> None:
+        self.clients.add(Client(self, sock))
 
     def close(self) -> None:
-        self.loop.remove_reader(self.listener)
+        self.listener.close()
         for client in list(self.clients):
             client.close()
 

@@ -36,9 +36,10 @@ from typing import Any
 
 from tinyloop.baseline.blocking import READ_SIZE
 from tinyloop.callbacks.loop import Loop, get_running_loop
+from tinyloop.callbacks.server import Listener
 from tinyloop.coroutines.futures import Future
 from tinyloop.coroutines.tasks import Task
-from tinyloop.raw.connection import accept_all, prepare
+from tinyloop.raw.connection import prepare
 from tinyloop.serving import listen
 
 __all__ = ["HIGH_WATER", "LIMIT", "LOW_WATER", "IncompleteReadError", "LimitOverrunError",
@@ -426,6 +427,8 @@ class Server:
         self._writers: set[StreamWriter] = set()
         self._serving = False
         self._closed = Future(loop=loop)
+        # Accepting, and resting after EMFILE, is the callbacks server's Listener.
+        self._listener = Listener(loop, sock, "coroutines", self._on_connection)
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
@@ -435,24 +438,23 @@ class Server:
         return self._serving
 
     def _start(self) -> None:
-        self._sock.setblocking(False)
-        self._loop.add_reader(self._sock, self._on_acceptable)
+        self._listener.start()
         self._serving = True
 
-    def _on_acceptable(self) -> None:
-        for sock in accept_all(self._sock):  # non-blocking, TCP_NODELAY
-            reader = StreamReader(sock, loop=self._loop, limit=self._limit)
-            writer = StreamWriter(sock, reader, loop=self._loop)
-            writer.on_close = self._writers.discard
-            self._writers.add(writer)
-            Task(self._callback(reader, writer), loop=self._loop)
+    def _on_connection(self, sock: socket.socket) -> None:
+        # sock is non-blocking, with TCP_NODELAY
+        reader = StreamReader(sock, loop=self._loop, limit=self._limit)
+        writer = StreamWriter(sock, reader, loop=self._loop)
+        writer.on_close = self._writers.discard
+        self._writers.add(writer)
+        Task(self._callback(reader, writer), loop=self._loop)
 
     def close(self) -> None:
         """Stop accepting and abort open connections; idempotent."""
         if self._closed.done():
             return
         self._serving = False
-        self._loop.remove_reader(self._sock)
+        self._listener.close()
         if self._owns_socket:
             self._sock.close()
         for writer in list(self._writers):

@@ -1,8 +1,9 @@
 # tinyloop/exercises/catalog_readiness.py
 #
 # The exercises of the readiness chapter (Part I): what a non-blocking
-# connection does when its socket is ready, and the loops on select(2),
-# poll(2) and epoll(7) that find out which sockets are.
+# connection does when its socket is ready, the loops on select(2),
+# poll(2) and epoll(7) that find out which sockets are, and what a loop does
+# with a listener it cannot accept from.
 
 from __future__ import annotations
 
@@ -65,6 +66,27 @@ EXERCISES = [
             on serving the others.
         """,
         tests=("tests/test_select_fd_setsize.py", "tests/test_servers.py", "-k", "select"),
+        stage="select",
+        properties=_LOOP_PROPERTIES,
+    ),
+    Exercise(
+        name="accept-backoff",
+        chapter="readiness",
+        title="Out of descriptors: rest the listener instead of spinning",
+        module="tinyloop.raw.select_server",
+        instructions="""
+            In serve(), before the select() call, decide whether to watch the
+            listener.  When the process is out of descriptors, accept() fails
+            with EMFILE and the connection stays queued, so a listener in the
+            read set is reported readable on every call: the loop spins.
+            acceptor.rest_left() is the number of seconds the listener must
+            still rest after such a failure, or None when it may accept.  Set
+            `timeout` to it, and add the listener to `readers` only when it
+            is None: select() is then called with `timeout`, so the loop
+            wakes when the rest is over.  The server must use almost no CPU
+            while it is full, and accept new clients again once others leave.
+        """,
+        tests=("tests/test_limits.py", "tests/test_servers.py", "-k", "select"),
         stage="select",
         properties=_LOOP_PROPERTIES,
     ),

@@ -26,9 +26,10 @@ import socket
 
 from tinyloop.baseline.blocking import READ_SIZE
 from tinyloop.generators.scheduler import Scheduler
-from tinyloop.generators.traps import Coroutine, read_wait, spawn, write_wait
+from tinyloop.generators.traps import Coroutine, read_wait, sleep, spawn, write_wait
 from tinyloop.http import HTTPConnection
-from tinyloop.raw.connection import accept_all, close_socket
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import close_socket
 
 __all__ = ["accept_connections", "handle_connection", "recv", "sendall", "serve"]
 
@@ -44,11 +45,19 @@ def serve(listener: socket.socket) -> None:
 
 
 def accept_connections(listener: socket.socket) -> Coroutine:
-    """The first task: wait for connections and start a task for each."""
+    """The first task: wait for connections and start a task for each.
+
+    Out of descriptors it sleeps through the Acceptor's rest instead of
+    waiting on a listener that would be readable at once, again and again.
+    """
+    acceptor = Acceptor(listener, "generators")
     while True:
         yield read_wait(listener)
-        for sock in accept_all(listener):  # non-blocking, TCP_NODELAY
+        for sock in acceptor.accept():  # non-blocking, TCP_NODELAY
             yield spawn(handle_connection(sock))
+        rest = acceptor.rest_left()
+        if rest is not None:
+            yield sleep(rest)
 
 
 def handle_connection(sock: socket.socket) -> Coroutine:

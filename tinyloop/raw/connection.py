@@ -22,7 +22,7 @@
 #
 # A server drives a Connection like this (level-triggered):
 #
-#     conn = Connection(sock)                     # sock from accept_all()
+#     conn = Connection(sock)                     # sock from Acceptor.accept()
 #     ... wait for readiness on conn.fileno(): read if conn.wants_read,
 #         write if conn.wants_write ...
 #     if readable: conn.on_readable()
@@ -36,7 +36,7 @@ import socket
 from tinyloop.baseline.blocking import READ_SIZE  # 64 KiB; the baselines say why
 from tinyloop.http import HTTPConnection
 
-__all__ = ["HIGH_WATER", "READ_SIZE", "Connection", "accept_all", "close_socket", "prepare"]
+__all__ = ["HIGH_WATER", "READ_SIZE", "Connection", "close_socket", "prepare"]
 
 # Stop reading from a connection while this many bytes wait to be sent to it.
 # Discussion: this is backpressure.  A client that pipelines requests faster
@@ -65,34 +65,6 @@ def prepare(sock: socket.socket) -> socket.socket:
     sock.setblocking(False)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
-
-
-def accept_all(listener: socket.socket) -> list[socket.socket]:
-    """Accept every connection waiting on the non-blocking ``listener``.
-
-    Returns the new sockets, already through :func:`prepare` (possibly none:
-    another process may have taken the connection, or the peer gave up).
-    Stops at EAGAIN; on EMFILE/ENFILE (out of descriptors, see accept(2)) it
-    stops too and returns what it has, leaving the rest in the kernel's queue.
-
-    Discussion: accepting until EAGAIN, not once per readiness event, is what
-    edge-triggered epoll requires (there is no second edge for connections
-    already queued), and it saves level-triggered servers a wait per client.
-    Under EMFILE a level-triggered listener stays readable, so the server
-    will wake again at once; it keeps serving its other clients meanwhile and
-    accepts again when a descriptor is freed.
-    """
-    accepted = []
-    while True:
-        try:
-            sock, _ = listener.accept()
-        except BlockingIOError:
-            return accepted
-        except (ConnectionAbortedError, InterruptedError):
-            continue  # the peer gave up while queued (ECONNABORTED): next one
-        except OSError:
-            return accepted  # EMFILE, ENFILE, ENOBUFS: try again next time
-        accepted.append(prepare(sock))
 
 
 class Connection:

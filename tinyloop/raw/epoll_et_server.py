@@ -30,13 +30,21 @@
 #     served again on the next turn, and the wait does not block while that
 #     list is non-empty (no edge will come for bytes already there).  nginx
 #     and libuv bound their per-wakeup work the same way.
+#
+#   * A deferred accept is ours to retry.  Out of descriptors, the accept
+#     loop stops before EAGAIN and the connections still queued will raise
+#     no new edge: waiting for one would leave them, and every client after
+#     them, unanswered forever.  So the listener stays registered (an edge
+#     costs nothing while it rests), the wait's timeout ends the rest, and
+#     the loop then accepts without an edge (Acceptor.retry_due).
 
 from __future__ import annotations
 
 import select
 import socket
 
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import Connection
 
 __all__ = ["serve"]
 
@@ -68,20 +76,27 @@ def make_progress(conn: Connection, budget: int = BUDGET) -> bool:
 def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening) with edge-triggered epoll, until KeyboardInterrupt."""
     listener.setblocking(False)
+    acceptor = Acceptor(listener, "epoll-et")
     ep = select.epoll()
     connections: dict[int, Connection] = {}   # fd -> its connection
     unfinished: dict[int, Connection] = {}    # fd -> a connection cut off by its budget
     try:
         ep.register(listener.fileno(), select.EPOLLIN | select.EPOLLET)
         while True:
-            # Do not sleep while some connection still has work no edge will announce.
-            events = ep.poll(0 if unfinished else -1)
+            # Do not sleep while some connection still has work no edge will
+            # announce, nor past the end of the listener's rest.
+            rest = acceptor.rest_left()
+            events = ep.poll(0 if unfinished else -1 if rest is None else rest)
             ready = [fd for fd, _ in events]
             if unfinished:
                 ready += unfinished.keys() - set(ready)
+            if acceptor.retry_due() and listener.fileno() not in ready:
+                ready.append(listener.fileno())  # the rest is over: accept with no edge
             for fd in ready:
                 if fd == listener.fileno():
-                    for sock in accept_all(listener):  # accepts until EAGAIN
+                    if acceptor.rest_left() is not None:
+                        continue  # an edge while resting: the retry will take it
+                    for sock in acceptor.accept():  # until EAGAIN, or a new rest
                         conn = Connection(sock)
                         connections[conn.fd] = conn
                         ep.register(conn.fd, EDGE)

@@ -43,6 +43,6 @@ def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening) with level-triggered epoll, until KeyboardInterrupt."""
     ep = select.epoll()  # epoll_create1(2): one more descriptor, ours to close
     try:
-        serve_with(ep, listener)
+        serve_with(ep, listener, "epoll")
     finally:
         ep.close()

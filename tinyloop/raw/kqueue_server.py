@@ -26,6 +26,11 @@
 #     connection would land on the new one.  So a connection's changes are
 #     made after all of this round's events, and only if it stays open.
 #
+# Out of descriptors, the listener's READ filter is disabled (EV_DISABLE)
+# for the Acceptor's rest, the wait's timeout ends the rest, and EV_ENABLE
+# brings it back, both in the change list like every other change: nginx's
+# ngx_disable_accept_events and its timer, without the timer.
+#
 # kqueue exists on BSD and macOS.  On Linux, kqueue_api() gives the
 # emulation on epoll (tinyloop/raw/kqueue_emulation.py); the code below is
 # the same on both, and says at start-up which one it runs on.  (Emulated,
@@ -37,7 +42,8 @@ from __future__ import annotations
 import os
 import socket
 
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import Connection
 from tinyloop.raw.kqueue_emulation import kqueue_api
 from tinyloop.serving import log
 
@@ -80,13 +86,21 @@ def serve(listener: socket.socket) -> None:
     """
     log(f"kqueue: using {PLATFORM}")
     listener.setblocking(False)
+    acceptor = Acceptor(listener, "kqueue")
+    listening = True                               # is the listener's READ filter enabled?
     kq = api.kqueue()
     connections: dict[int, Connection] = {}        # fd -> its connection
     enabled: dict[int, tuple[bool, bool]] = {}     # fd -> (READ enabled, WRITE enabled)
     changes = [api.kevent(listener.fileno(), READ, ADD)]   # made by the next control()
     try:
         while True:
-            events = kq.control(changes, MAX_EVENTS)   # make the changes, then wait
+            # While the listener rests after EMFILE its filter is off, and
+            # the wait lasts at most the rest.
+            rest = acceptor.rest_left()
+            if listening != (rest is None):
+                listening = not listening
+                changes.append(api.kevent(listener.fileno(), READ, ENABLE if listening else DISABLE))
+            events = kq.control(changes, MAX_EVENTS, rest)   # make the changes, then wait
             changes = []
             handled: dict[int, Connection] = {}        # connections with events this round
             for event in events:
@@ -95,8 +109,8 @@ def serve(listener: socket.socket) -> None:
                     raise OSError(event.data, f"kqueue refused a change for fd {fd}: "
                                               f"{os.strerror(event.data)}")
                 if fd == listener.fileno():
-                    # event.data is how many connections wait; accept_all takes them all.
-                    for sock in accept_all(listener):
+                    # event.data is how many connections wait; accept() takes them all.
+                    for sock in acceptor.accept():
                         conn = Connection(sock)
                         connections[conn.fd] = conn
                         enabled[conn.fd] = (True, False)

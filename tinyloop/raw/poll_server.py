@@ -19,13 +19,19 @@
 # as it is ready.  The loop is ``serve_with``, written against the methods
 # poll and epoll share, because epoll_server.py runs it unchanged.  POLLHUP and POLLERR are reported whether asked for or not
 # (poll(2)); we let the next recv or send find out what happened.
+#
+# Level-triggered also means a listener we cannot accept from (out of
+# descriptors) is reported on every call.  So while the Acceptor rests, the
+# listener is unregistered, and the wait's timeout, the only clock this
+# loop has, says when to register it again (see tinyloop/raw/accept.py).
 
 from __future__ import annotations
 
 import select
 import socket
 
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import Connection
 
 __all__ = ["serve", "serve_with"]
 
@@ -42,25 +48,50 @@ def serve(listener: socket.socket) -> None:
     serve_with(select.poll(), listener)
 
 
-def serve_with(poller: select.poll | select.epoll, listener: socket.socket) -> None:
+def wait(poller: select.poll | select.epoll, seconds: float | None) -> list[tuple[int, int]]:
+    """``poller.poll`` for at most ``seconds`` (None: until an event): ``[(fd, events), ...]``.
+
+    The one place where the two objects differ for this loop: poll(2) and
+    epoll_wait(2) both count their timeout in milliseconds, but Python's
+    ``epoll.poll`` takes seconds, as ``select.select`` does.
+    """
+    if seconds is None:
+        return poller.poll()
+    return poller.poll(seconds if isinstance(poller, select.epoll) else seconds * 1000)
+
+
+def serve_with(poller: select.poll | select.epoll, listener: socket.socket,
+               name: str = "poll") -> None:
     """Serve HTTP on ``listener`` with ``poller``, any object with poll's methods.
 
     ``poller`` is a new ``select.poll()`` or a level-triggered
     ``select.epoll()``: both take ``register(fd, events)``, ``modify``,
     ``unregister`` and ``poll()`` (blocking when given no timeout), and
     epoll's event bits have poll's values (EPOLLIN == POLLIN and so on, as
-    <sys/epoll.h> defines them; epoll_server.py checks it).  Runs until KeyboardInterrupt; closes every connection it
+    <sys/epoll.h> defines them; epoll_server.py checks it).  ``name`` (the
+    stage) prefixes log lines.  Runs until KeyboardInterrupt; closes every connection it
     accepted, but not ``poller`` or ``listener``, which the caller owns.
     """
     listener.setblocking(False)
-    poller.register(listener.fileno(), IN)
+    acceptor = Acceptor(listener, name)
+    listening = False                         # is the listener registered?
     connections: dict[int, Connection] = {}   # fd -> its connection
     interest: dict[int, int] = {}             # fd -> the events registered for it
     try:
         while True:
-            for fd, events in poller.poll():
+            # The listener leaves the interest list while it rests after
+            # EMFILE, and returns when the rest, the wait's timeout, is over.
+            rest = acceptor.rest_left()
+            if listening != (rest is None):
+                if listening:
+                    poller.unregister(listener.fileno())
+                else:
+                    poller.register(listener.fileno(), IN)
+                listening = not listening
+
+            for fd, events in wait(poller, rest):
                 if fd == listener.fileno():
-                    for sock in accept_all(listener):
+                    for sock in acceptor.accept():
                         conn = Connection(sock)
                         connections[conn.fd] = conn
                         interest[conn.fd] = IN

@@ -21,13 +21,17 @@
 #
 # select is level-triggered: a socket is reported for as long as it is ready,
 # so reading 64 KiB of a larger request is fine; the rest is reported again.
+# The listener too: while the process is out of descriptors it stays
+# readable, so the loop leaves it out of the read set for a rest, and
+# select's timeout (its only clock) ends the rest.  See tinyloop/raw/accept.py.
 
 from __future__ import annotations
 
 import select
 import socket
 
-from tinyloop.raw.connection import Connection, accept_all
+from tinyloop.raw.accept import Acceptor
+from tinyloop.raw.connection import Connection
 from tinyloop.serving import log
 
 __all__ = ["FD_SETSIZE", "serve"]
@@ -38,21 +42,29 @@ FD_SETSIZE = 1024  # glibc's fixed size of an fd_set, in descriptors
 def serve(listener: socket.socket) -> None:
     """Serve HTTP on ``listener`` (bound, listening) with select(2), until KeyboardInterrupt."""
     listener.setblocking(False)
+    acceptor = Acceptor(listener, "select")
     connections: set[Connection] = set()
     try:
         while True:
             # The interest sets, rebuilt every time: select keeps no state.
             # Write interest only while output waits, read interest only
             # while we will read (see Connection.wants_read: backpressure).
-            readers = [listener, *(c for c in connections if c.wants_read)]
+            readers = [c for c in connections if c.wants_read]
+            # The listener only while it is not resting after EMFILE, and
+            # then the wait lasts at most the rest (None: no timeout).
+            # exercise accept-backoff: begin
+            timeout = acceptor.rest_left()
+            if timeout is None:
+                readers.append(listener)
+            # exercise accept-backoff: end
             writers = [c for c in connections if c.wants_write]
-            readable, writable, _ = select.select(readers, writers, [])
+            readable, writable, _ = select.select(readers, writers, [], timeout)
 
             for conn in writable:
                 conn.on_writable()
             for conn in readable:
                 if conn is listener:
-                    _accept(listener, connections)
+                    _accept(acceptor, connections)
                 elif conn.wants_read:  # still: a failed write may have ended it
                     conn.on_readable()
             for conn in {*readable, *writable} - {listener}:
@@ -64,8 +76,8 @@ def serve(listener: socket.socket) -> None:
             conn.close()
 
 
-def _accept(listener: socket.socket, connections: set[Connection]) -> None:
-    for sock in accept_all(listener):
+def _accept(acceptor: Acceptor, connections: set[Connection]) -> None:
+    for sock in acceptor.accept():
         # exercise fd-setsize: begin
         fd = sock.fileno()
         if fd >= FD_SETSIZE:

@@ -1,0 +1,206 @@
+# benchmarks/limits.py
+"""What each stage does when it runs out of file descriptors.
+
+    python benchmarks/limits.py                          every stage of this checkout: the table
+    python benchmarks/limits.py --stages epoll,epoll-et  some stages
+    git worktree add /tmp/before COMMIT                  the servers as they were before a change...
+    python benchmarks/limits.py --before /tmp/before \\
+        --json benchmarks/results/limits.json --table benchmarks/results/limits.txt
+                                                         ...measured beside this checkout's
+
+For each stage, a server starts with a soft RLIMIT_NOFILE of ``--limit``
+(set in the child by ``tinyloop.testing.ServerProcess``), one keep-alive
+client connects and is answered, and then ``2 x --limit`` clients connect
+at once: more than the server has descriptors for, so its accept fails with
+EMFILE and the rest wait in the kernel's accept queue.  Then, while the
+server is full:
+
+    cpu        the server's CPU time over ``--window`` seconds of wall time,
+               as a share of one core (from /proc/PID/stat)
+    keeper ms  the median time the keep-alive client waits for an answer
+               (``--asks`` requests), to show whether the other clients pay
+    alive      whether the process is still running
+
+and after every client has closed:
+
+    new client seconds until a new client is answered (or "never" after
+               ``--recovery`` seconds)
+
+``--before DIR`` runs the servers of another checkout too (``python -P -m
+tinyloop`` with PYTHONPATH=DIR), with this checkout's measuring code, so
+both columns are measured the same way in the same run.  Stages the other
+checkout does not have are marked n/a.
+"""
+
+# Rules this file keeps:
+#   * Servers get loopback traffic only, a bounded number of connections,
+#     and every socket a timeout; each run stops its server.
+#   * The JSON holds every figure the table shows and how it was measured;
+#     the table is rendered from the JSON and nothing else.
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks.run import fingerprint  # noqa: E402
+from tinyloop import stages  # noqa: E402
+from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+
+SCHEMA = "tinyloop-limits/1"
+GET = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n"
+TIMEOUT = 5.0
+
+
+def run_one(stage: str, tree: Path, args: argparse.Namespace) -> dict[str, object]:
+    """One stage of one checkout at its descriptor limit: the figures the table shows."""
+    command = [sys.executable, "-P", "-m", "tinyloop", "serve", stage, "--host", "127.0.0.1", "--port", "0"]
+    server = ServerProcess(stage, command=command, env={"PYTHONPATH": str(tree)}, nofile=args.limit)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        return {"status": "n/a", "reason": str(exc).splitlines()[0]}
+    record: dict[str, object] = {"status": "ok"}
+    keeper = crowd = None
+    try:
+        keeper, buffer = server.connect(TIMEOUT), bytearray()
+        keeper.sendall(GET)
+        recv_response(keeper, buffer)
+        crowd = []
+        for _ in range(2 * args.limit):
+            try:
+                crowd.append(server.connect(TIMEOUT))
+            except OSError:
+                break  # refused or reset: the server is gone, or turns clients away
+        deadline = time.monotonic() + TIMEOUT
+        while server.fd_count() < args.limit - 1 and time.monotonic() < deadline and server.proc.poll() is None:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        if server.proc.poll() is None:
+            before, started = server.cpu_seconds(), time.monotonic()
+            time.sleep(args.window)
+            if server.proc.poll() is None:
+                record["cpu"] = round((server.cpu_seconds() - before) / (time.monotonic() - started), 3)
+        record["alive"] = server.proc.poll() is None
+        if record["alive"]:
+            waits = []
+            try:
+                for _ in range(args.asks):
+                    started = time.perf_counter()
+                    keeper.sendall(GET)
+                    recv_response(keeper, buffer)
+                    waits.append(time.perf_counter() - started)
+                record["keeper_ms"] = round(statistics.median(waits) * 1000, 2)
+            except OSError:
+                record["keeper_ms"] = None
+    finally:
+        for sock in [*(crowd or []), *([keeper] if keeper else [])]:
+            sock.close()
+    record["new_client_s"] = recovery(server, args.recovery) if server.proc.poll() is None else None
+    record["log_lines"] = len(server.stderr_lines)
+    server.stop()
+    return record
+
+
+def recovery(server: ServerProcess, limit: float) -> float | None:
+    """Seconds until a new client is answered, after the crowd left; None if not within ``limit``."""
+    started = time.monotonic()
+    try:
+        with socket.create_connection(server.address, timeout=limit) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            recv_response(sock)
+    except OSError:
+        return None
+    return round(time.monotonic() - started, 2)
+
+
+def render(data: dict) -> str:
+    s = data["settings"]
+    trees = [t for t in ("before", "after") if any(t in row for row in data["rows"])]
+    lines = [f"At the descriptor limit: RLIMIT_NOFILE {s['limit']}, {2 * s['limit']} clients connect;"
+             f" server CPU over {s['window']:g} s",
+             ""]
+    head = f"  {'stage':<12}"
+    for tree in trees:
+        head += f"  {tree + ': CPU':>12} {'keeper ms':>9} {'new client':>10}"
+    lines += [head, "  " + "-" * (len(head) - 2)]
+    for row in data["rows"]:
+        line = f"  {row['stage']:<12}"
+        for tree in trees:
+            line += "  " + cells(row.get(tree))
+        lines.append(line.rstrip())
+    lines += ["",
+              "  CPU: share of one core while full;  keeper ms: median answer time of the keep-alive client",
+              f"  meanwhile;  new client: seconds until one is answered after the others leave"
+              f" (never: not within {s['recovery']:g} s).",
+              f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]
+    return "\n".join(lines) + "\n"
+
+
+def cells(record: dict | None) -> str:
+    if record is None or record["status"] != "ok":
+        return f"{'n/a':>12} {'':>9} {'':>10}"
+    if not record["alive"]:
+        return f"{'died':>12} {'':>9} {'':>10}"
+    cpu = f"{record['cpu']:.0%}" if record.get("cpu") is not None else "?"
+    keeper = f"{record['keeper_ms']:.2f}" if record.get("keeper_ms") is not None else "none"
+    new = f"{record['new_client_s']:.1f} s" if record["new_client_s"] is not None else "never"
+    return f"{cpu:>12} {keeper:>9} {new:>10}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stages", help="comma-separated stage names (default: every stage)")
+    parser.add_argument("--before", type=Path, help="also run the servers of this checkout (a git worktree)")
+    parser.add_argument("--limit", type=int, default=64, help="the servers' RLIMIT_NOFILE (default 64)")
+    parser.add_argument("--window", type=float, default=2.0, help="seconds of CPU measurement (default 2)")
+    parser.add_argument("--asks", type=int, default=20, help="keep-alive requests while full (default 20)")
+    parser.add_argument("--recovery", type=float, default=5.0,
+                        help="seconds a new client may wait after the others leave (default 5)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    names = args.stages.split(",") if args.stages else [stage.name for stage in stages.STAGES]
+    rows = []
+    for name in names:
+        row: dict[str, object] = {"stage": name}
+        if args.before:  # interleaved: before, then after, stage by stage
+            row["before"] = run_one(name, args.before.resolve(), args)
+        row["after"] = run_one(name, ROOT, args)
+        rows.append(row)
+        print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'stage'})}", file=sys.stderr)
+    data = {
+        "schema": SCHEMA,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": fingerprint(),
+        "settings": {"limit": args.limit, "window": args.window, "asks": args.asks,
+                     "recovery": args.recovery,
+                     "cpu": "utime + stime from /proc/PID/stat over the window, divided by its wall time",
+                     "before": str(args.before) if args.before else None},
+        "rows": rows,
+    }
+    table = render(data)
+    print(table, end="")
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    if args.table:
+        args.table.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
