@@ -371,6 +371,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
                                                   ssl_handshake_timeout, ssl_shutdown_timeout))
 
     def _accept_back_off(self, exc: OSError, *serving: Any) -> None:
+        # exercise aio-accept-backoff: begin
         sock = serving[1]
         if sock.fileno() not in self._accept_backoff:  # log the start of an episode only
             self.call_exception_handler({
@@ -381,6 +382,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
         self._remove_reader(sock)
         self._accept_backoff[sock.fileno()] = self.call_later(ACCEPT_RETRY_DELAY,
                                                               self._start_serving, *serving)
+        # exercise aio-accept-backoff: end
 
     def _accept_plain(self, protocol_factory: Callable[[], asyncio.BaseProtocol],
                       conn: socket.socket, extra: dict[str, Any], server: base_events.Server) -> None:

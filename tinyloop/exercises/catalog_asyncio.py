@@ -1,9 +1,10 @@
 # tinyloop/exercises/catalog_asyncio.py
 #
 # The exercises of the asyncio chapter (Part III): a transport's write path
-# with its high-water mark, and the try-then-wait shape of the sock_*
-# coroutines.  Each is graded by the HTTP suite on both aio stages and by the
-# conformance suite's aio row, which run the regions' code.
+# with its high-water mark, the try-then-wait shape of the sock_*
+# coroutines, and the listener's back-off at the descriptor limit.  Each is
+# graded by the HTTP suite on both aio stages and by the suite that runs the
+# region's code: the conformance suite's aio row, or the limits tests.
 
 from __future__ import annotations
 
@@ -60,6 +61,34 @@ EXERCISES = [
             completes it.
         """,
         tests=_AIO_TESTS,
+        stage="aio",
+        properties=("single_thread", "idle_cpu", "no_fd_growth"),
+    ),
+    Exercise(
+        name="aio-accept-backoff",
+        chapter="asyncio",
+        title="Out of descriptors: rest the listener instead of spinning",
+        module="tinyloop.aio.selector_events",
+        instructions="""
+            Write BaseSelectorEventLoop._accept_back_off(exc, *serving),
+            called when accept() failed with EMFILE, ENFILE, ENOBUFS or
+            ENOMEM; serving[1] is the listening socket, and serving is what
+            _start_serving takes.  The listener stays readable while its
+            queue is full, so leaving it registered makes the loop spin.
+            Report the start of an episode once, through
+            self.call_exception_handler with a "message", the "exception"
+            and the "socket" (not once per retry: an episode is under way
+            while the socket's fileno() is a key of self._accept_backoff).
+            Remove the listener's reader (self._remove_reader), and schedule
+            self._start_serving(*serving) after ACCEPT_RETRY_DELAY seconds
+            with self.call_later, keeping the timer handle in
+            self._accept_backoff[sock.fileno()] (_stop_serving cancels it,
+            and _accept_connection ends the episode when an accept works).
+        """,
+        # The limits test of the descriptor limit only: the idle-connections
+        # test beside it does not run this region.
+        tests=("tests/test_limits.py::test_at_the_descriptor_limit_no_spin_no_death_and_recovery",
+               "tests/test_servers.py", "-k", "aio"),
         stage="aio",
         properties=("single_thread", "idle_cpu", "no_fd_growth"),
     ),
