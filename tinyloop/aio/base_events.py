@@ -1062,7 +1062,9 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
     async def _datagram_socket(self, local_addr: Any, remote_addr: Any, family: int, proto: int,
                                flags: int, reuse_port: bool | None,
                                allow_broadcast: bool | None) -> tuple[socket.socket, Any]:
-        if family == getattr(socket, "AF_UNIX", None):
+        if family == getattr(socket, "AF_UNIX", None) or not (local_addr or remote_addr):
+            # Nothing to resolve: one socket of the family asked for (an unbound
+            # one when no address is given; the caller refused family 0 already).
             pairs = [(family, proto, local_addr, remote_addr)]
         else:
             # Every (family, proto) that has both addresses asked for.
