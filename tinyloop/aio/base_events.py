@@ -980,6 +980,13 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """
         if transport.is_closing():
             raise RuntimeError("Transport is closing")
+        # Discussion: the fallback writes to a byte stream and pauses its
+        # reading meanwhile; a datagram transport (no stream) or a pipe (one
+        # direction only) cannot be one.  asyncio refuses them the same
+        # way, by their _sendfile_compatible mode, before touching the file.
+        if isinstance(transport, asyncio.DatagramTransport) or not (
+                hasattr(transport, "write") and hasattr(transport, "pause_reading")):
+            raise RuntimeError(f"sendfile is not supported for transport {transport!r}")
         native = getattr(transport, "_sendfile_native", None)
         if native is not None:
             try:
