@@ -587,3 +587,19 @@ def test_create_connection_with_a_local_addr_in_use_raises_eaddrinuse(loop, list
         run(loop, loop.create_connection(asyncio.Protocol, *listener.getsockname(),
                                          local_addr=listener.getsockname()))
     assert info.value.errno == errno.EADDRINUSE
+
+
+def test_datagram_endpoint_with_only_a_family_is_an_unbound_socket(loop):
+    async def main():
+        transport, _ = await loop.create_datagram_endpoint(Datagrams, family=socket.AF_INET)
+        receiver, protocol = await loop.create_datagram_endpoint(
+            Datagrams, local_addr=("127.0.0.1", 0))
+        transport.sendto(b"from nowhere", receiver.get_extra_info("socket").getsockname())
+        data, _ = await protocol.received.get()
+        family = transport.get_extra_info("socket").family
+        transport.close()
+        receiver.close()
+        await asyncio.sleep(0)
+        return data, family
+
+    assert run(loop, main()) == (b"from nowhere", socket.AF_INET)

@@ -431,3 +431,23 @@ def test_sendfile_without_fallback_raises_when_only_the_fallback_would_work(loop
                 transport.close()
 
     run(loop, main())
+
+
+@NO_SENDFILE_ON_UVLOOP
+def test_sendfile_on_a_datagram_transport_is_not_supported(loop):
+    with tempfile.TemporaryFile() as file:
+        file.write(b"data")
+        file.seek(0)
+
+        async def main():
+            transport, _ = await loop.create_datagram_endpoint(
+                asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+            try:
+                with pytest.raises(RuntimeError, match="not supported"):
+                    await loop.sendfile(transport, file)
+            finally:
+                transport.close()
+                await asyncio.sleep(0)
+            return file.tell()
+
+        assert run(loop, main()) == 0
