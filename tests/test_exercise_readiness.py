@@ -165,6 +165,13 @@ def test_backpressure_stops_reading_at_high_water() -> None:
         f"False (leave the client to fill its own buffers); yours is {conn.wants_read!r}")
 
 
+def test_backpressure_stops_reading_well_above_high_water() -> None:
+    conn = conn_with(ScriptedSocket(), b"x" * (HIGH_WATER * 3 + 1))
+    assert conn.wants_read is False, (
+        f"with {HIGH_WATER * 3 + 1} bytes waiting (well above HIGH_WATER) wants_read must be False; "
+        f"yours is {conn.wants_read!r}")
+
+
 def test_backpressure_no_reading_after_failure() -> None:
     conn = conn_with(ScriptedSocket(), b"")
     conn.failed = True
