@@ -145,3 +145,17 @@ def test_ctrl_c_cancels_main_and_raises_keyboard_interrupt(loop_name):
         timer.cancel()
     assert log == ["main cancelled"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.skipif(sys.platform == "win32" or sys.version_info >= (3, 14),
+                    reason="child watchers are Unix-only, and gone in 3.14")
+@pytest.mark.differs(loops=("aio", "uvloop"), reason=(
+    "the policy has no child watcher (get_child_watcher/set_child_watcher raise "
+    "NotImplementedError): the loop watches its own children, and asyncio deprecated "
+    "watchers in 3.12"))
+def test_the_policy_gives_a_child_watcher(package):
+    policy = _policy(package)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        watcher = policy.get_child_watcher()
+    assert hasattr(watcher, "add_child_handler")
