@@ -218,6 +218,36 @@ def test_chat_server_broadcasts_to_every_other_client(loop_name: str) -> None:
                 client.close()
 
 
+def test_chat_server_drops_a_client_that_stops_reading(loop_name: str) -> None:
+    """A client that never reads is disconnected once its outbox is full; the room goes on."""
+    import threading
+
+    lines, size = 3000, 3000  # about 9 MB: past the kernel's buffers, the transport's and the outbox
+    with serving("chat_server", "--loop", loop_name) as server:
+        alice, bob, mallory = (LineClient(server.port) for _ in range(3))
+        try:
+            for client, joined in ((alice, 2), (bob, 1)):
+                client.line()  # welcome
+                for _ in range(joined):
+                    client.line()  # "* guest-N joined"
+            got: list[str] = []
+            reading = threading.Thread(target=lambda: got.extend(bob.line() for _ in range(lines + 1)))
+            reading.start()
+            message = "z" * size
+            for _ in range(lines):
+                alice.send(message)
+            reading.join(LIMIT)
+            assert not reading.is_alive(), "bob did not get every line"
+            said = [line for line in got if line.startswith("guest-1: ")]
+            assert said == [f"guest-1: {message}"] * lines
+            assert "* guest-3 left" in got  # mallory was dropped, and the room told
+            assert server.proc.stdout is not None
+            assert server.proc.stdout.readline() == "guest-3 stopped reading: disconnected\n"
+        finally:
+            for client in (alice, bob, mallory):
+                client.close()
+
+
 # -- http_fetch ---------------------------------------------------------------------------
 
 def test_http_fetch_from_the_crawlers_site(loop_name: str) -> None:
