@@ -86,6 +86,16 @@ EQUIVALENT: dict[str, list[tuple[str, str, str]]] = {
         ("core/ReplaceComparisonOperator_NotEq_IsNot", "if want != have:",
          "want and have are bools, and True and False are singletons: `is not` and `!=` agree"),
     ],
+    "callback-interest": [
+        ("core/ReplaceComparisonOperator_NotEq_IsNot", "if conn.wants_read != self.reading:",
+         "both are bools, and True and False are singletons: `is not` and `!=` agree"),
+        ("core/ReplaceComparisonOperator_NotEq_IsNot", "if conn.wants_write != self.writing:",
+         "both are bools, and True and False are singletons: `is not` and `!=` agree"),
+        ("tinyloop/DeleteStatement", "return",
+         "a done Connection wants neither to read nor to write (done means failed, or closing with "
+         "no output left), so the code after the return finds only interests to remove, and "
+         "close() has removed them already: removing them again is a no-op"),
+    ],
     "thread-per-connection": [
         ("core/NumberReplacer", _THREAD_NAME,
          "it changes only the thread's name (address[0] for address[1], say), which nothing "
