@@ -7,9 +7,11 @@
 # signal handlers and Ctrl-C, and a TLS echo.
 #
 # Rules this file keeps:
-#   * Every test runs on three loops (the ``loop_name`` parameter): stdlib
-#     asyncio, the reference; uvloop, the other drop-in loop; and ours.  A
-#     test that fails on asyncio is a wrong test.
+#   * Every test runs on the conformance suite's rows (the ``loop_name``
+#     parameter, from tests/conformance/conftest.py): stdlib asyncio, the
+#     reference; uvloop, the other drop-in loop; and each tinyloop stage
+#     whose loop is an asyncio loop (``aio``).  A test that fails on asyncio
+#     is a wrong test.
 #   * A test is one coroutine run by ``asyncio.Runner(loop_factory=...)``,
 #     the way a program picks its loop, inside an ``asyncio.timeout`` of
 #     LIMIT seconds: a loop that hangs fails the test instead of the suite.
@@ -17,10 +19,9 @@
 #     closed by the test that opened it.
 #   * Behaviour, never speed: the checks are on bytes, counts and order.
 #
-# Where tinyloop.aio lacks a part (subprocesses, signals and Unix sockets
-# live in unix_events.py, TLS in sslproto.py), its tests skip on ``aio``
-# with a reason that names what is missing, and still run on the other two
-# loops.
+# Where a tinyloop loop lacks a part (a stage still being written), its
+# tests skip on that row with a reason that names the missing method, and
+# still run on the others.
 
 from __future__ import annotations
 
@@ -39,24 +40,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import tinyloop.aio
+# The conformance suite's rows: asyncio, uvloop, and every stage of
+# tinyloop/stages.py whose loop is an asyncio loop (aio; uv once it lands).
+from conformance.conftest import LOOP_NAMES, loop_factory, loop_spec
 
 LIMIT = 30.0  # seconds one program may take before its test fails
 HOST = "127.0.0.1"
 
-uvloop = pytest.importorskip("uvloop")
 
-# Loop name -> factory; the names are those of examples/ and the benchmarks.
-LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop if sys.platform != "win32" else asyncio.SelectorEventLoop,
-    "uvloop": uvloop.new_event_loop,
-    "aio": tinyloop.aio.new_event_loop,
-}
-
-
-@pytest.fixture(params=list(LOOP_FACTORIES))
+@pytest.fixture(params=LOOP_NAMES)
 def loop_name(request: pytest.FixtureRequest) -> str:
+    loop_factory(request.param)  # skips the uvloop row where uvloop is absent
     return request.param
 
 
@@ -66,20 +60,26 @@ def run(loop_name: str, main: Callable[[], Awaitable[Any]]) -> Any:
         async with asyncio.timeout(LIMIT):
             return await main()
 
-    with asyncio.Runner(loop_factory=LOOP_FACTORIES[loop_name]) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(loop_name)) as runner:
         return runner.run(bounded())
 
 
+def loop_class(loop_name: str) -> type[asyncio.AbstractEventLoop]:
+    loop = loop_factory(loop_name)()
+    loop.close()
+    return type(loop)
+
+
 def require(loop_name: str, method: str) -> None:
-    """Skip the test on ``aio`` while tinyloop.aio's loop lacks ``method``.
+    """Skip the test on a tinyloop row whose loop lacks ``method`` (a stage not finished).
 
     A method still inherited from asyncio.AbstractEventLoop is one that only
     raises NotImplementedError.
     """
-    if loop_name != "aio":
+    if loop_name in ("asyncio", "uvloop"):
         return
-    if getattr(tinyloop.aio.Loop, method) is getattr(asyncio.AbstractEventLoop, method):
-        pytest.skip(f"tinyloop.aio has no {method}() yet (tinyloop/aio/unix_events.py)")
+    if getattr(loop_class(loop_name), method) is getattr(asyncio.AbstractEventLoop, method):
+        pytest.skip(f"the {loop_name} loop has no {method}() yet")
 
 
 # -- aiohttp ----------------------------------------------------------------------
@@ -373,9 +373,7 @@ def test_uvicorn_starlette_httpx(loop_name: str, http: str) -> None:
             sock.close()
 
     home, echo, counted, statuses = run(loop_name, main)
-    expected_module = {"asyncio": "asyncio.unix_events", "uvloop": "uvloop",
-                       "aio": "tinyloop.aio.unix_events"}[loop_name]
-    assert home["loop"] == expected_module
+    assert home["loop"] == loop_class(loop_name).__module__  # the app ran on the loop under test
     assert echo == "SHOUT"
     assert counted == "".join(f"{i}\n" for i in range(100))
     assert statuses == [200] * 10
@@ -636,11 +634,9 @@ def test_signal_handlers(loop_name: str) -> None:
 
 
 SIGINT_CHILD = """\
-import asyncio, sys
+import asyncio, pkgutil, sys
 sys.path.insert(0, {root!r})
-import tinyloop.aio, uvloop
-factory = {{"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop,
-           "aio": tinyloop.aio.new_event_loop}}[{loop!r}]
+factory = pkgutil.resolve_name({spec!r})
 
 async def main():
     try:
@@ -666,7 +662,7 @@ def test_ctrl_c_stops_run_cleanly(loop_name: str) -> None:
     import subprocess
 
     root = str(Path(__file__).resolve().parent.parent)
-    child = subprocess.Popen([sys.executable, "-c", SIGINT_CHILD.format(root=root, loop=loop_name)],
+    child = subprocess.Popen([sys.executable, "-c", SIGINT_CHILD.format(root=root, spec=loop_spec(loop_name))],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -684,7 +680,6 @@ def test_ctrl_c_stops_run_cleanly(loop_name: str) -> None:
 # -- TLS --------------------------------------------------------------------------------
 
 trustme = pytest.importorskip("trustme")
-SSLPROTO = Path(tinyloop.aio.__file__).with_name("sslproto.py")
 
 
 @pytest.fixture(scope="module")
@@ -700,8 +695,7 @@ def certificates() -> Iterator[tuple[ssl.SSLContext, ssl.SSLContext]]:
 
 def test_tls_echo(loop_name: str, certificates: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     """Streams over TLS: handshake, certificate checked by name, 256 KiB echoed, clean close."""
-    if loop_name == "aio" and not SSLPROTO.exists():
-        pytest.skip("tinyloop/aio/sslproto.py is not written yet")
+    require(loop_name, "start_tls")
     server_context, client_context = certificates
     payload = os.urandom(256 * 1024)
 
@@ -749,8 +743,7 @@ def test_tls_echo(loop_name: str, certificates: tuple[ssl.SSLContext, ssl.SSLCon
 def test_tls_wrong_hostname_fails(loop_name: str,
                                   certificates: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     """A certificate for another name fails the handshake with SSLCertVerificationError."""
-    if loop_name == "aio" and not SSLPROTO.exists():
-        pytest.skip("tinyloop/aio/sslproto.py is not written yet")
+    require(loop_name, "start_tls")
     server_context, client_context = certificates
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
