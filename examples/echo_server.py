@@ -22,8 +22,6 @@ import sys
 import _loops
 
 CHUNK = 64 * 1024  # bytes read at a time
-
-
 clients: set[asyncio.StreamWriter] = set()  # connected now, closed when the server stops
 
 
