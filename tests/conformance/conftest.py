@@ -20,7 +20,8 @@
 #     ``xfail(strict=True)``, so the day the difference goes the mark must go
 #     too.  Every such mark is listed in KNOWN_DIFFERENCES.md (a test checks).
 #     ``@pytest.mark.differs(reason=..., loops=("uvloop",))`` does the same for
-#     the uvloop row, where uvloop itself departs from asyncio.
+#     the uvloop row, where uvloop itself departs from asyncio; ``when=`` (a
+#     bool, e.g. a Python version test) limits a mark to where it holds.
 #   * Every loop is closed after its test, its async generators and default
 #     executor shut down first, as asyncio.run does.
 
@@ -113,8 +114,9 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "differs(reason, loops=...): a known difference from asyncio; xfail(strict) "
-                   "on those rows (default: the tinyloop rows); listed in KNOWN_DIFFERENCES.md")
+        "markers", "differs(reason, loops=..., when=True): a known difference from asyncio; "
+                   "xfail(strict) on those rows (default: the tinyloop rows); listed in "
+                   "KNOWN_DIFFERENCES.md")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -125,7 +127,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         for mark in item.iter_markers("differs"):
             loops = mark.kwargs.get("loops", tuple(STAGE_LOOPS))
-            if row in loops:
+            if row in loops and mark.kwargs.get("when", True):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=mark.kwargs["reason"]))
 
 

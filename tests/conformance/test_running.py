@@ -94,10 +94,16 @@ def test_is_running_inside_and_outside(loop):
     assert seen == [True]
 
 
-def test_running_a_running_loop_raises(loop):
+def test_run_forever_inside_the_running_loop_raises(loop):
     async def nested():
         with pytest.raises(RuntimeError):
             loop.run_forever()
+
+    run(loop, nested())
+
+
+def test_run_until_complete_inside_the_running_loop_raises(loop):
+    async def nested():
         coro = asyncio.sleep(0)
         with pytest.raises(RuntimeError):
             loop.run_until_complete(coro)
@@ -392,6 +398,9 @@ def test_task_factory_is_used_and_can_be_reset(loop):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.eager_task_factory is new in 3.12")
+@pytest.mark.differs(loops=("uvloop",), when=sys.version_info >= (3, 13), reason=(
+    "on 3.13 uvloop passes eager_start= to the task factory, which asyncio's "
+    "eager_task_factory does not take (TypeError)"))
 def test_eager_task_factory_runs_the_first_step_at_once(loop):
     log = []
 
@@ -412,6 +421,9 @@ def test_eager_task_factory_runs_the_first_step_at_once(loop):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.eager_task_factory is new in 3.12")
+@pytest.mark.differs(loops=("uvloop",), when=sys.version_info >= (3, 13), reason=(
+    "on 3.13 uvloop passes eager_start= to the task factory, which asyncio's "
+    "eager_task_factory does not take (TypeError)"))
 def test_an_eager_task_that_finishes_at_once_is_done_on_return(loop):
     async def body():
         return "at once"
