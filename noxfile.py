@@ -101,9 +101,16 @@ def _requirements() -> list[str]:
             not in NOT_NEEDED]
 
 
-@nox.session(name="aio", python=_pythons())
+PYTHONS = _pythons()
+
+
+# With no other Python found, one session without a virtual environment says
+# so and skips (nox would otherwise fail with "No sessions found").
+@nox.session(name="aio", python=PYTHONS or False)
 def aio(session: nox.Session) -> None:
     """The conformance suite, the aio server tests and tests/test_aio_*.py on one Python."""
+    if not PYTHONS:
+        session.skip("no other CPython >= 3.11 found on PATH or under pyenv: nothing to run")
     session.install("-e", ".", *_requirements())
     aio_tests = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
     pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
