@@ -268,8 +268,9 @@ def test_a_cancelled_sock_call_leaves_no_reader_behind(loop, pair, listener, udp
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        # Were the cancelled call's reader still registered, this one would
-        # raise (uvloop) or replace it; either way ours must be the one called.
+        # No reader is left (remove_reader finds none; uvloop answers None
+        # either way), and one of ours is called when the socket is readable.
+        assert loop.remove_reader(sock) is not True, "the cancelled call left its reader behind"
         woke = loop.create_future()
         loop.add_reader(sock, lambda: woke.done() or woke.set_result("ours"))
         try:
@@ -286,6 +287,24 @@ def test_a_cancelled_sock_call_leaves_no_reader_behind(loop, pair, listener, udp
     assert run(loop, main()) == "ours"
 
 
+async def _only_our_writer_is_called(loop, a, b):
+    """After a cancelled call on ``a``: no writer is left (remove_writer finds none;
+    uvloop answers None either way), and one of ours, once ``b`` is drained, is called."""
+    assert loop.remove_writer(a) is not True, "the cancelled call left its writer behind"
+    while True:
+        try:
+            if not b.recv(1 << 20):
+                break
+        except BlockingIOError:
+            break
+    woke = loop.create_future()
+    loop.add_writer(a, lambda: woke.done() or woke.set_result("ours"))
+    try:
+        return await asyncio.wait_for(woke, 5)
+    finally:
+        loop.remove_writer(a)
+
+
 def test_a_cancelled_sock_sendall_leaves_no_writer_behind(loop, pair):
     a, b = pair
 
@@ -296,18 +315,7 @@ def test_a_cancelled_sock_sendall_leaves_no_writer_behind(loop, pair):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while True:  # drain, so the socket turns writable again
-            try:
-                if not b.recv(1 << 20):
-                    break
-            except BlockingIOError:
-                break
-        woke = loop.create_future()
-        loop.add_writer(a, lambda: woke.done() or woke.set_result("ours"))
-        try:
-            return await asyncio.wait_for(woke, 5)
-        finally:
-            loop.remove_writer(a)
+        return await _only_our_writer_is_called(loop, a, b)
 
     assert run(loop, main()) == "ours"
 
@@ -334,6 +342,25 @@ def test_sock_sendfile_sends_a_range_of_a_file(loop, pair):
 
         sent, received, position = run(loop, main())
     assert sent == 200_000 and received == data[50_000:250_000] and position == 250_000
+
+
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop has no sock_sendfile (NotImplementedError)")
+def test_a_cancelled_sock_sendfile_leaves_no_writer_behind(loop, pair):
+    a, b = pair
+    with tempfile.TemporaryFile() as file:
+        file.write(os.urandom(16 * 1024 * 1024))
+        file.seek(0)
+
+        async def main():
+            task = asyncio.ensure_future(loop.sock_sendfile(a, file))
+            await asyncio.sleep(0.01)
+            assert not task.done()  # the peer reads nothing: sendfile(2) waits for room
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return await _only_our_writer_is_called(loop, a, b)
+
+        assert run(loop, main()) == "ours"
 
 
 @pytest.mark.differs(loops=("uvloop",), reason="uvloop has no sock_sendfile (NotImplementedError)")
