@@ -96,6 +96,10 @@ EQUIVALENT: dict[str, list[tuple[str, str, str]]] = {
          "no output left), so the code after the return finds only interests to remove, and "
          "close() has removed them already: removing them again is a no-op"),
     ],
+    "task-step": [
+        ("core/ReplaceComparisonOperator_IsNot_NotEq", "if yielded._loop is not self._loop:",
+         "a Loop defines no __eq__, so it compares by identity: `!=` and `is not` agree"),
+    ],
     "thread-per-connection": [
         ("core/NumberReplacer", _THREAD_NAME,
          "it changes only the thread's name (address[0] for address[1], say), which nothing "

@@ -188,8 +188,12 @@ def test_task_step_a_cancel_during_the_step_cancels_the_future_it_awaits(loop: L
         return "not cancelled"
 
     holder.append(Task(cancels_itself(), loop=loop))
-    drive(loop)
+    loop.run_once()  # the first step only: the future's callbacks have not run yet
     task = holder[0]
+    assert future.cancelled() and not task._must_cancel, (
+        "a cancel() during the step must be handed to the future the task then awaits: cancel "
+        "that future and clear self._must_cancel (the future's cancellation carries it)")
+    drive(loop)
     assert future.cancelled(), (
         "a cancel() that came during the step (self._must_cancel) must cancel the future the "
         f"task then waits on, at once; the future is {'done' if future.done() else 'still pending'}")
@@ -227,6 +231,9 @@ def test_task_cancel_a_waiting_task_is_cancelled_through_its_future(loop: Loop) 
     result = task.cancel("stop")
     assert result is True, f"cancel() of a waiting task must return True; yours returned {result!r}"
     assert future.cancelled(), "cancel() of a waiting task must cancel the future it waits on"
+    assert not task._must_cancel, (
+        "when the future agreed to be cancelled, that is all: return True, without setting "
+        "self._must_cancel (only a task with no future to cancel needs it)")
     drive(loop)
     assert task.done() and task.result() == "CancelledError(stop)", (
         "the await must then raise CancelledError with the message given to cancel(); "
@@ -401,6 +408,17 @@ def test_flow_control_resumes_at_the_low_water_mark_and_wakes_drain(loop: Loop, 
         "and wake the drainer (self._wake_drain()), so drain() returns; "
         f"drain returned with {done} bytes buffered, the task {outcome(task)}")
     assert writer._drain_waiter is None, "after the wait, self._drain_waiter must be reset to None"
+
+
+def test_flow_control_resumes_when_the_buffer_falls_below_the_low_water_mark(writer_on) -> None:
+    sock, writer = writer_on
+    writer.write(b"x" * 1500)
+    assert writer._paused
+    sock.room = 1450
+    writer._on_writable()  # 1500 -> 50: well below the low-water mark (200)
+    assert writer._paused is False, (
+        "with the buffer down to 50 bytes (fewer than low_water, 200) _on_writable must unpause: "
+        "the test is 'low_water bytes or fewer', not 'exactly'")
 
 
 def test_flow_control_drain_returns_at_once_when_not_paused(loop: Loop, writer_on) -> None:

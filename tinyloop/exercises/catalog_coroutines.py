@@ -30,7 +30,8 @@ EXERCISES = [
             happens next.  A Future of this loop: remember it in
             self._waiting_on, add self._wakeup as its done-callback, and if a
             cancel came during the step (self._must_cancel), cancel that
-            future now.  A future of another loop: schedule (call_soon) a
+            future now and, if it agreed, clear self._must_cancel (the
+            future's cancellation carries it).  A future of another loop: schedule (call_soon) a
             step that throws a RuntimeError in; the task itself: the same,
             with RuntimeError("a task cannot await itself").  None (a bare
             yield): schedule a plain step with call_soon.  Anything else:
