@@ -220,6 +220,20 @@ def test_happy_eyeballs_starts_the_next_attempt_while_the_first_hangs(loop, scri
 
 
 @SCRIPTED_RESOLVER
+def test_happy_eyeballs_when_every_address_refuses_raises_and_leaks_nothing(loop, scripted_resolver):
+    import gc
+    import warnings
+
+    scripted_resolver([(socket.AF_INET, free_port_closed()) for _ in range(3)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(OSError):
+            run(loop, loop.create_connection(asyncio.Protocol, NAME, 80, happy_eyeballs_delay=0.05))
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+@SCRIPTED_RESOLVER
 def test_interleave_alternates_address_families(loop, scripted_resolver):
     v6_second = listen(socket.AF_INET6, "::1")
     v4 = listen()
