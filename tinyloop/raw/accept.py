@@ -45,9 +45,10 @@ __all__ = ["ACCEPT_RETRY_DELAY", "OUT_OF_RESOURCES", "Acceptor"]
 # the client reset before we took it (ECONNABORTED), a firewall refused it
 # (EPERM), or, on Linux, a network error already pending on the new socket,
 # which accept(2), "Error handling", says to treat like EAGAIN by retrying.
-_NEXT_ONE = frozenset({errno.ECONNABORTED, errno.EINTR, errno.EPERM, errno.EPROTO,
-                       errno.ENETDOWN, errno.ENOPROTOOPT, errno.EHOSTDOWN, errno.ENONET,
-                       errno.EHOSTUNREACH, errno.EOPNOTSUPP, errno.ENETUNREACH})
+# (By name, because not every system has every one: ENONET is Linux's.)
+_NEXT_ONE = frozenset(getattr(errno, name) for name in (
+    "ECONNABORTED", "EINTR", "EPERM", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN",
+    "ENONET", "EHOSTUNREACH", "EOPNOTSUPP", "ENETUNREACH") if hasattr(errno, name))
 
 
 class Acceptor:
