@@ -21,15 +21,22 @@ refuses past FD_SETSIZE instead (tests/test_select_fd_setsize.py), poll's
 O(n) scan is the lesson of the idle benchmark, and the Part 0 servers would
 need a thread (or a turn) per connection.
 
+Last, benchmarks/limits.py (the readiness chapter's table) is run once on
+one stage, to check that its JSON holds what its table shows.
+
 All traffic is on loopback; every socket has a timeout; nothing runs
 longer than a few seconds per stage.
 """
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +46,7 @@ from tinyloop.testing import ServerProcess, http_get, nofile_at_least, recv_resp
 
 from test_select_fd_setsize import wait_until  # noqa: E402  (tests/ is on sys.path)
 
+ROOT = Path(__file__).resolve().parent.parent
 STAGE_NAMES = [stage.name for stage in stages.STAGES]
 TIMEOUT = 5.0          # seconds any one socket operation may take
 LIMIT = 64             # the server's RLIMIT_NOFILE in the descriptor-limit test
@@ -155,3 +163,22 @@ def test_idle_connections_do_not_slow_a_busy_client(stage: str, descriptors_for_
     assert crowded <= MAX_IDLE_RATIO * alone + slack, (
         f"{IDLE} idle connections made each request cost {crowded * 1e6:.0f} us of server CPU,"
         f" against {alone * 1e6:.0f} us with none: the wait is not O(ready)")
+
+
+def test_the_limits_benchmark_measures_both_trees_and_renders_its_json(tmp_path: Path) -> None:
+    # benchmarks/limits.py on one stage, with this checkout standing in for
+    # the "before" tree: every figure the table shows is in the JSON.
+    out = tmp_path / "limits.json", tmp_path / "limits.txt"
+    command = [sys.executable, str(ROOT / "benchmarks" / "limits.py"), "--stages", "epoll",
+               "--before", str(ROOT), "--window", "0.5", "--asks", "3",
+               "--json", str(out[0]), "--table", str(out[1])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out[0].read_text(encoding="utf-8"))
+    assert [row["stage"] for row in data["rows"]] == ["epoll"]
+    for tree in ("before", "after"):
+        record = data["rows"][0][tree]
+        assert record["status"] == "ok" and record["alive"], record
+        assert record["cpu"] >= 0 and record["keeper_ms"] > 0 and record["new_client_s"] is not None, record
+    table = out[1].read_text(encoding="utf-8")
+    assert "before: CPU" in table and "after: CPU" in table and "  epoll " in table
