@@ -345,7 +345,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("aio", Loop, "protocol", "tinyloop.aio.Loop, HTTPProtocol (the aio stage)"),
     Recipe("aio-streams", Loop, "streams", "tinyloop.aio.Loop, asyncio streams (the aio-streams stage)"),
     Recipe("asyncio-protocol", asyncio.new_event_loop, "protocol", "stdlib asyncio, HTTPProtocol"),
-    Recipe("aio-sock", Loop, "sock", "tinyloop.aio.Loop, a task per connection on sock_recv/sock_sendall"),
+    Recipe("aio-sock", Loop, "sock", "tinyloop.aio.Loop, a task per connection on sock_recv/sock_sendall "
+                                     "(Part II's pattern: try, else add_reader, await, remove_reader)"),
     Recipe("aio/buffered-write", BufferedWriteLoop, "protocol", BufferedWriteTransport.__doc__.split("\n")[0]),
     Recipe("aio/task-per-connection", TaskPerConnectionLoop, "protocol",
            TaskPerConnectionLoop.__doc__.split("\n")[0]),
@@ -437,10 +438,11 @@ class Change:
 
 CHANGES: tuple[Change, ...] = (
     Change("transport", "a transport: one registration per connection, data_received (aio-streams)",
-           "Part II's streams: add_reader/remove_reader around every read (coroutines)",
+           "Part II's streams: recv tried first, add_reader/remove_reader around each wait (coroutines)",
            "ab-k-c10", "stage:aio-streams", "stage:coroutines"),
     Change("transport-same-loop", "a transport under asyncio's streams (aio-streams)",
-           "loop.sock_recv/sock_sendall on the same loop: a reader added and removed per read",
+           "loop.sock_recv/sock_sendall on the same loop: a coroutine per call, a reader added and "
+           "removed around each wait",
            "ab-k-c10", "aio-streams", "aio-sock"),
     Change("write-now", "write() tries send() at once",
            "write() always buffers and waits for writability (add_writer, one more iteration)",
@@ -809,6 +811,22 @@ def by_layer(stats: pstats.Stats) -> collections.Counter[str]:
     return layers
 
 
+# What the profile counts per request: (label, fragments of pstats' function names).
+_COUNTED = (
+    ("call_soon", ("call_soon)",)),
+    ("loop iterations", ("(run_once)", "(_run_once)")),
+    ("epoll_ctl", ("'register' of 'select.epoll", "'modify' of 'select.epoll", "'unregister' of 'select.epoll")),
+    ("recv", ("'recv' of '_socket",)),
+    ("send", ("'send' of '_socket", "'sendmsg' of '_socket")),
+)
+
+
+def count_calls(stats: pstats.Stats, fragments: tuple[str, ...]) -> int:
+    """How many calls the profile saw to functions whose pstats name contains one of ``fragments``."""
+    return sum(ncalls for function, (_, ncalls, _, _, _) in stats.stats.items()  # type: ignore[attr-defined]
+               if any(f in pstats.func_std_string(function) for f in fragments))
+
+
 def profile_server(name: str, requests: int, pinning: dict, warmup: int = DEFAULTS["warmup"]) -> str:
     """Profile recipe ``name`` under ``ab -k -n REQUESTS -c 10``, after ``warmup`` GET / on one
     keep-alive connection (profiled too, but not counted per request); the summary by layer, as text.
@@ -845,6 +863,8 @@ def profile_server(name: str, requests: int, pinning: dict, warmup: int = DEFAUL
              "(built-ins are counted in their callers' layers, except the calls into the kernel)", ""]
     lines += [f"  {layer:<46} {seconds * 1e3:7.1f} ms  {seconds / served * 1e6:5.1f} us/req  "
               f"{100 * seconds / total:5.1f} %" for layer, seconds in layers.most_common() if seconds >= 5e-5]
+    lines += ["", "  calls per request: " + ", ".join(
+        f"{label} {count_calls(stats, names) / served:.2f}" for label, names in _COUNTED)]
     lines += ["", "  the functions with the most time of their own:"]
     top = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:10]  # type: ignore[attr-defined]
     for function, (_, ncalls, tottime, _, _) in top:
@@ -892,9 +912,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="the JSON (default benchmarks/results/local/aio_changes.json); "
                                                   "the text table goes beside it, .txt")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and ab to CPUs")
-    parser.add_argument("--profile", nargs="?", const="aio,aio-streams,asyncio-protocol", metavar="SERVERS",
+    parser.add_argument("--profile", nargs="?", const="aio,aio-streams,aio-sock,asyncio-protocol", metavar="SERVERS",
                         help="instead: profile these servers under ab -k -c 10, by layer "
-                             "(default aio,aio-streams,asyncio-protocol)")
+                             "(default aio,aio-streams,aio-sock,asyncio-protocol)")
     parser.add_argument("--profile-out", type=Path,
                         help="the profile's text (default benchmarks/results/local/profile_aio.txt)")
     parser.add_argument("--serve", choices=sorted(RECIPES), help="instead: run one server (as the runs do)")

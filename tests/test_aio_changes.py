@@ -140,7 +140,7 @@ def test_the_profile_sums_time_by_layer(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text(encoding="utf-8")
-    assert text.startswith("aio (") and "ab -k -n 50 -c 10" in text
+    assert text.startswith("aio (") and "ab -k -n 50 -c 10" in text and "calls per request: call_soon" in text
     for layer in ("HTTP: tinyloop/http", "the loop: tinyloop/callbacks + tinyloop/aio",
                   "kernel calls: socket methods, epoll"):
         assert layer in text
