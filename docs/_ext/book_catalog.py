@@ -227,7 +227,12 @@ class MutationTableDirective(SphinxDirective):
         out.append(line)
         if notes:
             items = nodes.bullet_list(classes=["book-bench-notes"])
-            for text in notes:
+            counted: dict[str, int] = {}
+            for text in notes:  # one line per kind of mutant, with how many there were
+                counted[text] = counted.get(text, 0) + 1
+            for text, count in counted.items():
+                text = text.replace(": equivalent,", f": {count} equivalent mutants,", 1) \
+                    if count > 1 else text
                 item = nodes.list_item()
                 item += nodes.paragraph("", "", *_code_cells(text))
                 items += item
