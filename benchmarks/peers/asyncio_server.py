@@ -23,23 +23,21 @@ import argparse
 import asyncio
 import signal
 
-from tinyloop.aio.server import HTTPProtocol, handle_stream
+from tinyloop.aio.server import serve_on
 from tinyloop.serving import announce, listen, log
 
 
 async def serve(name: str, api: str, port: int) -> None:
+    """The aio stages' serve_on, on whichever loop runs this; SIGTERM or Ctrl-C stops it."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
     sock = listen("127.0.0.1", port)
-    if api == "protocol":
-        server = await loop.create_server(HTTPProtocol, sock=sock)
-    else:
-        server = await asyncio.start_server(handle_stream, sock=sock)
-    async with server:
-        announce(name, sock)
-        await stop.wait()
+    serving = asyncio.ensure_future(serve_on(sock, api, ready=lambda: announce(name, sock)))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, serving.cancel)
+    try:
+        await serving
+    except asyncio.CancelledError:
+        pass
     log(f"{name}: stopped")
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tinyloop.http import HTTPConnection
+from tinyloop.serving import BACKLOG
 
 __all__ = ["HTTPProtocol", "handle_stream", "serve", "serve_on"]
 
@@ -84,10 +85,12 @@ async def serve_on(listener: socket.socket, api: str = "protocol",
     ``api`` is ``"protocol"`` (HTTPProtocol) or ``"streams"`` (handle_stream).
     ``ready()`` is called once the server accepts.  Works on any asyncio loop.
     """
+    # create_server listens again, with its own backlog (default 100): keep ours.
     if api == "protocol":
-        server = await asyncio.get_running_loop().create_server(HTTPProtocol, sock=listener)
+        server = await asyncio.get_running_loop().create_server(HTTPProtocol, sock=listener,
+                                                                backlog=BACKLOG)
     else:
-        server = await asyncio.start_server(handle_stream, sock=listener)
+        server = await asyncio.start_server(handle_stream, sock=listener, backlog=BACKLOG)
     async with server:  # on the way out: close, then wait for the clients to go
         if ready is not None:
             ready()
