@@ -255,7 +255,7 @@ def test_aiohttp_many_clients_and_a_timeout(loop_name: str) -> None:
 
                 statuses = await asyncio.gather(*(get("/") for _ in range(100)))
                 try:
-                    async with session.get(url + "/slow", params={"delay": "5"},
+                    async with session.get(url + "/slow", params={"delay": "1"},
                                            timeout=aiohttp.ClientTimeout(total=0.2)):
                         raise AssertionError("the slow request should have timed out")
                 except asyncio.TimeoutError as exc:
