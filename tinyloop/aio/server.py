@@ -22,14 +22,14 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from tinyloop.http import HTTPConnection
 from tinyloop.serving import BACKLOG
 
-__all__ = ["HTTPProtocol", "handle_stream", "serve", "serve_on"]
+__all__ = ["HTTPProtocol", "handle_stream", "run_stage", "serve", "serve_on"]
 
 
 class HTTPProtocol(asyncio.Protocol):
@@ -104,11 +104,30 @@ async def serve_on(listener: socket.socket, api: str = "protocol",
                 abort_clients()
 
 
-def _run(coroutine: Coroutine[Any, Any, None]) -> None:
+def run_stage(listener: socket.socket, api: str) -> None:
+    """Run :func:`serve_on` on tinyloop.aio until SIGTERM or Ctrl-C; then raise KeyboardInterrupt.
+
+    Discussion: the command line turns SIGTERM into a KeyboardInterrupt
+    raised wherever the main thread is (tinyloop.serving.stop_on_sigterm),
+    which suits the loops that block in one system call.  Here it could land
+    inside a callback, and the callback would be lost half-run: a transport
+    that never reports connection_lost, a server whose wait_closed() then
+    never returns.  So while the loop runs, SIGTERM goes through the loop
+    (add_signal_handler) and cancels the main task between two callbacks,
+    which is what asyncio's Runner does for Ctrl-C.
+    """
     from tinyloop.aio.runners import run
-    run(coroutine)
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+        await serve_on(listener, api)
+
+    try:
+        run(main())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt("SIGTERM") from None  # the command line's clean stop
 
 
 def serve(listener: socket.socket) -> None:
     """The ``aio`` stage: HTTPProtocol on tinyloop.aio until KeyboardInterrupt (or SIGTERM)."""
-    _run(serve_on(listener, "protocol"))
+    run_stage(listener, "protocol")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import socket
 
-from tinyloop.aio.server import _run, serve_on
+from tinyloop.aio.server import run_stage
 
 __all__ = ["serve"]
 
 
 def serve(listener: socket.socket) -> None:
     """Serve HTTP with asyncio streams on tinyloop.aio until KeyboardInterrupt (or SIGTERM)."""
-    _run(serve_on(listener, "streams"))
+    run_stage(listener, "streams")
