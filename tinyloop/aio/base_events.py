@@ -744,16 +744,20 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             ssl_handshake_timeout: float | None = None, ssl_shutdown_timeout: float | None = None,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         sock.setblocking(False)
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        if ssl:
-            sslcontext = ssl_module.create_default_context() if ssl is True else ssl
-            transport = self._make_ssl_transport(
-                sock, protocol, sslcontext, waiter, server_side=server_side,
-                server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
-                ssl_shutdown_timeout=ssl_shutdown_timeout)
-        else:
-            transport = self._make_socket_transport(sock, protocol, waiter)
+        try:
+            protocol = protocol_factory()
+            waiter = self.create_future()
+            if ssl:
+                sslcontext = ssl_module.create_default_context() if ssl is True else ssl
+                transport = self._make_ssl_transport(
+                    sock, protocol, sslcontext, waiter, server_side=server_side,
+                    server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
+                    ssl_shutdown_timeout=ssl_shutdown_timeout)
+            else:
+                transport = self._make_socket_transport(sock, protocol, waiter)
+        except BaseException:
+            sock.close()  # no transport owns it yet (a failing factory, a bad TLS argument)
+            raise
         try:
             await waiter
         except BaseException:

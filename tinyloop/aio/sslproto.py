@@ -255,8 +255,8 @@ class SSLProtocol(asyncio.Protocol):
     ConnectionAbortedError) after ``ssl_handshake_timeout`` seconds.
     ``server_hostname`` is the name a client sends (SNI) and, with the
     context's ``check_hostname``, checks the certificate against
-    (ValueError if that is set and no name is given; ignored on the server
-    side).  ``call_connection_made=False`` is for start_tls:
+    (ValueError if that is set and no name is given; ``""`` turns the check
+    off, as in asyncio; ignored on the server side).  ``call_connection_made=False`` is for start_tls:
     the app protocol is connected already and gets no second
     connection_made.  ``ssl_handshake_timeout`` and ``ssl_shutdown_timeout``
     are seconds (default 60 and 30), ValueError unless positive.
@@ -285,7 +285,12 @@ class SSLProtocol(asyncio.Protocol):
                 sslcontext.check_hostname = False  # no name to check against
         if server_side:
             server_hostname = None
-        elif sslcontext.check_hostname and not server_hostname:
+        elif server_hostname == "":
+            # asyncio's documented opt-out: an empty name disables hostname
+            # matching (the asyncio docs, create_connection), whatever the
+            # context's check_hostname says.
+            server_hostname = None
+        elif sslcontext.check_hostname and server_hostname is None:
             # Discussion: SSLContext.wrap_socket refuses this, but wrap_bio
             # does not, and OpenSSL then checks no name at all: any
             # certificate the CAs signed would pass, whoever it names.
