@@ -275,6 +275,18 @@ def measure(exercise, *, timeout: float, dry_run: bool = False, progress=print) 
     return entry
 
 
+def _rescored(name: str, entry: dict) -> dict:
+    """An earlier run's entry, scored with today's EQUIVALENT list (a survivor it names
+    was equivalent then too), so that before and after compare like with like."""
+    equivalent = [s for s in entry.get("survivors", [])
+                  if _equivalent_reason(name, s["operator"], s["code"])]
+    equivalent += entry.get("equivalent", [])
+    counted = entry["mutants"] - entry.get("incompetent", 0) - len(equivalent)
+    return {"mutants": entry["mutants"], "killed": entry["killed"], "incompetent": entry.get("incompetent", 0),
+            "equivalent": len(equivalent), "survived": counted - entry["killed"],
+            "score": round(entry["killed"] / counted, 3) if counted > 0 else None}
+
+
 def _short_diff(diff: str | None) -> list[str]:
     """The changed lines of a unified diff, without its headers."""
     if not diff:
@@ -314,9 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.before:
         earlier = json.loads(args.before.read_text(encoding="utf-8"))
         data["before"] = {"date": earlier.get("date"), "label": earlier.get("label"),
-                          "exercises": {n: {k: e.get(k) for k in ("score", "mutants", "killed", "survived",
-                                                                  "incompetent")}
-                                        for n, e in earlier.get("exercises", {}).items()}}
+                          "note": "scores with the same equivalent mutants left out as in this run",
+                          "exercises": {n: _rescored(n, e) for n, e in earlier.get("exercises", {}).items()}}
     elif "before" in previous:
         data["before"] = previous["before"]
     for name in names:
