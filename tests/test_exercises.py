@@ -476,3 +476,48 @@ def test_commands_name_an_interpreter_that_runs_tinyloop(tmp_path, monkeypatch):
     if shutil.which("python") and Path(shutil.which("python")).parent == Path(sys.executable).parent:
         assert markers.python_command() == "python"
     assert markers.check_command("a", None, "/x/y/python") == "/x/y/python -m tinyloop check a"
+
+
+# --- the mutation measurement (benchmarks/mutation.py) ----------------------------------
+
+def _mutation_module():
+    pytest.importorskip("cosmic_ray")
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("mutation", root / "benchmarks" / "mutation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_mutation_operators_of_ours_make_valid_python(tmp_path):
+    from cosmic_ray import plugins
+    from cosmic_ray.mutating import use_mutation
+    mutation = _mutation_module()
+    plugins.OPERATOR_PROVIDERS.setdefault("tinyloop", mutation._Provider())
+    source = tmp_path / "m.py"
+    original = "def f(x):\n    y = x + 1\n    g(y)\n    return y\n"
+    made = []
+    for name, count in (("DeleteStatement", 3), ("ReturnNone", 1)):
+        operator = plugins.get_operator(f"tinyloop/{name}")()
+        for occurrence in range(count):
+            source.write_text(original)
+            with use_mutation(source, operator, occurrence) as (_, mutated):
+                compile(mutated, "m.py", "exec")
+                made.append(mutated)
+    assert "    pass\n    g(y)" in made[0] and "    return None\n" in made[3]
+
+
+def test_every_equivalent_mutant_names_a_line_of_its_exercises_region():
+    # A line renamed in the reference would leave a stale entry: the mutant
+    # would then be counted as a survivor, silently.
+    mutation = _mutation_module()
+    for name, entries in mutation.EQUIVALENT.items():
+        exercise = catalog.get(name)
+        text = markers.source_path(exercise.module).read_text()
+        lines = text.splitlines()
+        region = {lines[i].strip() for r in markers.find_regions(text) if r.name == name
+                  for i in range(r.begin, r.end - 1)}
+        for operator, code, reason in entries:
+            assert code in region, f"{name}: {code!r} is not a line of its region"
+            assert reason and operator.count("/") == 1
