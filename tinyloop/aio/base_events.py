@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import heapq
 import inspect
 import itertools
@@ -957,6 +958,16 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
 
     async def _sock_sendfile_fallback(self, sock: socket.socket, file: Any, offset: int,
                                       count: int | None) -> int:
+        return await self._copy_file(file, offset, count, functools.partial(self.sock_sendall, sock))
+
+    async def _copy_file(self, file: Any, offset: int, count: int | None,
+                         send: Callable[[bytes], Awaitable[object]]) -> int:
+        """Read ``count`` bytes of ``file`` (all, if None) from ``offset`` in the executor,
+        piece by piece, and ``await send(piece)``; return the bytes sent.
+
+        sendfile's fallback, for a socket and for a transport.  The file's
+        position ends after the last byte sent, as sendfile(2) leaves it.
+        """
         if offset:
             file.seek(offset)
         sent = 0
@@ -967,7 +978,7 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                 data = await self.run_in_executor(None, file.read, size)
                 if not data:
                     break
-                await self.sock_sendall(sock, data)
+                await send(data)
                 sent += len(data)
             return sent
         finally:
@@ -1013,24 +1024,16 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         something we can await.
         """
         waiter = _FlowControlWaiter(transport)
-        if offset:
-            file.seek(offset)
-        sent = 0
+
+        async def write(data: bytes) -> None:
+            await waiter.drain()
+            transport.write(data)
+
         try:
-            while count is None or sent < count:
-                size = SENDFILE_FALLBACK_CHUNK if count is None else min(count - sent,
-                                                                         SENDFILE_FALLBACK_CHUNK)
-                data = await self.run_in_executor(None, file.read, size)
-                if not data:
-                    break
-                await waiter.drain()
-                transport.write(data)
-                sent += len(data)
+            sent = await self._copy_file(file, offset, count, write)
             await waiter.drain()
             return sent
         finally:
-            if sent:
-                file.seek(offset + sent)
             waiter.restore()
 
     # -- Datagrams ---------------------------------------------------------------------
