@@ -236,7 +236,18 @@ class MutationTableDirective(SphinxDirective):
                 item = nodes.list_item()
                 item += nodes.paragraph("", "", *_code_cells(text))
                 items += item
-            out.append(items)
+            # The mutants quote lines of the solutions: collapsed like every
+            # solution, and left out of a teacher's build (book_solutions.py).
+            from book_solutions import omit_solutions
+            if not omit_solutions(self.env.app):
+                made = self.parse_text_to_nodes(
+                    ":::{dropdown} Equivalent and surviving mutants (they quote the solutions)\n"
+                    ":class-container: book-solution\n\nMUTANTS-PLACEHOLDER\n:::\n")
+                for para in made[0].findall(nodes.paragraph):
+                    if para.astext() == "MUTANTS-PLACEHOLDER":
+                        para.replace_self(items)
+                        break
+                out.extend(made)
         return out
 
 
