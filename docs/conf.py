@@ -54,7 +54,8 @@ extensions = [
 root_doc = "index"
 # .rst for the API pages autosummary writes (into api/, ignored by git).
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build", "**/.*"]
+# chapters/realworld/ holds the sections of realworld.md, pulled in with {include}.
+exclude_patterns = ["_build", "**/.*", "realworld/*"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
