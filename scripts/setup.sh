@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — make this checkout ready to run: the system tools the
 # benchmarks and tests drive (ab, wrk, a C compiler, libuv; Chromium for the
-# book's browser test, optional), and a virtual
+# book's browser test, nginx and PostgreSQL for Part V's experiments, all
+# three optional), and a virtual
 # environment in .venv with tinyloop and its development extras installed.
 #
 # Sourced by scripts/test.sh and scripts/benchmark.sh; safe to run again (each
@@ -94,6 +95,52 @@ install_browser() {
     say "no Chromium: tests/test_browser.py will be skipped (install chromium to run it)"
 }
 
+# --- real services for Part V ------------------------------------------------
+# benchmarks/realworld/services.py starts nginx and PostgreSQL from the system
+# packages.  Optional: without them their tests and benchmark rows are
+# skipped with a message naming the package, and nothing else needs them.
+have_nginx() {
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || [ -x /usr/local/sbin/nginx ]
+}
+
+have_postgres() {
+    # pg_config alone may come from the client headers (Debian's libpq-dev): look for initdb.
+    command -v initdb >/dev/null 2>&1 ||
+        { command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; } ||
+        compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
+}
+
+install_services() {
+    local pkgs=()
+    if command -v apt-get >/dev/null 2>&1; then
+        have_nginx || pkgs+=(nginx-light)
+        have_postgres || pkgs+=(postgresql)
+        [ ${#pkgs[@]} -eq 0 ] && return 0
+        say "installing ${pkgs[*]} with apt-get (for Part V's experiments)"
+        # nginx-light is gone from newer releases, where plain nginx is as small.
+        for choice in "${pkgs[*]}" "$(echo "${pkgs[*]}" | sed 's/nginx-light/nginx/')"; do
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $choice >/dev/null 2>&1 ||
+                { as_root apt-get update -q >/dev/null 2>&1 &&
+                  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $choice >/dev/null 2>&1; } && break
+        done || true
+    elif command -v dnf >/dev/null 2>&1; then
+        have_nginx || pkgs+=(nginx)
+        have_postgres || pkgs+=(postgresql-server)
+        [ ${#pkgs[@]} -eq 0 ] && return 0
+        say "installing ${pkgs[*]} with dnf (for Part V's experiments)"
+        as_root dnf install -y -q "${pkgs[@]}" >/dev/null 2>&1 || true
+    elif command -v brew >/dev/null 2>&1; then
+        have_nginx || pkgs+=(nginx)
+        have_postgres || pkgs+=(postgresql)
+        [ ${#pkgs[@]} -eq 0 ] && return 0
+        say "installing ${pkgs[*]} with brew (for Part V's experiments)"
+        brew install "${pkgs[@]}" >/dev/null 2>&1 || true
+    fi
+    have_nginx || say "no nginx: Part V's proxy rows will be skipped (Debian: apt-get install nginx-light; dnf: nginx; brew: nginx)"
+    have_postgres || say "no PostgreSQL: Part V's database rows will be skipped (Debian: apt-get install postgresql; dnf: postgresql-server; brew: postgresql)"
+    return 0
+}
+
 # --- the virtual environment ----------------------------------------------
 find_python() {
     for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
@@ -127,5 +174,6 @@ make_venv() {
 
 install_system_packages
 install_browser
+install_services
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"
