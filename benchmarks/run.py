@@ -5,6 +5,7 @@
     python benchmarks/run.py --quick             a smoke run: tiny loads, 1 repetition
     python benchmarks/run.py --stages epoll,poll --peers asyncio-protocol --loads ab-close
     python benchmarks/run.py --list              what can run here, and why not the rest
+    python benchmarks/run.py --loads wrk-pipeline   Japronto's load: 24 requests pipelined per write
 
 Writes benchmarks/results/local/latest.json (and a timestamped copy under
 benchmarks/results/local/runs/), prints one table per load with each row's
@@ -129,12 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     stage_names = ", ".join(stage.name for stage in stages.STAGES)
     peer_names = ", ".join(peer.name for peer in servers.PEERS)
-    load_names = ", ".join(load.name for load in loads.LOADS)
+    load_names = ", ".join(load.name for load in loads.LOADS if load.default)
+    extra_loads = ", ".join(load.name for load in loads.LOADS if not load.default)
     parser.add_argument("--quick", action="store_true",
                         help="tiny loads, one repetition, short time-outs: a smoke test, not a measurement")
     parser.add_argument("--stages", help=f"comma list, 'all' or 'none' (default all: {stage_names})")
     parser.add_argument("--peers", help=f"comma list, 'all' or 'none' (default all but stall: {peer_names})")
-    parser.add_argument("--loads", help=f"comma list (default all: {load_names})")
+    parser.add_argument("--loads", help=f"comma list, or 'all' (default: {load_names}; "
+                                        f"only when named, or with 'all': {extra_loads})")
     parser.add_argument("--repeat", type=int, help="repetitions, interleaved (default 3; --quick 1)")
     parser.add_argument("--requests", help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M "
                                            f"(default ab-close={DEFAULTS['ab-close']},"
@@ -511,7 +514,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     stage_names = _names(args.stages, every_stage, "stage", every_stage)
     peer_names = _names(args.peers, [peer.name for peer in servers.PEERS], "peer",
                         [peer.name for peer in servers.PEERS if peer.default])
-    load_names = _names(args.loads, every_load, "load", every_load)
+    load_names = _names(args.loads, every_load, "load",
+                        [load.name for load in loads.LOADS if load.default])
 
     def pick(given: float | None, key: str, flag: str, least: float) -> float:
         value = base[key] if given is None else given
@@ -590,7 +594,9 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
                    "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
                    "duration_s": settings.duration if load.tool == "wrk" else None,
                    "command": _display(loads.command(load, "http://127.0.0.1:PORT/", settings,
-                                                     Path("PERCENTILES.csv") if load.tool == "ab" else None))}
+                                                     Path("PERCENTILES.csv") if load.tool == "ab" else None)),
+                   # Only a pipelined load says so: the other loads' entries stay as they were.
+                   **({"pipeline": load.pipeline} if load.pipeline > 1 else {})}
                   for load in plan.loads],
         "servers": [{"name": server.name, "kind": server.kind, "summary": server.summary,
                      "chapter": server.chapter, "command": _display(server.argv),
