@@ -36,7 +36,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
@@ -45,6 +45,7 @@ __all__ = [
     "INSTALL",
     "NGINX",
     "PG",
+    "Service",
     "ServiceMissing",
     "free_port",
     "nginx",
@@ -207,16 +208,46 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _wait_for_port(process: subprocess.Popen, port: int, log: Path, what: str) -> None:
-    """Connect to 127.0.0.1:``port`` until it accepts, for at most START_TIMEOUT seconds."""
+def _wait_until(ready: Callable[[], bool], process: subprocess.Popen, log: Path, what: str) -> None:
+    """Call ``ready()`` until it is true, for at most START_TIMEOUT seconds.
+
+    Raises RuntimeError, with the end of the service's ``log``, when the
+    process exits first or the time runs out.
+    """
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited with status {process.returncode}:\n{_log_tail(log)}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        if ready():
             return
         time.sleep(0.05)
-    raise RuntimeError(f"{what} did not accept on port {port} in {START_TIMEOUT} s:\n{_log_tail(log)}")
+    raise RuntimeError(f"{what} was not ready in {START_TIMEOUT} s:\n{_log_tail(log)}")
+
+
+def _accepts(port: int) -> bool:
+    """True when a TCP connection to 127.0.0.1:``port`` succeeds (and is closed at once)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Service:
+    """What every running service reports; PG and NGINX add their own fields."""
+
+    host: str  # "127.0.0.1"
+    port: int  # the TCP port it listens on
+    pid: int  # its first process; the others are its children
+    version: str  # the binary's own version line: "postgres (PostgreSQL) 15.18 ..."
+    directory: str  # the temporary directory holding everything it writes
+    cpus: str | None  # the core list it is pinned to, or None
+    process: subprocess.Popen = field(repr=False)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used so far by the service's processes, reaped ones included (process_tree_cpu)."""
+        return process_tree_cpu(self.pid)
 
 
 # --- an unprivileged user for a service run by root ---------------------------
@@ -298,29 +329,18 @@ def _client(bindir: Path, name: str) -> str:
 
 
 @dataclass
-class PG:
-    """A running PostgreSQL server and the database postgres() made in it."""
+class PG(Service):
+    """A running PostgreSQL server (``pid`` is the postmaster) and the database postgres() made in it."""
 
-    host: str  # "127.0.0.1"
-    port: int  # TCP port
     socket_dir: str  # directory of the Unix socket .s.PGSQL.PORT
-    pid: int  # the postmaster; backends are its children
-    version: str  # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
     database: str  # "bench"
     user: str  # "postgres", a superuser, trust authentication
     rows: int  # rows in items(id int primary key, value text), ids 1..rows
-    directory: str  # the temporary directory holding data, socket and log
-    cpus: str | None  # the core list it is pinned to, or None
-    process: subprocess.Popen = field(repr=False)
 
     @property
     def dsn(self) -> str:
         """``postgresql://postgres@127.0.0.1:PORT/bench``, for asyncpg, psycopg or psql."""
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database}"
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds used so far by the postmaster and all its backends (process_tree_cpu)."""
-        return process_tree_cpu(self.pid)
 
     def psql(self, sql: str, database: str | None = None) -> str:
         """Run ``sql`` with psql over TCP; returns its unaligned output (raises CalledProcessError)."""
@@ -333,19 +353,13 @@ def _psql(bindir: Path, port: int, database: str, sql: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
-def _wait_for_postgres(bindir: Path, process: subprocess.Popen, port: int, log: Path) -> None:
-    """Ask pg_isready until the server accepts connections (not merely listens), bounded."""
-    isready = _client(bindir, "pg_isready")
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"postgres exited with status {process.returncode}:\n{_log_tail(log)}")
-        # 0 = accepting; 1 = starting up (rejecting); 2 = no answer yet.
-        if subprocess.run([isready, "-q", "-h", "127.0.0.1", "-p", str(port), "-t", "1"],
-                          timeout=10).returncode == 0:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"postgres did not accept connections in {START_TIMEOUT} s:\n{_log_tail(log)}")
+def _postgres_ready(bindir: Path, port: int) -> Callable[[], bool]:
+    """A check that the server accepts sessions, not merely connections: pg_isready(1)'s status 0.
+
+    (1 means it is starting up and rejects sessions; 2, no answer yet.)
+    """
+    argv = [_client(bindir, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-t", "1"]
+    return lambda: subprocess.run(argv, timeout=10).returncode == 0
 
 
 @contextlib.contextmanager
@@ -399,7 +413,7 @@ def postgres(cpus: str | Iterable[int] | None = None, *, rows: int = 1000,
                                        stderr=subprocess.STDOUT, env=env, **_as(account))
         if cpus is not None and not prefix:
             pinned = pin(process.pid, cpus)
-        _wait_for_postgres(bindir, process, port, log)
+        _wait_until(_postgres_ready(bindir, port), process, log, "postgres")
         _psql(bindir, port, "postgres", f"CREATE DATABASE {DATABASE}")
         _psql(bindir, port, DATABASE,
               "CREATE TABLE items (id int PRIMARY KEY, value text);"
@@ -434,26 +448,15 @@ def _nginx_version(binary: str) -> str:
 
 
 @dataclass
-class NGINX:
-    """A running nginx, proxying to its upstream servers."""
+class NGINX(Service):
+    """A running nginx (``pid`` is the master) proxying to its upstream servers."""
 
-    host: str  # "127.0.0.1"
-    port: int  # the port it listens on
     upstream_ports: list[int]  # the servers it proxies to, on 127.0.0.1
     workers: int  # worker processes
-    pid: int  # the master; the workers are its children
-    version: str  # "nginx version: nginx/1.22.1"
-    directory: str  # the temporary directory: nginx.conf, pid file, error log
-    cpus: str | None  # the core list it is pinned to, or None
-    process: subprocess.Popen = field(repr=False)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds used so far by the master and its workers (process_tree_cpu)."""
-        return process_tree_cpu(self.pid)
 
 
 def nginx_conf(directory: Path, port: int, upstream_ports: Sequence[int], workers: int,
@@ -539,7 +542,7 @@ def nginx(upstream_ports: Sequence[int], listen_port: int = 0, workers: int = 1,
                                        stdout=subprocess.DEVNULL, stderr=stderr)
         if cpus is not None and not prefix:
             pinned = pin(process.pid, cpus)
-        _wait_for_port(process, port, log, "nginx")
+        _wait_until(lambda: _accepts(port), process, log, "nginx")
         yield NGINX(host="127.0.0.1", port=port, upstream_ports=list(upstream_ports),
                     workers=int(workers), pid=process.pid, version=version,
                     directory=str(directory), cpus=pinned, process=process)
