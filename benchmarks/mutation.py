@@ -96,6 +96,16 @@ EQUIVALENT: dict[str, list[tuple[str, str, str]]] = {
          "no output left), so the code after the return finds only interests to remove, and "
          "close() has removed them already: removing them again is a no-op"),
     ],
+    "transport-write": [
+        ("core/ReplaceComparisonOperator_Eq_GtE", "if sent == len(data):",
+         "send() returns how many of the given bytes the kernel took, never more than len(data), "
+         "so sent >= len(data) and sent == len(data) agree on every value it can return"),
+    ],
+    "sock-retry": [
+        ("tinyloop/DeleteStatement", "return  # a spurious wake-up: wait for the next readiness",
+         "the except clause is the function's last statement, and the try's else runs only when "
+         "nothing was raised, so `pass` there ends the call just as `return` does"),
+    ],
     "task-step": [
         ("core/ReplaceComparisonOperator_IsNot_NotEq", "if yielded._loop is not self._loop:",
          "a Loop defines no __eq__, so it compares by identity: `!=` and `is not` agree"),
