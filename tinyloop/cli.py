@@ -2,7 +2,7 @@
 """tinyloop's command line.
 
   python -m tinyloop list                      the stages, with their chapters
-  python -m tinyloop serve STAGE [--host H] [--port P]
+  python -m tinyloop serve STAGE [--host H] [--port P] [--workers N]
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE]     grade a solution
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import ModuleType
 
 from tinyloop import stages
 from tinyloop.serving import announce, listen, log, stop_on_sigterm
@@ -30,6 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
+    if args.workers > 1:
+        return _serve_workers(args, module)
     stop_on_sigterm()
     try:
         sock = listen(args.host, args.port)
@@ -44,6 +47,28 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     return 0
+
+
+def _serve_workers(args: argparse.Namespace, module: ModuleType) -> int:
+    """``serve STAGE --workers N`` with N > 1: N processes on one port (tinyloop/workers.py)."""
+    from tinyloop import workers
+    missing = workers.reuse_port_missing()
+    if missing:
+        print(f"tinyloop: --workers {args.workers} needs SO_REUSEPORT: {missing}; "
+              "run one process with --workers 1", file=sys.stderr)
+        return 2
+    return workers.supervise(args.stage, module.serve, args.host, args.port, args.workers)
+
+
+def _worker_count(text: str) -> int:
+    """argparse type for ``--workers``: a whole number, at least 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes, got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (one process, as without --workers), got {count}")
+    return count
 
 
 def _exercises(args: argparse.Namespace) -> int:
@@ -71,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("stage", help="a stage name from `python -m tinyloop list`")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one (default 8000)")
+    serve.add_argument("--workers", type=_worker_count, default=1, metavar="N",
+                       help="processes sharing the port through SO_REUSEPORT, restarted if they die "
+                            "(default 1: this process serves, as without the option)")
     serve.set_defaults(func=_serve)
 
     sub.add_parser("exercises", help="list the exercises").set_defaults(func=_exercises)
