@@ -1,0 +1,108 @@
+"""Pipelining all the way down: 24 requests in one write, their answers in one send.
+
+Japronto's lesson (chapters/realworld/pipelining.md): when one read brings
+several pipelined requests, answer them with one write.  tinyloop's HTTP
+layer already returns one string for one read's requests
+(``HTTPConnection.receive_data``); these tests check that every stage in
+``tinyloop.stages.STAGES`` keeps that string whole on its way to the kernel.
+
+For each stage, one server process (``python -m tinyloop serve STAGE``,
+as tests/test_servers.py starts them) gets 24 pipelined requests in a
+single ``sendall``, and
+
+  * all 24 answers arrive, in the order of the requests (RFC 9112 section
+    9.3: a server answers pipelined requests in the order received);
+  * on Linux, with ``strace`` able to attach, the server wrote those 24
+    answers with at most MAX_SENDS send calls (one is what every stage does
+    today).  Without strace the test is skipped and says why.
+
+Every socket operation has a timeout and strace is always detached, so a
+stage that hangs fails its test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.syscalls import Strace, strace_problem
+from tinyloop import stages
+from tinyloop.testing import ServerProcess, recv_response
+
+STAGE_NAMES = [stage.name for stage in stages.STAGES]
+DEPTH = 24       # Japronto's depth, and the wrk-pipeline load's
+TIMEOUT = 5.0    # seconds any one socket operation may take
+# Send calls allowed for one read's answers.  One is the goal and what every
+# stage does; two leaves room for a server whose read happened to catch the
+# batch in two pieces, which loopback does not do for 2 KB sent at once.
+MAX_SENDS = 2
+
+# The system calls that write to a socket (x86-64 and arm64 names; send(2)
+# itself is sendto(2) in the kernel).  A line of ``strace -f`` output:
+#   4242  sendto(7, "HTTP/1.1 200 OK\r"..., 2712, 0, NULL, 0) = 2712
+_SEND = re.compile(r"^\d+\s+(write|writev|sendto|sendmsg|sendmmsg)\((\d+),(.*)$")
+
+
+def batch() -> tuple[bytes, list[bytes]]:
+    """DEPTH pipelined POST /echo requests and the bodies their answers must carry, in order."""
+    bodies = [b"answer %02d" % i for i in range(DEPTH)]
+    requests = b"".join(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                        for body in bodies)
+    return requests, bodies
+
+
+@pytest.fixture(scope="module", params=STAGE_NAMES)
+def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    with ServerProcess(request.param) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def strace_ok() -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("counting a server's send calls uses strace, which is Linux-only")
+    problem = strace_problem()
+    if problem:
+        pytest.skip(f"cannot count the server's send calls: {problem}")
+
+
+def exchange(server: ServerProcess) -> list[tuple[int, bytes]]:
+    """Send the batch in one write on a new connection; return the DEPTH answers' (status, body)."""
+    requests, _ = batch()
+    with server.connect(TIMEOUT) as sock:
+        sock.sendall(requests)
+        buffer = bytearray()
+        return [(status, body) for status, _, body in (recv_response(sock, buffer) for _ in range(DEPTH))]
+
+
+@pytest.mark.timeout(60)
+def test_24_pipelined_requests_are_answered_in_order(server: ServerProcess) -> None:
+    _, bodies = batch()
+    answers = exchange(server)
+    assert answers == [(200, body) for body in bodies], (
+        f"{server.stage}: {DEPTH} requests pipelined in one write must get {DEPTH} answers in "
+        f"request order; got {answers}")
+
+
+@pytest.mark.timeout(60)
+def test_one_reads_answers_leave_in_one_send(server: ServerProcess, strace_ok: None,
+                                             tmp_path: Path) -> None:
+    exchange(server)  # a first exchange, untraced: whatever a server does once is done
+    log = tmp_path / "sends.strace"
+    _, bodies = batch()
+    # -s 16 keeps each logged buffer short: enough to see "HTTP/1.1 200 OK".
+    with Strace(server.pid, ["-e", "trace=write,writev,sendto,sendmsg,sendmmsg", "-s", "16"], log):
+        answers = exchange(server)
+    assert answers == [(200, body) for body in bodies]
+    sends = [match.groups() for match in map(_SEND.match, log.read_text().splitlines()) if match]
+    # The connection's descriptor is the one our answers went out on.
+    answer_fds = {fd for _, fd, rest in sends if '"HTTP/1.1 ' in rest}
+    assert answer_fds, f"{server.stage}: strace saw no send carrying an answer: {sends}"
+    on_connection = [(call, fd) for call, fd, _ in sends if fd in answer_fds]
+    assert len(on_connection) <= MAX_SENDS, (
+        f"{server.stage}: the answers to {DEPTH} requests that arrived in one read must leave in "
+        f"one send (at most {MAX_SENDS}); the server made {len(on_connection)}: {on_connection}")
