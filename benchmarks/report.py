@@ -1,7 +1,7 @@
 # benchmarks/report.py
 """Turn the harness's JSON into tables and plots: the one reader of the results.
 
-    python benchmarks/report.py [JSON] [--plot OUT.png]
+    python benchmarks/report.py [JSON] [--plot OUT.png] [--loads L] [--markdown OUT.md]
 
 prints the tables of a saved run (default: your last run,
 benchmarks/results/local/latest.json, else the book's reference run,
@@ -24,7 +24,8 @@ The JSON (schema 1), as benchmarks/run.py writes it::
                 run_timeout_s, cpu_source, order
     baseline    the server every ratio divides by ("asyncio-protocol"), or None
     loads       [{name, tool, title, measures, concurrency, keepalive, requests,
-                  duration_s, command}]
+                  duration_s, command, and pipeline (requests per write) for
+                  the pipelined load, wrk-pipeline, only}]
     servers     [{name, kind ("stage" | "peer"), summary, chapter, command, env,
                   skipped (None, or why it did not run)}]
     runs        [{rep, server, load, status, note, rps, p50_ms, p99_ms, completed,
@@ -59,7 +60,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
-           "noisy", "plot", "server_names", "spread", "table"]
+           "markdown", "noisy", "plot", "server_names", "spread", "table"]
 
 SCHEMA = 1
 DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"  # the reference run
@@ -314,6 +315,37 @@ def format_text(data: dict, load_names: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
+def markdown(data: dict, load_names: list[str] | None = None) -> str:
+    """Loads' tables as Markdown, for a page that includes a committed results file.
+
+    The book renders latest.json with its own directive; a load measured in
+    a run of its own (``run.py --loads wrk-pipeline --out
+    benchmarks/results/pipeline.json``) is shown through this instead, as
+    benchmarks/results/pipeline.md.  Each table is followed by its command,
+    its notes, the general footnotes it needs and the machine.
+    """
+    baseline = data.get("baseline")
+    out = []
+    for entry in data.get("loads", []):
+        if load_names is not None and entry["name"] not in load_names:
+            continue
+        header, rows = table(data, entry["name"], ratios=baseline is not None)
+        out += [f"**{entry['name']}**: {entry['title']}", "",
+                "| " + " | ".join(header) + " |",
+                "|---|" + "---:|" * (len(header) - 1)]
+        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        out += ["", f"Command: `{entry['command']}`", ""]
+        out += [f"- {note}" for note in footnotes(data, entry["name"])]
+    keys = (["ratio"] if baseline else []) + ["latency", "cpu", "failed"]
+    out += [f"- {FOOTNOTES[key]}" for key in keys]
+    if any(entry.get("pipeline") for entry in data.get("loads", [])
+           if load_names is None or entry["name"] in load_names):
+        out.append("- With pipelining, wrk times a batch, not a request: p50 and p99 are the time "
+                   "from writing a batch to receiving its last answer (no figure where wrk printed 0).")
+    out += ["", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]
+    return "\n".join(out) + "\n"
+
+
 # --- plots -----------------------------------------------------------------
 
 _COLOURS = {"stage": "#4c72b0", "peer": "#dd8452"}
@@ -389,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                              "else the book's reference run, benchmarks/results/latest.json)")
     parser.add_argument("--loads", help="comma list of loads to print (default all)")
     parser.add_argument("--plot", type=Path, help="also draw the plot into this PNG")
+    parser.add_argument("--markdown", type=Path, help="also write the tables (of --loads) as Markdown here")
     args = parser.parse_args(argv)
     if args.json is None:
         args.json = LOCAL_PATH if LOCAL_PATH.exists() else DEFAULT_PATH
@@ -404,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_text(data, args.loads.split(",") if args.loads else None))
     if args.plot:
         print(f"drew {plot(data, None, args.plot)}")
+    if args.markdown:
+        args.markdown.write_text(markdown(data, args.loads.split(",") if args.loads else None), encoding="utf-8")
+        print(f"wrote {args.markdown}")
     return 0
 
 

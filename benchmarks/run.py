@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
     parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
+    parser.add_argument("--syscalls", action="store_true",
+                        help="afterwards, count system calls per request on the same servers under strace, "
+                             "at pipelining depth 1 and 24 (benchmarks/syscalls.py: syscalls.json and .md "
+                             "beside the JSON; with --reference, the book's)")
     return parser
 
 
@@ -660,6 +664,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drew {_relative(png)}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
+    if args.syscalls:
+        # A pass of its own, after the timed one: strace slows a server down.
+        from benchmarks import syscalls
+        print(flush=True)
+        where = ["--save"] if args.reference else ["--out", str(args.out.parent / "syscalls.json")]
+        chosen = []
+        for flag, value in (("--stages", args.stages), ("--peers", args.peers)):
+            if value is not None:
+                chosen += [flag, value]
+        return syscalls.main([*chosen, *where, *(["--quick"] if args.quick else []),
+                              *(["--no-pin"] if args.no_pin else [])])
     return 0
 
 
