@@ -232,3 +232,41 @@ def test_the_port_stays_reserved_while_the_parent_runs() -> None:
                 other.bind(server.address)
     finally:
         assert server.stop() == 0
+
+
+# --- the benchmark's plumbing (benchmarks/workers.py), no measurement ------
+
+def test_benchmark_layouts_account_for_the_load_generators_core() -> None:
+    from benchmarks.workers import layouts
+    two = layouts([0, 1], pin=True)
+    assert [(l.workers, l.server_cpus, l.load_cpu, l.shared) for l in two] == [
+        (1, (0,), 1, False), (2, (0,), 1, False), (2, (0, 1), 1, True)]
+    assert layouts([0, 1, 2, 3], pin=True)[-1].shared is False  # wrk gets a core of its own
+    assert all(l.server_cpus == () for l in layouts([0, 1], pin=False))
+
+
+def test_benchmark_serves_the_uvloop_peer_on_two_workers() -> None:
+    pytest.importorskip("uvloop")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "workers.py")
+    command = [sys.executable, script, "--serve", "uvloop-protocol", "--workers", "2",
+               "--port", "0"]
+    server = ServerProcess("uvloop-protocol", command=command, timeout=TIMEOUT).start()
+    try:
+        pids = worker_pids(server, 2)
+        for _ in range(10):
+            assert http_get(server.address) == (200, HELLO)
+    finally:
+        assert server.stop() == 0
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_benchmark_table_is_generated_from_the_json() -> None:
+    import json
+    from pathlib import Path
+
+    from benchmarks.workers import markdown
+    root = Path(__file__).resolve().parent.parent
+    data = json.loads((root / "benchmarks/results/workers.json").read_text(encoding="utf-8"))
+    assert (root / "benchmarks/results/workers.md").read_text(encoding="utf-8") == markdown(data), \
+        "regenerate the table: python benchmarks/workers.py --table"
+    assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
