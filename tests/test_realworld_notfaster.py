@@ -1,0 +1,135 @@
+"""The plumbing of "Async Python is not faster" (benchmarks/realworld/notfaster_*.py), on a tiny run.
+
+PostgreSQL and nginx really start (services.py), a request goes nginx ->
+app -> PostgreSQL and back as JSON, for a sync configuration (gunicorn +
+Falcon + psycopg_pool) and async ones (uvicorn + Starlette and aiohttp,
+with asyncpg, on tinyloop.aio), and everything stops, every worker
+included.  A missing binary skips with ServiceMissing's message, a missing
+library with the configuration's own.  These check behaviour, never speed:
+the one benchmark run here lasts a second per step and its figures are only
+checked to be there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.realworld import notfaster_bench, services
+from benchmarks.realworld.notfaster_apps import APPS, DSN_ENV, PATH, ROWS_ENV
+
+pytestmark = pytest.mark.timeout(120)  # pytest-timeout: a stack that hangs fails the test
+
+ROWS = 50
+BY_NAME = {app.name: app for app in APPS}
+
+
+def _start(manager):
+    """Enter a service's context manager, or skip with ServiceMissing's message."""
+    try:
+        return manager.__enter__()
+    except services.ServiceMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[services.PG]:
+    manager = services.postgres(rows=ROWS)
+    pg = _start(manager)
+    try:
+        yield pg
+    finally:
+        manager.__exit__(None, None, None)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is ``pgid`` (proc(5): field 5 of stat)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+@pytest.mark.parametrize("name", ["gunicorn-falcon", "uvicorn-starlette-aio", "aiohttp-aio"])
+def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
+        name: str, pg: services.PG, tmp_path: Path) -> None:
+    app = BY_NAME[name]
+    if app.missing():
+        pytest.skip(app.missing())
+    env = {**os.environ, DSN_ENV: pg.dsn, ROWS_ENV: str(pg.rows)}
+    log = tmp_path / "app.log"
+    with notfaster_bench.start_app(app, 2, env, None, log) as (process, port):
+        manager = services.nginx([port])
+        proxy = _start(manager)
+        try:
+            url = f"http://127.0.0.1:{proxy.port}{PATH}"
+            bodies = [notfaster_bench.wait_ready(url, process, log) for _ in range(5)]
+            workers = services._descendants(process.pid)
+        finally:
+            manager.__exit__(None, None, None)
+    for body in bodies:
+        row = json.loads(body)
+        assert set(row) == {"id", "value"}, f"{name} should answer the row as JSON, got {body!r}"
+        assert 1 <= row["id"] <= ROWS and row["value"] == f"value {row['id']}", (
+            f"{name} should return the row PostgreSQL holds for its key, got {row}")
+    assert workers, f"{name} was started with 2 workers but had no child process"
+    assert proxy.process.poll() is not None, "nginx should be stopped after the run"
+    deadline = time.monotonic() + 10
+    while _group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is not None, f"{name}'s first process should be gone after the run"
+    assert not _group_members(process.pid), f"{name} left processes behind: {_group_members(process.pid)}"
+
+
+def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(tmp_path: Path) -> None:
+    app = BY_NAME["gunicorn-falcon"]
+    if app.missing():
+        pytest.skip(app.missing())
+    out = tmp_path / "notfaster.json"
+    argv = ["--quick", "--apps", "gunicorn-falcon,uvicorn-starlette-uv", "--max-workers", "1",
+            "--cpus-load", "any", "--cpus-proxy", "any", "--cpus-app", "any", "--cpus-db", "any",
+            "--out", str(out)]
+    try:
+        status = notfaster_bench.main(argv)
+    finally:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, notfaster_bench._usable_cpus())
+    if status == 1 and not out.exists():
+        pytest.skip("a service is missing (the harness printed which)")
+    assert status == 0, "the quick run should succeed"
+    data = json.loads(out.read_text())
+    entry = data["layouts"]["load=any proxy=any app=any db=any"]
+    (row,) = entry["rows"]
+    assert row["app"] == "gunicorn-falcon" and row["workers"] == 1, row
+    assert row["status"] == "ok" and row["rps"] and row["p99_ms"] and row["server_us_per_req"], (
+        f"the run should report req/s, p99 and CPU per request: {row}")
+    if BY_NAME["uvicorn-starlette-uv"].missing():
+        assert "uvicorn-starlette-uv" in entry["skipped"], "a loop that does not import is a skipped row"
+    table = out.with_suffix(".md").read_text()
+    assert "| gunicorn-falcon | 1 |" in table and entry["versions"]["postgresql"] in table
+
+
+def test_cpu_lists_and_the_default_layout() -> None:
+    assert notfaster_bench._cpu_list([0, 1, 2, 5]) == "0-2,5"
+    assert notfaster_bench._cpu_list([3]) == "3"
+    layout = notfaster_bench.default_layout()
+    usable = notfaster_bench._usable_cpus()
+    if len(usable) >= 2:
+        load = services._cpu_set(layout.load)
+        rest = services._cpu_set(layout.app)
+        assert load and rest and not load & rest, "the load generator gets cores of its own"
+        assert layout.proxy == layout.app == layout.db, "nginx, the app and PostgreSQL share the rest"
+        assert load | rest == set(usable)
