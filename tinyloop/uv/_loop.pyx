@@ -1,0 +1,566 @@
+# cython: language_level=3
+# tinyloop/uv/_loop.pyx
+#
+# Part IV: the hot paths of tinyloop.aio's loop, moved into C on libuv.
+# UVLoop is the C base of tinyloop.uv.Loop (tinyloop/uv/loop.py), which
+# also inherits Part III's Python loop: every method defined here replaces
+# the Python one of the same name, and every method not defined here is
+# Part III's, unchanged.
+#
+# Rules this file keeps:
+#   * The Python face stays Part III's (asyncio.AbstractEventLoop); this
+#     file only changes how the work is done.  The same conformance suite
+#     runs on both loops.
+#   * libuv owns the iteration: uv_run(UV_RUN_ONCE) *is* run_once.  The
+#     ready queue runs from an idle handle; a prepare handle makes sure the
+#     loop never blocks while callbacks are waiting; a check handle sends
+#     the writes a turn queued (tcp.pyx).
+#   * A libuv handle's memory is ours until its close callback: we malloc
+#     it, uv_close it, and free it only in _on_close_free.  _live_handles
+#     counts the handles between the two, and a debug build checks at
+#     close() that none is left.
+#   * No callback runs after its handle is closed: every callback checks
+#     its object's state first, and uv_close stops the handle's callbacks.
+#   * An exception libuv cannot carry (KeyboardInterrupt, SystemExit out of
+#     a callback) is stashed, the loop stopped with uv_stop, and the
+#     exception raised again from run_once once uv_run has returned.
+#
+# The files included below each hold one concern: handles.pyx (Handle,
+# TimerHandle), timers.pyx (the C timer heap), poll.pyx (uv_poll readiness),
+# tcp.pyx (TCP transports on uv_tcp), signals.pyx (uv_signal).
+
+cimport cython
+from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from libc.stdint cimport uint64_t
+from libc.string cimport memset
+
+from tinyloop.uv cimport uv
+
+import asyncio
+import contextvars
+import os
+import socket
+import sys
+import threading
+
+# A debug build (TINYLOOP_UV_DEBUG=1 at build time, see setup.py) defines
+# TINYLOOP_UV_DEBUG to 1; the C compiler drops the checks it guards from a
+# release build.
+cdef extern from *:
+    """
+    #ifndef TINYLOOP_UV_DEBUG
+    #define TINYLOOP_UV_DEBUG 0
+    #endif
+    """
+    const bint UV_DEBUG "TINYLOOP_UV_DEBUG"
+
+DEBUG_BUILD = UV_DEBUG
+
+
+cdef _uv_error(int err):
+    # libuv returns -errno on Unix: make the OSError subclass Python would.
+    return OSError(-err, uv.uv_strerror(err).decode())
+
+
+include "handles.pyx"
+include "timers.pyx"
+include "poll.pyx"
+include "tcp.pyx"
+
+
+# -- The phases' callbacks -------------------------------------------------------------
+
+cdef void _on_idle(uv.uv_idle_t* handle) noexcept with gil:
+    cdef UVLoop loop = <UVLoop>handle.data
+    try:
+        loop._run_ready()
+        loop._flush_writes()
+    except BaseException as exc:
+        loop._stash_error(exc)
+
+
+cdef void _on_prepare(uv.uv_prepare_t* handle) noexcept with gil:
+    # Last stop before libuv computes the poll timeout: callbacks queued by
+    # anyone (a Python append to _ready, a stop()) must make it zero.
+    cdef UVLoop loop = <UVLoop>handle.data
+    try:
+        loop._flush_writes()
+        if loop._ready or loop._stopping:
+            loop._arm_idle()
+    except BaseException as exc:
+        loop._stash_error(exc)
+
+
+cdef void _on_check(uv.uv_check_t* handle) noexcept with gil:
+    # After the I/O callbacks: send what they wrote, in one write per transport.
+    cdef UVLoop loop = <UVLoop>handle.data
+    try:
+        loop._flush_writes()
+    except BaseException as exc:
+        loop._stash_error(exc)
+
+
+cdef void _on_async(uv.uv_async_t* handle) noexcept with gil:
+    # call_soon_threadsafe's wake-up: the handle is in _ready already.
+    (<UVLoop>handle.data)._arm_idle()
+
+
+cdef void _close_handle(uv.uv_handle_t* handle) noexcept:
+    # Detach the handle from its Python object, then give it back to libuv.
+    handle.data = NULL
+    uv.uv_close(handle, _on_close_free)
+
+
+cdef void _on_walk_close(uv.uv_handle_t* handle, void* arg) noexcept with gil:
+    # close(): whatever handle is still open (a leak in a debug build).
+    if not uv.uv_is_closing(handle):
+        _close_handle(handle)
+
+
+cdef class UVLoop:
+    """The C half of :class:`tinyloop.uv.Loop`: libuv's loop, the ready queue's
+    runner, the timer heap, readiness, and TCP transports.
+
+    Not used alone: tinyloop.uv.Loop mixes it with Part III's loop.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        cdef int err
+        self.uvloop = <uv.uv_loop_t*>PyMem_RawMalloc(sizeof(uv.uv_loop_t))
+        if self.uvloop is NULL:
+            raise MemoryError()
+        err = uv.uv_loop_init(self.uvloop)
+        if err < 0:
+            PyMem_RawFree(self.uvloop)
+            self.uvloop = NULL
+            raise _uv_error(err)
+        # The loop's data points at our count of live handles, so that a
+        # close callback can count one down without touching Python (it may
+        # run from __dealloc__, when this object is already going).
+        self.uvloop.data = <void*>&self._live_handles
+        self._polls = {}
+        self._to_flush = []
+        self._recv_buffer = <char*>PyMem_RawMalloc(READ_BUFFER_SIZE)
+        if self._recv_buffer is NULL:
+            raise MemoryError()
+        self._armed_when = -1.0
+
+        self._idle = <uv.uv_idle_t*>self._alloc_handle(sizeof(uv.uv_idle_t))
+        uv.uv_idle_init(self.uvloop, self._idle)
+        self._prepare = <uv.uv_prepare_t*>self._alloc_handle(sizeof(uv.uv_prepare_t))
+        uv.uv_prepare_init(self.uvloop, self._prepare)
+        self._check = <uv.uv_check_t*>self._alloc_handle(sizeof(uv.uv_check_t))
+        uv.uv_check_init(self.uvloop, self._check)
+        self._timer = <uv.uv_timer_t*>self._alloc_handle(sizeof(uv.uv_timer_t))
+        uv.uv_timer_init(self.uvloop, self._timer)
+        self._async = <uv.uv_async_t*>self._alloc_handle(sizeof(uv.uv_async_t))
+        uv.uv_async_init(self.uvloop, self._async, _on_async)
+        self._idle.data = <void*>self
+        self._prepare.data = <void*>self
+        self._check.data = <void*>self
+        self._timer.data = <void*>self
+        self._async.data = <void*>self
+
+        # prepare and check run in every iteration but must not keep
+        # uv_run alive on their own; the async handle must (it is what a
+        # run_forever with nothing scheduled waits on, as asyncio's
+        # self-pipe is).
+        uv.uv_prepare_start(self._prepare, _on_prepare)
+        uv.uv_unref(<uv.uv_handle_t*>self._prepare)
+        uv.uv_check_start(self._check, _on_check)
+        uv.uv_unref(<uv.uv_handle_t*>self._check)
+
+    cdef void* _alloc_handle(self, size_t size) except NULL:
+        cdef void* memory = PyMem_RawMalloc(size)
+        if memory is NULL:
+            raise MemoryError()
+        memset(memory, 0, size)
+        self._live_handles += 1
+        return memory
+
+    def __dealloc__(self):
+        # close() should have run; if not, free libuv's loop without Python.
+        if self.uvloop is not NULL:
+            self._close_uv()
+
+    # -- Time ----------------------------------------------------------------------
+
+    def time(self):
+        """Seconds on the monotonic clock (uv_hrtime(3): CLOCK_MONOTONIC, in ns).
+
+        The clock is libuv's, the same one time.monotonic() reads on Linux;
+        Part III's injected ``clock`` is not used.
+        """
+        return uv.uv_hrtime() * 1e-9
+
+    # -- Scheduling -------------------------------------------------------------------
+
+    def call_soon(self, callback, *args, context=None):
+        """Run ``callback(*args)`` in ``context`` soon; returns a Handle.
+
+        As Part III's call_soon: RuntimeError if the loop is closed; in debug
+        mode TypeError for a coroutine function and RuntimeError from
+        another thread.
+        """
+        if self._closed:
+            self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_soon")
+        cdef Handle handle = _new_handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        """call_soon from any thread: wakes the loop with uv_async_send (async.html)."""
+        self._check_callback(callback, "call_soon_threadsafe")
+        cdef Handle handle = _new_handle(callback, args, self, context)
+        self._ready.append(handle)   # deque.append is atomic under the GIL
+        uv.uv_async_send(self._async)
+        return handle
+
+    def call_later(self, delay, callback, *args, context=None):
+        """Run ``callback(*args)`` after ``delay`` seconds; returns a TimerHandle."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self.time() + delay, callback, *args, context=context)
+
+    def call_at(self, when, callback, *args, context=None):
+        """Run ``callback(*args)`` at ``when`` seconds on :meth:`time`; returns a TimerHandle."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        if self._closed:
+            self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        cdef TimerHandle timer = TimerHandle.__new__(TimerHandle)
+        timer._callback = callback
+        timer._args = args
+        timer._loop = self
+        timer._context = _copy_context() if context is None else context
+        timer._when = when
+        self._push_timer(timer)
+        return timer
+
+    # -- The ready queue -----------------------------------------------------------------
+
+    cdef inline void _arm_idle(self) noexcept:
+        if not self._idle_active:
+            uv.uv_idle_start(self._idle, _on_idle)
+            self._idle_active = True
+
+    cdef int _run_ready(self) except -1:
+        # Step 4 of Part II's iteration, unchanged in meaning: run exactly the
+        # callbacks that are ready now; what they schedule waits its turn.
+        cdef object ready = self._ready
+        cdef Py_ssize_t ntodo = len(ready)
+        cdef object item
+        cdef Handle handle
+        while ntodo > 0:
+            ntodo -= 1
+            item = ready.popleft()
+            if type(item) is Handle or type(item) is TimerHandle:
+                handle = <Handle>item
+                if handle._cancelled:
+                    continue
+                if self._debug:
+                    self._run_handle(handle)   # Part II's: times it, names slow ones
+                else:
+                    handle._run_c()
+            elif not item._cancelled:          # a Part III handle (signals queue them)
+                self._run_handle(item)
+        if not ready and not self._stopping and self._idle_active:
+            uv.uv_idle_stop(self._idle)
+            self._idle_active = False
+        return 0
+
+    cdef _stash_error(self, BaseException exc):
+        # Keep the first; stop uv_run so run_once can raise it.
+        if self._last_error is None:
+            self._last_error = exc
+        uv.uv_stop(self.uvloop)
+
+    # -- The iteration ------------------------------------------------------------------
+
+    def run_once(self):
+        """One iteration of libuv's loop: uv_run(UV_RUN_ONCE) (loop.html).
+
+        Its phases replace Part II's four steps: due timers (our one
+        uv_timer_t), idle (the ready queue), prepare, poll for I/O (uv_poll
+        and uv_tcp callbacks), check (queued writes), close callbacks.
+        The GIL is released while libuv waits, so executor threads run.
+        Raises what a callback let through (KeyboardInterrupt, SystemExit).
+        """
+        cdef object error
+        with nogil:
+            uv.uv_run(self.uvloop, uv.UV_RUN_ONCE)
+        if self._last_error is not None:
+            error, self._last_error = self._last_error, None
+            raise error
+
+    # -- Timers (the heap itself is in timers.pyx) -----------------------------------------
+
+    cdef _push_timer(self, TimerHandle timer):
+        cdef TimerEntry* grown
+        cdef Py_ssize_t capacity
+        if self._heap_len == self._heap_capacity:
+            capacity = self._heap_capacity * 2 if self._heap_capacity else 64
+            grown = <TimerEntry*>PyMem_RawRealloc(self._heap, capacity * sizeof(TimerEntry))
+            if grown is NULL:
+                raise MemoryError()
+            self._heap = grown
+            self._heap_capacity = capacity
+        Py_INCREF(timer)
+        self._heap[self._heap_len].when = timer._when
+        self._heap[self._heap_len].sequence = self._timer_sequence
+        self._heap[self._heap_len].timer = <void*>timer
+        self._timer_sequence += 1
+        self._heap_len += 1
+        _sift_up(self._heap, self._heap_len - 1)
+        timer._in_heap = True
+        if self._heap[0].timer == <void*>timer:
+            self._arm_timer()
+
+    cdef _arm_timer(self):
+        # Point the one uv_timer_t at the earliest deadline.
+        cdef double when, delay
+        cdef uint64_t ms
+        while self._heap_len and (<TimerHandle>self._heap[0].timer)._cancelled:
+            _pop_top(self)
+            self._timers_cancelled -= 1
+        if not self._heap_len:
+            uv.uv_timer_stop(self._timer)
+            self._armed_when = -1.0
+            return
+        when = self._heap[0].when
+        if when == self._armed_when:
+            return
+        # uv_timer_start counts from uv_now(), cached at the start of the
+        # iteration; bring it up to date, or a timer set after a slow
+        # callback would fire early (and be re-armed: harmless, but a turn).
+        uv.uv_update_time(self.uvloop)
+        delay = when - self.time()
+        ms = <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0
+        uv.uv_timer_start(self._timer, _on_timer, ms, 0)
+        self._armed_when = when
+
+    cdef int _fire_timers(self) except -1:
+        # The uv_timer_t fired: move every due timer to the ready queue, in
+        # deadline order, then re-arm for the next.  A timer is due when its
+        # deadline has passed on time(); libuv counts whole milliseconds, so
+        # it may wake us a fraction of one early, and then nothing is due
+        # yet and we re-arm for the rest.
+        cdef double now = self.time()
+        cdef TimerHandle timer
+        cdef object ready = self._ready
+        self._armed_when = -1.0
+        while self._heap_len and self._heap[0].when <= now:
+            timer = _pop_top(self)
+            if timer._cancelled:
+                self._timers_cancelled -= 1
+            else:
+                ready.append(timer)
+        self._arm_timer()
+        if ready:
+            self._arm_idle()
+        return 0
+
+    cdef _timer_cancelled(self, TimerHandle timer):
+        self._timers_cancelled += 1
+        if (self._timers_cancelled > _MIN_CANCELLED_TIMERS
+                and self._timers_cancelled * 2 > self._heap_len):
+            self._compact_timers()
+
+    cdef _compact_timers(self):
+        # Drop every cancelled entry in one pass, then re-heapify (Floyd's
+        # bottom-up build, O(n)).  Sequence numbers keep ties in order.
+        cdef Py_ssize_t i, kept = 0
+        cdef TimerHandle timer
+        for i in range(self._heap_len):
+            timer = <TimerHandle>self._heap[i].timer
+            if timer._cancelled:
+                timer._in_heap = False
+                Py_DECREF(timer)
+            else:
+                self._heap[kept] = self._heap[i]
+                kept += 1
+        self._heap_len = kept
+        self._timers_cancelled = 0
+        i = kept // 2 - 1
+        while i >= 0:
+            _sift_down(self._heap, kept, i)
+            i -= 1
+        self._arm_timer()
+
+    cdef _clear_timers(self):
+        cdef Py_ssize_t i
+        cdef TimerHandle timer
+        for i in range(self._heap_len):
+            timer = <TimerHandle>self._heap[i].timer
+            timer._in_heap = False
+            Py_DECREF(timer)
+        self._heap_len = 0
+        self._timers_cancelled = 0
+
+    # -- Readiness (UVPoll is in poll.pyx) --------------------------------------------------
+    #
+    # Part III reaches readiness through four unchecked doors (_add_reader,
+    # _add_writer, _remove_reader, _remove_writer) behind the checked public
+    # ones; we replace the four doors and inherit the checks.
+
+    cdef UVPoll _poll_for(self, int fd):
+        cdef UVPoll poll = self._polls.get(fd)
+        cdef int err
+        if poll is not None:
+            return poll
+        poll = UVPoll.__new__(UVPoll)
+        poll.loop = self
+        poll.fd = fd
+        poll.handle = <uv.uv_poll_t*>self._alloc_handle(sizeof(uv.uv_poll_t))
+        err = uv.uv_poll_init_socket(self.uvloop, poll.handle, fd)
+        if err < 0:
+            # Not pollable (a regular file: EPERM, as epoll_ctl(2) says) or
+            # not open (EBADF).  Nothing was registered; free the memory now.
+            PyMem_RawFree(poll.handle)
+            self._live_handles -= 1
+            poll.handle = NULL
+            raise _uv_error(err)
+        poll.handle.data = <void*>poll
+        self._polls[fd] = poll
+        return poll
+
+    def _add_reader(self, fd, callback, *args):
+        """Call ``callback(*args)`` whenever ``fd`` is readable; replaces any reader.
+
+        ``fd`` is an int or has ``fileno()``.  Returns the Handle.  Raises
+        RuntimeError on a closed loop, OSError when libuv cannot poll ``fd``.
+        """
+        return self._add_interest_c(fd, callback, args, True)
+
+    def _add_writer(self, fd, callback, *args):
+        """As _add_reader, for writability."""
+        return self._add_interest_c(fd, callback, args, False)
+
+    def _remove_reader(self, fd):
+        """Stop watching ``fd`` for reading; True if a reader was set."""
+        return self._remove_interest_c(fd, True)
+
+    def _remove_writer(self, fd):
+        """Stop watching ``fd`` for writing; True if a writer was set."""
+        return self._remove_interest_c(fd, False)
+
+    cdef _add_interest_c(self, fd, callback, tuple args, bint reading):
+        self._check_callback(callback, "add_reader" if reading else "add_writer")
+        cdef int fileno = fd if isinstance(fd, int) else fd.fileno()
+        if fileno < 0:
+            raise ValueError(f"Invalid file descriptor: {fileno}")
+        cdef UVPoll poll = self._poll_for(fileno)
+        cdef Handle handle = _new_handle(callback, args, self, None)
+        cdef Handle old
+        if reading:
+            old, poll.reader = poll.reader, handle
+        else:
+            old, poll.writer = poll.writer, handle
+        try:
+            poll._update()
+        except BaseException:
+            if reading:
+                poll.reader = old
+            else:
+                poll.writer = old
+            if poll.reader is None and poll.writer is None:
+                poll._close()
+            raise
+        if old is not None:
+            old.cancel()
+        return handle
+
+    cdef _remove_interest_c(self, fd, bint reading):
+        if self._closed:
+            return False
+        cdef int fileno
+        try:
+            fileno = fd if isinstance(fd, int) else fd.fileno()
+        except (ValueError, OSError):
+            return False
+        cdef UVPoll poll = self._polls.get(fileno)
+        if poll is None:
+            return False
+        cdef Handle old
+        if reading:
+            old, poll.reader = poll.reader, None
+        else:
+            old, poll.writer = poll.writer, None
+        poll._update()
+        if old is None:
+            return False
+        old.cancel()
+        return True
+
+    # -- Writes queued in a turn (tcp.pyx) ----------------------------------------------------
+
+    cdef int _flush_writes(self) except -1:
+        cdef list queued = self._to_flush
+        cdef TCPTransport transport
+        if not queued:
+            return 0
+        self._to_flush = []
+        for transport in queued:
+            transport._flush()
+        return 0
+
+    # -- Closing -------------------------------------------------------------------------------
+
+    def _close_uv(self):
+        """Close every libuv handle, let libuv run their close callbacks, free the loop.
+
+        Called by close() after Part III's close; idempotent.  A debug build
+        raises RuntimeError if a handle we opened was not closed by then.
+        """
+        if self.uvloop is NULL:
+            return
+        self._clear_timers()
+        PyMem_RawFree(self._heap)
+        self._heap = NULL
+        self._heap_capacity = 0
+        for poll in list(self._polls.values()):
+            (<UVPoll>poll)._close()
+        leaked = self._live_handles - 5   # our own five phase handles
+        _close_handle(<uv.uv_handle_t*>self._idle)
+        _close_handle(<uv.uv_handle_t*>self._prepare)
+        _close_handle(<uv.uv_handle_t*>self._check)
+        _close_handle(<uv.uv_handle_t*>self._timer)
+        _close_handle(<uv.uv_handle_t*>self._async)
+        # Anything else still open (a transport never closed): close it too.
+        uv.uv_walk(self.uvloop, _on_walk_close, NULL)
+        while uv.uv_run(self.uvloop, uv.UV_RUN_NOWAIT):
+            pass
+        uv.uv_loop_close(self.uvloop)
+        PyMem_RawFree(self.uvloop)
+        self.uvloop = NULL
+        PyMem_RawFree(self._recv_buffer)
+        self._recv_buffer = NULL
+        if UV_DEBUG and leaked and not sys.is_finalizing():
+            raise RuntimeError(f"tinyloop.uv debug build: {leaked} libuv handle(s) were "
+                               "still open at close()")
+
+    def close(self):
+        """Close the loop: Part III's close, then libuv's handles and loop.
+
+        Idempotent; RuntimeError if the loop is running (from Part III).
+        """
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self._closed:
+            return
+        super().close()
+        self._close_uv()
+
+    # -- Inspection for tests and the debug build -----------------------------------------------
+
+    def _debug_counts(self):
+        """{'live_handles': n, 'polls': n, 'timers': n}: what the loop holds now."""
+        return {"live_handles": self._live_handles, "polls": len(self._polls),
+                "timers": self._heap_len - self._timers_cancelled}
