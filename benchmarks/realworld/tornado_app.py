@@ -90,23 +90,26 @@ class UpstreamHandler(tornado.web.RequestHandler):
 
 # marker: tornado-db begin
 async def read_and_update(connection: asyncpg.Connection, rows: int) -> str:
-    """Read a random row of items, write a new value into it, in one transaction; return what was read.
+    """Read a random row of items and write a new value into it, in one transaction.
 
-    Four round trips to PostgreSQL: BEGIN, SELECT, UPDATE, COMMIT.
+    Four round trips to PostgreSQL: BEGIN, SELECT, UPDATE, COMMIT.  Returns
+    the response body, ``"row 0000042"``: the same length for every id, as
+    ab requires (it counts a body whose length differs from the first one's
+    as a failed request).
     """
     key = random.randint(1, rows)
     async with connection.transaction():
         value = await connection.fetchval(SELECT, key)
-        await connection.execute(UPDATE, key, f"value {key}, read {random.randrange(1000)}")
-    return value
+        await connection.execute(UPDATE, key, f"value {key}, read {len(value)}")
+    return f"row {key:07d}"
 
 
 class PoolHandler(tornado.web.RequestHandler):
     async def get(self) -> None:
         # A connection from the pool, opened at start, returned at the end of the block.
         async with self.application.pool.acquire() as connection:
-            value = await read_and_update(connection, self.application.rows)
-        self.finish(value)
+            body = await read_and_update(connection, self.application.rows)
+        self.finish(body)
 
 
 class ConnectHandler(tornado.web.RequestHandler):
@@ -116,10 +119,10 @@ class ConnectHandler(tornado.web.RequestHandler):
         # same work, then the backend exits.
         connection = await asyncpg.connect(self.application.dsn)
         try:
-            value = await read_and_update(connection, self.application.rows)
+            body = await read_and_update(connection, self.application.rows)
         finally:
             await connection.close()
-        self.finish(value)
+        self.finish(body)
 # marker: tornado-db end
 
 

@@ -1,0 +1,415 @@
+# benchmarks/realworld/tornado_bench.py
+"""The Tornado article's measurement, on every loop: each handler under ab and wrk.
+
+    python -m benchmarks.realworld.tornado_bench                 the book's run (see ESTIMATE)
+    python -m benchmarks.realworld.tornado_bench --quick         a plumbing run: tiny loads, once
+    python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
+    python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
+
+Starts PostgreSQL (benchmarks/realworld/services.py) and an upstream HTTP
+server once, then, for every repetition, handler, tool and loop in that
+order, a fresh benchmarks/realworld/tornado_app.py on that loop: warmed up,
+loaded once with ``ab -k -c 100`` or ``wrk -t1 -c 100``, stopped.  Reports
+req/s, p50/p99 latency, and CPU time per request of the app, of the
+database (the postmaster and all its backends) and of the upstream, each
+counted apart.  Writes benchmarks/results/tornado.json and the table
+benchmarks/results/tornado.md that the book includes; ``--quick`` and
+``--out`` write elsewhere (benchmarks/results/local/ by default), so a
+plumbing run never replaces the book's figures.
+"""
+
+# Rules this file keeps:
+#
+#   * Loops alternate: the innermost loop of the schedule is the event
+#     loop, so the runs of one handler and tool on asyncio, uvloop, aio and
+#     uv sit next to each other in time, and whatever drifts on the machine
+#     spreads over all of them.  Figures are medians over the repetitions.
+#   * The core layout is arguments (--cpus-server, --cpus-load, --cpus-db,
+#     --cpus-upstream, each a taskset list or "none"), and the JSON records
+#     it.  The default on two or more cores: the app alone on the first
+#     core, everything else (load generator, PostgreSQL, upstream, this
+#     harness) on the second.
+#   * Nothing is mocked, and what cannot run is a skipped row with its
+#     reason: a loop that does not import, PostgreSQL not installed (the
+#     database handlers), ab or wrk missing.
+#   * The tools, their parsers and their time limits are the harness's own
+#     (benchmarks/loads.py); every process started here is stopped in a
+#     ``finally`` block.
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
+
+from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks.realworld import services  # noqa: E402
+from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing  # noqa: E402
+from benchmarks.run import _display, _median, fingerprint  # noqa: E402
+from tinyloop.testing import ServerProcess  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+REFERENCE = RESULTS / "tornado.json"         # the book's; the plain command writes it
+LOCAL = RESULTS / "local" / "tornado.json"   # --quick's default: ignored by git
+APP = ROOT / "benchmarks" / "realworld" / "tornado_app.py"
+SCHEMA = 1
+TOOLS = ("ab", "wrk")  # the two loads of the article: ab -k -c 100, and wrk
+CONCURRENCY = 100
+ROWS = 10_000  # rows in items: 100 clients rarely draw the same id
+# ab requests per run, per handler: about 2-5 s each on one core.
+REQUESTS = {"hello": 5000, "upstream": 2000, "db": 2000, "db-connect": 1000}
+DEFAULTS = {"duration": 5.0, "repeat": 3, "warmup": 200, "requests": REQUESTS}
+QUICK = {"duration": 1.0, "repeat": 1, "warmup": 5,  # wrk takes whole seconds
+         "requests": {name: 2 * CONCURRENCY for name in REQUESTS}}  # ab: at least -c requests
+# PostgreSQL's settings for the run.  /db-connect opens one connection per
+# request in flight, 100 at once, beside the pool's 10: the default limit of
+# 100 would refuse some (the article's "too many connections"), and the row
+# would measure refusals instead of connects.
+PG_SETTINGS = {"max_connections": "150"}
+ESTIMATE = "about 8 minutes on a 2-core machine with three loops (11 with uv)"
+
+
+# --- the core layout -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """Which cores each part runs on: taskset lists ("0", "1,2"), or None for unpinned."""
+
+    server: str | None
+    load: str | None
+    db: str | None
+    upstream: str | None
+
+    def prefix(self, part: str) -> list[str]:
+        """The argv prefix that pins a command to ``part``'s cores (empty when unpinned)."""
+        cpus = getattr(self, part)
+        return ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
+
+
+def choose_layout(args: argparse.Namespace) -> Layout:
+    """The layout from the --cpus-* arguments; an argument left out takes the default.
+
+    Default with two or more usable cores and taskset: the app on the
+    first, the rest on the second (on a 2-core machine the app is the part
+    being compared, so it is the one given a core of its own).  With one
+    core, or without taskset: nothing is pinned.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pinnable = len(cpus) >= 2 and shutil.which("taskset") is not None
+    first, second = (str(cpus[0]), str(cpus[1])) if pinnable else (None, None)
+    defaults = {"server": first, "load": second, "db": second, "upstream": second}
+
+    def pick(part: str) -> str | None:
+        given = getattr(args, f"cpus_{part}")
+        if given is None:
+            return defaults[part]
+        return None if given.lower() == "none" else given
+
+    return Layout(**{part: pick(part) for part in defaults})
+
+
+# --- one run ---------------------------------------------------------------------
+
+def warm_up(port: int, path: str, requests: int, timeout: float) -> str | None:
+    """GET ``path`` ``requests`` times on one keep-alive connection; None if all were 200, else why not."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        for _ in range(max(requests, 1)):
+            connection.request("GET", path)
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                return f"GET {path} answered {response.status} {body[:80]!r}"
+    except (OSError, http.client.HTTPException) as error:
+        return f"GET {path} failed: {error!r}"
+    finally:
+        connection.close()
+    return None
+
+
+def app_command(loop: str, layout: Layout, dsn: str | None, upstream_port: int) -> list[str]:
+    """The command that starts the app on ``loop``, pinned to the server's cores."""
+    argv = [*layout.prefix("server"), sys.executable, str(APP), "--loop", loop, "--port", "0",
+            "--rows", str(ROWS), "--upstream", f"http://127.0.0.1:{upstream_port}/"]
+    return argv + (["--dsn", dsn] if dsn else [])
+
+
+def measure(loop: str, handler: str, tool: str, settings: loads.Settings, layout: Layout,
+            pg: services.PG | None, upstream: ServerProcess, warmup: int, workdir: Path) -> dict:
+    """Start the app on ``loop``, warm ``handler`` up, load it once with ``tool``, stop the app.
+
+    Returns the run's record: ``status`` is ``"ok"``, ``"timeout"`` or
+    ``"error"`` (``note`` says why); the three ``*_cpu_us_per_req`` figures
+    are CPU microseconds per completed request of the app process, of
+    PostgreSQL (the postmaster and every backend, reaped ones included) and
+    of the upstream server, from /proc before and after the load.
+    """
+    record: dict = {"loop": loop, "handler": handler, "tool": tool, "status": "error", "note": None,
+                    "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
+                    "seconds": None, "app_cpu_us_per_req": None, "db_cpu_us_per_req": None,
+                    "upstream_cpu_us_per_req": None}
+    load = loads.get("ab-keepalive" if tool == "ab" else "wrk")  # -k -c 100 / -t1 -c 100
+    app = ServerProcess(f"tornado-{loop}", command=app_command(loop, layout, pg and pg.dsn, upstream.port),
+                        timeout=30)
+    try:
+        app.start()
+    except RuntimeError as error:
+        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[-3:])
+        return record
+    try:
+        path = HANDLERS[handler]
+        failure = warm_up(app.port, path, warmup, settings.socket_timeout)
+        if failure is not None:
+            record["note"] = failure
+            return record
+        parts = {"app": app.pid, "upstream": upstream.pid, **({"db": pg.pid} if pg else {})}
+        before = {name: services.process_tree_cpu(pid) for name, pid in parts.items()}
+        result, _, output = loads.run(load, f"http://127.0.0.1:{app.port}{path}", settings, workdir,
+                                      layout.prefix("load"))
+        after = {name: services.process_tree_cpu(pid) for name, pid in parts.items()}
+        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
+                      completed=result.completed, failed=result.failed, seconds=result.seconds)
+        if result.completed:
+            for name in parts:
+                record[f"{name}_cpu_us_per_req"] = (after[name] - before[name]) * 1e6 / result.completed
+        if app.proc is not None and app.proc.poll() is not None:
+            record["note"] = f"the app exited with code {app.proc.returncode} during the run"
+        elif result.timed_out or result.completed == 0:
+            record["status"], record["note"] = "timeout", result.error or "no response"
+        elif result.completed is None:
+            tail = output.strip().splitlines()[-1:] or ["no output"]
+            record["note"] = result.error or f"could not read the tool's output: {tail[0]}"
+        else:
+            record["status"] = "ok"
+            if result.failed:
+                record["note"] = f"{result.failed} failed requests"
+        return record
+    finally:
+        app.stop()
+
+
+# --- the whole run ---------------------------------------------------------------
+
+FIGURES = ("rps", "p50_ms", "p99_ms", "app_cpu_us_per_req", "db_cpu_us_per_req", "upstream_cpu_us_per_req")
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per (handler, tool, loop), in run order: the medians of its ``ok`` runs.
+
+    A row's ``spread`` is its req/s ``[min, max]``; ``noisy`` is true when
+    they differ by more than report.NOISE; ``failed`` sums every run's.
+    """
+    grouped: dict[tuple[str, str, str], list[dict]] = {}
+    for run in runs:
+        grouped.setdefault((run["handler"], run["tool"], run["loop"]), []).append(run)
+    rows = []
+    for (handler, tool, loop), group in grouped.items():
+        ok = [run for run in group if run["status"] == "ok"]
+        row = {"handler": handler, "tool": tool, "loop": loop, "runs": len(group), "ok_runs": len(ok)}
+        for figure in FIGURES:
+            row[figure] = _median([run[figure] for run in ok])
+        rates = [run["rps"] for run in ok if run["rps"] is not None]
+        row["spread"] = [min(rates), max(rates)] if rates else None
+        row["noisy"] = bool(rates) and min(rates) > 0 and max(rates) > min(rates) * (1 + report.NOISE)
+        row["failed"] = sum(run["failed"] or 0 for run in group)
+        notes = sorted({run["note"] for run in group if run["note"]})
+        row["note"] = "; ".join(notes) or None
+        rows.append(row)
+    return rows
+
+
+def short_version(name: str, line: str) -> str:
+    """A version line as the table shows it: "ab 2.3", "wrk 4.1.0", "PostgreSQL 15.18"."""
+    patterns = {"ab": r"Version ([\d.]+)", "wrk": r"wrk (?:\S*/)?([\d.]+)",
+                "postgres": r"\(PostgreSQL\) ([\d.]+)", "python": r"(\S+ [\d.]+)"}
+    match = re.search(patterns.get(name, r"^(.*)$"), line)
+    shown = match.group(1) if match else line
+    return {"postgres": f"PostgreSQL {shown}", "python": shown}.get(name, f"{name} {shown}")
+
+
+def _cell(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(data: dict) -> str:
+    """The results as the Markdown the chapter includes: a header of what ran, then one table."""
+    machine, versions, layout = data["machine"], data["versions"], data["layout"]
+    cores = ", ".join(f"{part} {cpus or 'unpinned'}" for part, cpus in layout.items())
+    lines = [
+        f"Measured {data['date'][:10]} with `{data['command']}` "
+        f"({data['settings']['repeat']} interleaved repetitions, medians; "
+        f"ab -k -c {CONCURRENCY}, wrk -t1 -c {CONCURRENCY} for {data['settings']['duration_s']:g} s) "
+        f"on {machine['cpu_model']}, {machine['cpus']} cores, {machine['python']}. "
+        f"Cores: {cores}.",
+        "",
+        "Versions: " + ", ".join(short_version(name, version) for name, version in versions.items() if version)
+        + ".",
+        "",
+    ]
+    for name, reason in data["skipped"].items():
+        lines += [f"Not measured: {name} ({reason}).", ""]
+    lines += [
+        "| handler | load | loop | req/s | p50 ms | p99 ms | app CPU µs/req | database CPU µs/req "
+        "| upstream CPU µs/req |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for row in data["results"]:
+        if not row["ok_runs"]:
+            lines.append(f"| {HANDLERS[row['handler']]} | {row['tool']} | {row['loop']} "
+                         f"| {row['note'] or 'no run succeeded'} ||||||")
+            continue
+        db = row["db_cpu_us_per_req"] if row["handler"].startswith("db") else None
+        up = row["upstream_cpu_us_per_req"] if row["handler"] == "upstream" else None
+        mark = " (noisy)" if row["noisy"] else ""
+        lines.append(
+            f"| {HANDLERS[row['handler']]} | {row['tool']} | {row['loop']} | {_cell(row['rps'], 0)}{mark} "
+            f"| {_cell(row['p50_ms'], 1)} | {_cell(row['p99_ms'], 1)} | {_cell(row['app_cpu_us_per_req'], 0)} "
+            f"| {_cell(db, 0)} | {_cell(up, 0)} |")
+    failed = [row for row in data["results"] if row["failed"]]
+    if failed:
+        lines += ["", "Failed requests: " + "; ".join(
+            f"{HANDLERS[row['handler']]} {row['tool']} {row['loop']}: {row['failed']}" for row in failed) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.realworld.tornado_bench",
+        description="The Tornado article's app on every loop, under ab and wrk, with PostgreSQL and an upstream.")
+    parser.add_argument("--quick", action="store_true", help="a plumbing run: tiny loads, one repetition")
+    parser.add_argument("--loops", help=f"comma-separated, from {', '.join(LOOPS)} (default: all)")
+    parser.add_argument("--handlers", help=f"comma-separated, from {', '.join(HANDLERS)} (default: all)")
+    parser.add_argument("--tools", help="ab, wrk or both (default: both)")
+    parser.add_argument("--repeat", type=int, help="repetitions (default 3; --quick 1)")
+    parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
+    for part, what in (("server", "the tornado app"), ("load", "ab and wrk (and this harness)"),
+                       ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
+        parser.add_argument(f"--cpus-{part}", metavar="LIST",
+                            help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
+    parser.add_argument("--out", type=Path,
+                        help="where the JSON goes, the .md beside it (default: benchmarks/results/"
+                             "tornado.json; with --quick benchmarks/results/local/tornado.json)")
+    return parser
+
+
+def _chosen(argument: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
+    if argument is None:
+        return list(known)
+    chosen = [name.strip() for name in argument.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise SystemExit(f"tornado_bench: unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    base = QUICK if args.quick else DEFAULTS
+    out = args.out or (LOCAL if args.quick else REFERENCE)
+    repeat = args.repeat or base["repeat"]
+    settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
+                              socket_timeout=5.0, run_timeout=120.0)
+    loops = _chosen(args.loops, tuple(LOOPS), "loops")
+    handlers = _chosen(args.handlers, tuple(HANDLERS), "handlers")
+    tools = _chosen(args.tools, TOOLS, "tools")
+    missing_tools = [tool for tool in tools if shutil.which(tool) is None]
+    if missing_tools:
+        raise SystemExit(f"tornado_bench: {' and '.join(missing_tools)} not found; install ApacheBench "
+                         "(Debian: apache2-utils) and wrk, or run `bash scripts/setup.sh`")
+    skipped: dict[str, str] = {}
+    for loop in list(loops):
+        reason = loop_missing(loop)
+        if reason:
+            skipped[f"loop {loop}"] = reason
+            loops.remove(loop)
+    layout = choose_layout(args)
+    if layout.load and hasattr(os, "sched_setaffinity"):
+        services.pin(os.getpid(), layout.load)  # the harness mostly waits: keep it off the app's core
+    for name, reason in skipped.items():
+        print(f"skip {name}: {reason}", flush=True)
+
+    date, started = datetime.now(timezone.utc), time.monotonic()
+    records: list[dict] = []
+    db_handlers = [h for h in handlers if h.startswith("db")]
+    pg_context = None
+    pg: services.PG | None = None
+    try:
+        if db_handlers:
+            try:
+                pg_context = services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS)
+                pg = pg_context.__enter__()
+            except services.ServiceMissing as missing:
+                pg_context = None
+                for handler in db_handlers:
+                    skipped[f"handler {handler}"] = str(missing)
+                    handlers.remove(handler)
+                print(f"skip {', '.join(db_handlers)}: {missing}", flush=True)
+        upstream_argv = [*layout.prefix("upstream"), sys.executable, "-m", "tinyloop", "serve", "epoll",
+                         "--host", "127.0.0.1", "--port", "0"]
+        with ServerProcess("epoll", command=upstream_argv) as upstream, \
+                tempfile.TemporaryDirectory(prefix="tinyloop-tornado-") as workdir:
+            order = [(rep, handler, tool, loop) for rep in range(1, repeat + 1) for handler in handlers
+                     for tool in tools for loop in loops]
+            print(f"{len(order)} runs ({len(loops)} loops x {len(handlers)} handlers x {len(tools)} tools "
+                  f"x {repeat}); " + ("" if args.quick else ESTIMATE), flush=True)
+            for index, (rep, handler, tool, loop) in enumerate(order, 1):
+                settings.requests["ab-keepalive"] = base["requests"][handler]
+                record = measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"],
+                                 Path(workdir))
+                record["rep"] = rep
+                records.append(record)
+                print(f"[{index}/{len(order)}] {HANDLERS[handler]:<11} {tool:<3} {loop:<7} "
+                      f"{record['status']:<7} {_cell(record['rps'], 0):>8} req/s "
+                      f"app {_cell(record['app_cpu_us_per_req'], 0)} µs/req"
+                      + (f"  ({record['note']})" if record["note"] else ""), flush=True)
+    finally:
+        if pg_context is not None:
+            pg_context.__exit__(None, None, None)
+
+    from benchmarks.realworld.tornado_app import versions
+    data = {
+        "schema": SCHEMA,
+        "date": date.isoformat(timespec="seconds"),
+        "command": _display(["python", "-m", "benchmarks.realworld.tornado_bench",
+                             *(sys.argv[1:] if argv is None else argv)]),
+        "machine": fingerprint(),
+        "versions": {"python": fingerprint()["python"], **versions(),
+                     "postgres": pg.version if pg else None,
+                     **{tool: servers.tool_versions()[tool] for tool in tools}},
+        "layout": {"app": layout.server, "load": layout.load, "database": layout.db,
+                   "upstream": layout.upstream},
+        "settings": {"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
+                     "ab_requests": {h: base["requests"][h] for h in handlers}, "concurrency": CONCURRENCY,
+                     "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
+                     "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
+                     "order": "repetition, handler, tool, then loop innermost; a fresh app per run"},
+        "skipped": skipped,
+        "runs": records,
+        "results": summarize(records),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    table = out.with_suffix(".md")
+    table.write_text(markdown(data), encoding="utf-8")
+    print()
+    print(table.read_text(encoding="utf-8"))
+    print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
