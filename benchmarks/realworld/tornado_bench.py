@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import loads, report, servers  # noqa: E402
 from benchmarks.realworld import services  # noqa: E402
-from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing  # noqa: E402
+from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions  # noqa: E402
 from benchmarks.run import _display, _median, fingerprint  # noqa: E402
 from tinyloop.testing import ServerProcess  # noqa: E402
 
@@ -336,11 +336,32 @@ def main(argv: list[str] | None = None) -> int:
             skipped[f"loop {loop}"] = reason
             loops.remove(loop)
     layout = choose_layout(args)
-    if layout.load and hasattr(os, "sched_setaffinity"):
-        services.pin(os.getpid(), layout.load)  # the harness mostly waits: keep it off the app's core
     for name, reason in skipped.items():
         print(f"skip {name}: {reason}", flush=True)
+    # The harness mostly waits: keep it off the app's core, and give the
+    # caller (a test, in the same process) its own cores back at the end.
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if layout.load and affinity is not None:
+        services.pin(os.getpid(), layout.load)
+    try:
+        data = execute(args, base, settings, layout, loops, handlers, tools, skipped, repeat, argv)
+    finally:
+        if affinity is not None:
+            services.pin(os.getpid(), affinity)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    table = out.with_suffix(".md")
+    table.write_text(markdown(data), encoding="utf-8")
+    print()
+    print(table.read_text(encoding="utf-8"))
+    print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")
+    return 0
 
+
+def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layout: Layout, loops: list[str],
+            handlers: list[str], tools: list[str], skipped: dict[str, str], repeat: int,
+            argv: list[str] | None) -> dict:
+    """Start PostgreSQL and the upstream, run every measurement in order, stop them; return the JSON."""
     date, started = datetime.now(timezone.utc), time.monotonic()
     records: list[dict] = []
     db_handlers = [h for h in handlers if h.startswith("db")]
@@ -379,7 +400,6 @@ def main(argv: list[str] | None = None) -> int:
         if pg_context is not None:
             pg_context.__exit__(None, None, None)
 
-    from benchmarks.realworld.tornado_app import versions
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
@@ -401,14 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": summarize(records),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    table = out.with_suffix(".md")
-    table.write_text(markdown(data), encoding="utf-8")
-    print()
-    print(table.read_text(encoding="utf-8"))
-    print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")
-    return 0
+    return data
 
 
 if __name__ == "__main__":
