@@ -234,6 +234,53 @@ def test_the_port_stays_reserved_while_the_parent_runs() -> None:
         assert server.stop() == 0
 
 
+def test_closing_a_listener_resets_the_connections_in_its_accept_queue() -> None:
+    # The chapter's claim about a worker that dies, checked on the kernel
+    # itself: two sockets in one SO_REUSEPORT group, 16 clients connected
+    # (handshake done, request sent) and none accepted; close one socket.
+    # Its share is reset; the other socket's share is still there to accept.
+    try:
+        with open("/proc/sys/net/ipv4/tcp_migrate_req") as f:
+            if f.read().strip() != "0":
+                pytest.skip("net.ipv4.tcp_migrate_req is on: the queue moves to the other socket")
+    except FileNotFoundError:
+        pass  # before Linux 5.14: no migration at all
+    first = workers.listen_reuseport("127.0.0.1", 0)
+    port = first.getsockname()[1]
+    clients: list[socket.socket] = []
+    with workers.listen_reuseport("127.0.0.1", port) as second:
+        try:
+            for _ in range(16):
+                client = socket.create_connection(("127.0.0.1", port), timeout=2)
+                clients.append(client)
+                client.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            first.close()
+            second.setblocking(False)
+            accepted = []
+            while True:
+                try:
+                    accepted.append(second.accept()[0])
+                except BlockingIOError:
+                    break
+            reset = 0
+            for client in clients:
+                client.settimeout(0.2)
+                try:
+                    reset += client.recv(1) == b""
+                except ConnectionResetError:
+                    reset += 1
+                except TimeoutError:
+                    pass  # alive: one of the accepted ones, waiting for an answer
+            for sock in accepted:
+                sock.close()
+        finally:
+            first.close()
+            for client in clients:
+                client.close()
+    assert reset > 0, "the closed socket's queued connections must be reset (all 16 hashed elsewhere: 1 in 65536)"
+    assert reset + len(accepted) == 16, f"{reset} reset, {len(accepted)} accepted by the other socket"
+
+
 # --- the benchmark's plumbing (benchmarks/workers.py), no measurement ------
 
 def test_benchmark_layouts_account_for_the_load_generators_core() -> None:
