@@ -244,7 +244,8 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
     ``completed``, ``failed``), the CPU seconds spent meanwhile by the app's
     processes, nginx and PostgreSQL (``cpu_app_s``, ``cpu_proxy_s``,
     ``cpu_db_s``), the same per request in microseconds (``app_us_per_req``,
-    ``server_us_per_req`` for all three), and ``status``: "ok", or
+    ``server_us_per_req`` for all three), ``server_cores`` (the three's CPU
+    seconds per second of load: 1.0 is one core kept busy), and ``status``: "ok", or
     "failed" with a ``note`` saying how.  Never raises for a failing app.
     """
     record: dict = {"app": app.name, "workers": workers, "status": "failed", "note": None}
@@ -273,6 +274,9 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
                   completed=result.completed, failed=result.failed, command=shlex.join(argv))
     cpu = [round(b - a, 3) for a, b in zip(before, after)]
     record.update(cpu_app_s=cpu[0], cpu_proxy_s=cpu[1], cpu_db_s=cpu[2])
+    if result.seconds:
+        # How many cores the server side kept busy: 1.0 means one core's worth of CPU time.
+        record["server_cores"] = sum(cpu) / result.seconds
     if result.completed:
         record["app_us_per_req"] = cpu[0] / result.completed * 1e6
         record["server_us_per_req"] = sum(cpu) / result.completed * 1e6
@@ -287,7 +291,7 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
 
 # --- the whole run ----------------------------------------------------------------
 
-FIGURES = ("rps", "p50_ms", "p99_ms", "app_us_per_req", "server_us_per_req")
+FIGURES = ("rps", "p50_ms", "p99_ms", "app_us_per_req", "server_us_per_req", "server_cores")
 
 
 def choose_workers(app: App, pg, layout: Layout, settings: dict, workdir: Path,
@@ -433,16 +437,18 @@ def render_markdown(data: dict) -> str:
                 f"({s['probe']:g} s per probe, up to {s['max_workers']} workers); "
                 f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, async {s['async_pool'][1]}.",
                 "",
-                "| configuration | workers | req/s | p50 ms | p99 ms | app CPU µs/req "
-                "| app+nginx+PostgreSQL CPU µs/req | workers tried (req/s) |",
-                "|---|---:|---:|---:|---:|---:|---:|---|"]
+                "| configuration | workers | req/s | p50 ms | p99 ms | p99/p50 | app CPU µs/req "
+                "| app+nginx+PostgreSQL CPU µs/req | server cores busy | workers tried (req/s) |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for row in entry["rows"]:
             tried = ", ".join(f"{p['workers']}: {_number(p['rps'])}" if p["status"] == "ok"
                               else f"{p['workers']}: failed" for p in row["search"])
             status = "" if row["status"] == "ok" else f" ({row['status']})"
+            ratio = row["p99_ms"] / row["p50_ms"] if row["p99_ms"] and row["p50_ms"] else None
             out.append(f"| {row['app']}{status} | {row['workers'] or '–'} | {_number(row['rps'])} "
-                       f"| {_number(row['p50_ms'], 1)} | {_number(row['p99_ms'], 1)} "
-                       f"| {_number(row['app_us_per_req'])} | {_number(row['server_us_per_req'])} | {tried} |")
+                       f"| {_number(row['p50_ms'], 1)} | {_number(row['p99_ms'], 1)} | {_number(ratio, 1)} "
+                       f"| {_number(row['app_us_per_req'])} | {_number(row['server_us_per_req'])} "
+                       f"| {_number(row.get('server_cores'), 2)} | {tried} |")
         out.append("")
         notes = [f"{row['app']}: {row['note']}" for row in entry["rows"] if row["note"]]
         notes += [f"{name} skipped: {why}" for name, why in entry["skipped"].items()]
