@@ -18,18 +18,26 @@ single ``sendall``, and
 
 Every socket operation has a timeout and strace is always detached, so a
 stage that hangs fails its test instead of hanging the suite.
+
+The last tests check the harness's side of the experiment on a tiny run:
+the ``wrk-pipeline`` load's command, the reading of strace's summary, and
+one ``benchmarks/syscalls.py`` run on one stage at both depths (a few
+seconds, 127.0.0.1 only).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from benchmarks import servers
+from benchmarks import loads, servers, syscalls
 from benchmarks.syscalls import Strace, strace_problem
 from tinyloop import stages
 from tinyloop.testing import ServerProcess, recv_response
@@ -112,3 +120,54 @@ def test_one_reads_answers_leave_in_one_send(server: ServerProcess, strace_ok: N
     assert len(on_connection) <= MAX_SENDS, (
         f"{server.stage}: the answers to {DEPTH} requests that arrived in one read must leave in "
         f"one send (at most {MAX_SENDS}); the server made {len(on_connection)}: {on_connection}")
+
+
+# --- the harness's pipelined load and system-call counter (plumbing, not speed) ---
+
+_STRACE_C = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 52.10    0.004000           4      1000           sendto
+ 40.00    0.003000           3      1042        42 recvfrom
+  7.90    0.000600          15        40           epoll_wait
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.007600           3      2082        42 total
+"""
+
+
+def test_the_pipelined_load_runs_wrk_with_the_script_and_its_depth() -> None:
+    load = loads.get("wrk-pipeline")
+    assert (load.tool, load.concurrency, load.pipeline) == ("wrk", 100, DEPTH)
+    argv = loads.command(load, "http://127.0.0.1:1/", loads.Settings({}, 2.0, 3.0, 10.0))
+    assert argv == ["wrk", "-t1", "-c", "100", "-d", "2s", "--timeout", "3s", "--latency",
+                    "-s", str(loads.PIPELINE_SCRIPT), "http://127.0.0.1:1/", "--", "24"]
+    assert loads.PIPELINE_SCRIPT.exists()
+    assert not load.default, "wrk-pipeline runs when --loads names it; the default run keeps its three loads"
+
+
+def test_strace_summary_is_read_by_name_and_grouped_per_request() -> None:
+    calls = syscalls.parse_strace_summary(_STRACE_C)
+    assert calls == {"sendto": 1000, "recvfrom": 1042, "epoll_wait": 40}
+    figures = syscalls.per_request(calls, 1000)
+    assert figures["write"] == 1.0 and figures["read"] == 1.042 and figures["wait"] == 0.04
+    assert figures["other"] == 0 and figures["total"] == 2.082
+
+
+@pytest.mark.timeout(90)
+def test_syscalls_cli_counts_one_stage_at_both_depths(strace_ok: None, tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed")
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "syscalls.json"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "syscalls.py"), "--stages", "epoll",
+                           "--peers", "none", "--duration", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=80, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text())
+    assert [(p["server"], p["depth"], p["status"]) for p in data["points"]] == [("epoll", 1, "ok"), ("epoll", 24, "ok")]
+    shallow, deep = data["points"]
+    # One read and one write per request at depth 1; per batch of 24 at depth 24.
+    assert 0.9 < shallow["per_request"]["write"] < 1.2, shallow
+    assert deep["per_request"]["write"] < 0.2, deep
+    table = out.with_suffix(".md").read_text()
+    assert table.startswith("| server | depth |") and "| epoll | 24 |" in table
