@@ -430,7 +430,7 @@ def render_markdown(data: dict) -> str:
            "do not edit -->", ""]
     for key, entry in data["layouts"].items():
         s = entry["settings"]
-        mode = "a --quick plumbing run, not a measurement" if s.get("quick") else "reference run"
+        mode = "a `--quick` plumbing run, not a measurement" if s.get("quick") else "reference run"
         out += [f"**Layout `{key}`**: {_layout_words(entry['layout'])}. "
                 f"{entry['date']}, {mode}: wrk -t1 -c {s['concurrency']}, {s['duration']:g} s per run, "
                 f"median of {s['repeat']} interleaved run(s) after the worker search "
