@@ -69,6 +69,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import loads, servers  # noqa: E402
 from benchmarks.loads import Settings  # noqa: E402
 from benchmarks.run import _display, _names, choose_pinning, fingerprint, warm_up  # noqa: E402
+from benchmarks.servers import _first_line  # noqa: E402
 from tinyloop import stages  # noqa: E402
 
 __all__ = ["DEPTH_LOADS", "GROUPS", "SCHEMA", "Strace", "main", "markdown", "measure",
@@ -435,15 +436,6 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
     print(f"wrote {_display([str(out)])} and its .md in {data['elapsed_s']:.0f} s")
     return 0
-
-
-def _first_line(argv: list[str]) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = (done.stdout + done.stderr).strip().splitlines()
-    return lines[0].strip() if lines else None
 
 
 if __name__ == "__main__":
