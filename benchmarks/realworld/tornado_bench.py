@@ -5,6 +5,7 @@
     python -m benchmarks.realworld.tornado_bench --quick         a plumbing run: tiny loads, once
     python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
     python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
+    python -m benchmarks.realworld.tornado_bench --render benchmarks/results/tornado.json
 
 Starts PostgreSQL (benchmarks/realworld/services.py) and an upstream HTTP
 server once, then, for every repetition, handler, tool and loop in that
@@ -72,7 +73,7 @@ ROWS = 10_000  # rows in items: 100 clients rarely draw the same id
 # ab requests per run, per handler: about 2-5 s each on one core.
 REQUESTS = {"hello": 5000, "upstream": 2000, "db": 2000, "db-connect": 1000}
 DEFAULTS = {"duration": 5.0, "repeat": 3, "warmup": 200, "requests": REQUESTS}
-QUICK = {"duration": 1.0, "repeat": 1, "warmup": 5,  # wrk takes whole seconds
+QUICK = {"duration": 2.0, "repeat": 1, "warmup": 5,  # wrk takes whole seconds; /db-connect needs 2
          "requests": {name: 2 * CONCURRENCY for name in REQUESTS}}  # ab: at least -c requests
 # PostgreSQL's settings for the run.  /db-connect opens one connection per
 # request in flight, 100 at once, beside the pool's 10: the default limit of
@@ -248,17 +249,23 @@ def markdown(data: dict) -> str:
     """The results as the Markdown the chapter includes: a header of what ran, then one table."""
     machine, versions, layout = data["machine"], data["versions"], data["layout"]
     cores = ", ".join(f"{part} {cpus or 'unpinned'}" for part, cpus in layout.items())
+    repeat = data["settings"]["repeat"]
+    runs = "one run each" if repeat == 1 else f"medians of {repeat} interleaved repetitions"
     lines = [
-        f"Measured {data['date'][:10]} with `{data['command']}` "
-        f"({data['settings']['repeat']} interleaved repetitions, medians; "
+        f"Measured {data['date'][:10]} with `{data['command']}` ({runs}; "
         f"ab -k -c {CONCURRENCY}, wrk -t1 -c {CONCURRENCY} for {data['settings']['duration_s']:g} s) "
-        f"on {machine['cpu_model']}, {machine['cpus']} cores, {machine['python']}. "
-        f"Cores: {cores}.",
+        f"on {machine['cpu_model']}, {machine['cpus']} cores, {machine['python']}"
+        + (f", load average {load:.1f} at the start" if (load := machine.get("load_average_1min_at_start"))
+           is not None else "")
+        + f". Cores: {cores}.",
         "",
         "Versions: " + ", ".join(short_version(name, version) for name, version in versions.items() if version)
         + ".",
         "",
     ]
+    if data["settings"].get("quick"):
+        lines += ["A `--quick` plumbing run: loads of a few hundred requests, once each. It shows that "
+                  "every part runs; its figures are too short to compare loops by.", ""]
     for name, reason in data["skipped"].items():
         lines += [f"Not measured: {name} ({reason}).", ""]
     lines += [
@@ -299,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
         parser.add_argument(f"--cpus-{part}", metavar="LIST",
                             help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="measure nothing: write the table (.md) of a saved JSON beside it")
     parser.add_argument("--out", type=Path,
                         help="where the JSON goes, the .md beside it (default: benchmarks/results/"
                              "tornado.json; with --quick benchmarks/results/local/tornado.json)")
@@ -317,6 +326,11 @@ def _chosen(argument: str | None, known: tuple[str, ...] | list[str], what: str)
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.render:
+        table = args.render.with_suffix(".md")
+        table.write_text(markdown(json.loads(args.render.read_text(encoding="utf-8"))), encoding="utf-8")
+        print(f"wrote {table}")
+        return 0
     base = QUICK if args.quick else DEFAULTS
     out = args.out or (LOCAL if args.quick else REFERENCE)
     repeat = args.repeat or base["repeat"]
@@ -363,6 +377,7 @@ def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layo
             argv: list[str] | None) -> dict:
     """Start PostgreSQL and the upstream, run every measurement in order, stop them; return the JSON."""
     date, started = datetime.now(timezone.utc), time.monotonic()
+    load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # others' work on the machine
     records: list[dict] = []
     db_handlers = [h for h in handlers if h.startswith("db")]
     pg_context = None
@@ -405,7 +420,7 @@ def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layo
         "date": date.isoformat(timespec="seconds"),
         "command": _display(["python", "-m", "benchmarks.realworld.tornado_bench",
                              *(sys.argv[1:] if argv is None else argv)]),
-        "machine": fingerprint(),
+        "machine": {**fingerprint(), "load_average_1min_at_start": load_average},
         "versions": {"python": fingerprint()["python"], **versions(),
                      "postgres": pg.version if pg else None,
                      **{tool: servers.tool_versions()[tool] for tool in tools}},
