@@ -71,7 +71,7 @@ TOOLS = ("ab", "wrk")  # the two loads of the article: ab -k -c 100, and wrk
 CONCURRENCY = 100
 ROWS = 10_000  # rows in items: 100 clients rarely draw the same id
 # ab requests per run, per handler: about 2-5 s each on one core.
-REQUESTS = {"hello": 5000, "upstream": 2000, "db": 2000, "db-connect": 1000}
+REQUESTS = {"hello": 5000, "upstream": 2000, "db": 2000, "db-connect": 500}
 DEFAULTS = {"duration": 5.0, "repeat": 3, "warmup": 200, "requests": REQUESTS}
 QUICK = {"duration": 2.0, "repeat": 1, "warmup": 5,  # wrk takes whole seconds; /db-connect needs 2
          "requests": {name: 2 * CONCURRENCY for name in REQUESTS}}  # ab: at least -c requests
@@ -80,7 +80,8 @@ QUICK = {"duration": 2.0, "repeat": 1, "warmup": 5,  # wrk takes whole seconds; 
 # 100 would refuse some (the article's "too many connections"), and the row
 # would measure refusals instead of connects.
 PG_SETTINGS = {"max_connections": "150"}
-ESTIMATE = "about 8 minutes on a 2-core machine with three loops (11 with uv)"
+# From --quick's pace and these sizes: 96 runs (4 loops x 4 handlers x 2 tools x 3).
+ESTIMATE = "about 10 minutes on a 2-core machine with four loops"
 
 
 # --- the core layout -----------------------------------------------------------
