@@ -40,6 +40,7 @@ plumbing run never replaces the book's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -381,50 +382,43 @@ def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layo
     load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # others' work on the machine
     records: list[dict] = []
     db_handlers = [h for h in handlers if h.startswith("db")]
-    pg_context = None
     pg: services.PG | None = None
-    try:
+    with contextlib.ExitStack() as stack:  # stops, in reverse order, whatever started
         if db_handlers:
             try:
-                pg_context = services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS)
-                pg = pg_context.__enter__()
+                pg = stack.enter_context(services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS))
             except services.ServiceMissing as missing:
-                pg_context = None
                 for handler in db_handlers:
                     skipped[f"handler {handler}"] = str(missing)
                     handlers.remove(handler)
                 print(f"skip {', '.join(db_handlers)}: {missing}", flush=True)
-        upstream_argv = [*layout.prefix("upstream"), sys.executable, "-m", "tinyloop", "serve", "epoll",
-                         "--host", "127.0.0.1", "--port", "0"]
-        with ServerProcess("epoll", command=upstream_argv) as upstream, \
-                tempfile.TemporaryDirectory(prefix="tinyloop-tornado-") as workdir:
-            order = [(rep, handler, tool, loop) for rep in range(1, repeat + 1) for handler in handlers
-                     for tool in tools for loop in loops]
-            print(f"{len(order)} runs ({len(loops)} loops x {len(handlers)} handlers x {len(tools)} tools "
-                  f"x {repeat}); " + ("" if args.quick else ESTIMATE), flush=True)
-            for index, (rep, handler, tool, loop) in enumerate(order, 1):
-                settings.requests["ab-keepalive"] = base["requests"][handler]
-                record = measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"],
-                                 Path(workdir))
-                record["rep"] = rep
-                records.append(record)
-                print(f"[{index}/{len(order)}] {HANDLERS[handler]:<11} {tool:<3} {loop:<7} "
-                      f"{record['status']:<7} {_cell(record['rps'], 0):>8} req/s "
-                      f"app {_cell(record['app_cpu_us_per_req'], 0)} µs/req"
-                      + (f"  ({record['note']})" if record["note"] else ""), flush=True)
-    finally:
-        if pg_context is not None:
-            pg_context.__exit__(None, None, None)
+        upstream = stack.enter_context(ServerProcess("epoll", command=[
+            *layout.prefix("upstream"), sys.executable, "-m", "tinyloop", "serve", "epoll",
+            "--host", "127.0.0.1", "--port", "0"]))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyloop-tornado-")))
+        order = [(rep, handler, tool, loop) for rep in range(1, repeat + 1) for handler in handlers
+                 for tool in tools for loop in loops]
+        print(f"{len(order)} runs ({len(loops)} loops x {len(handlers)} handlers x {len(tools)} tools "
+              f"x {repeat}); " + ("" if args.quick else ESTIMATE), flush=True)
+        for index, (rep, handler, tool, loop) in enumerate(order, 1):
+            settings.requests["ab-keepalive"] = base["requests"][handler]
+            record = measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"], workdir)
+            record["rep"] = rep
+            records.append(record)
+            print(f"[{index}/{len(order)}] {HANDLERS[handler]:<11} {tool:<3} {loop:<7} "
+                  f"{record['status']:<7} {_cell(record['rps'], 0):>8} req/s "
+                  f"app {_cell(record['app_cpu_us_per_req'], 0)} µs/req"
+                  + (f"  ({record['note']})" if record["note"] else ""), flush=True)
 
+    machine, tool_versions = fingerprint(), servers.tool_versions()
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
         "command": _display(["python", "-m", "benchmarks.realworld.tornado_bench",
                              *(sys.argv[1:] if argv is None else argv)]),
-        "machine": {**fingerprint(), "load_average_1min_at_start": load_average},
-        "versions": {"python": fingerprint()["python"], **versions(),
-                     "postgres": pg.version if pg else None,
-                     **{tool: servers.tool_versions()[tool] for tool in tools}},
+        "machine": {**machine, "load_average_1min_at_start": load_average},
+        "versions": {"python": machine["python"], **versions(), "postgres": pg.version if pg else None,
+                     **{tool: tool_versions[tool] for tool in tools}},
         "layout": {"app": layout.server, "load": layout.load, "database": layout.db,
                    "upstream": layout.upstream},
         "settings": {"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
