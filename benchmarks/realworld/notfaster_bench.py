@@ -291,6 +291,7 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
 
 # --- the whole run ----------------------------------------------------------------
 
+NOISE = 0.25  # repetitions further apart than this in req/s make a row "noisy"
 FIGURES = ("rps", "p50_ms", "p99_ms", "app_us_per_req", "server_us_per_req", "server_cores")
 
 
@@ -340,6 +341,9 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
         row[figure] = _median([run.get(figure) for run in ok])
         values = [run[figure] for run in ok if run.get(figure) is not None]
         row.setdefault("spread", {})[figure] = [min(values), max(values)] if values else None
+    rps = row["spread"]["rps"]
+    # As benchmarks/run.py flags its rows: repetitions more than NOISE apart in req/s.
+    row["noisy"] = len(ok) >= 2 and rps is not None and rps[1] > rps[0] * (1 + NOISE)
     failed = [run for run in runs if run["status"] != "ok"]
     row["status"] = "ok" if ok and not failed else ("partial" if ok else "failed")
     notes = sorted({run["note"] for run in [*failed, *probes] if run["status"] != "ok" and run["note"]})
@@ -443,7 +447,9 @@ def render_markdown(data: dict) -> str:
         for row in entry["rows"]:
             tried = ", ".join(f"{p['workers']}: {_number(p['rps'])}" if p["status"] == "ok"
                               else f"{p['workers']}: failed" for p in row["search"])
-            status = "" if row["status"] == "ok" else f" ({row['status']})"
+            flags = [row["status"]] if row["status"] != "ok" else []
+            flags += ["noisy"] if row.get("noisy") else []
+            status = f" ({', '.join(flags)})" if flags else ""
             ratio = row["p99_ms"] / row["p50_ms"] if row["p99_ms"] and row["p50_ms"] else None
             out.append(f"| {row['app']}{status} | {row['workers'] or '–'} | {_number(row['rps'])} "
                        f"| {_number(row['p50_ms'], 1)} | {_number(row['p99_ms'], 1)} | {_number(ratio, 1)} "
@@ -452,6 +458,8 @@ def render_markdown(data: dict) -> str:
         out.append("")
         notes = [f"{row['app']}: {row['note']}" for row in entry["rows"] if row["note"]]
         notes += [f"{name} skipped: {why}" for name, why in entry["skipped"].items()]
+        if any(row.get("noisy") for row in entry["rows"]):
+            notes.append(f"noisy: the repetitions' req/s differ by more than {NOISE:.0%}")
         if notes:
             out += ["Notes: " + "; ".join(notes) + ".", ""]
         v = entry["versions"]
