@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.realworld import notfaster_bench, services
+from benchmarks.realworld import notfaster_apps, notfaster_bench, services
 from benchmarks.realworld.notfaster_apps import APPS, DSN_ENV, PATH, ROWS_ENV
 
 pytestmark = pytest.mark.timeout(120)  # pytest-timeout: a stack that hangs fails the test
@@ -94,19 +94,20 @@ def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
     assert not _group_members(process.pid), f"{name} left processes behind: {_group_members(process.pid)}"
 
 
-def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(tmp_path: Path) -> None:
+def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = BY_NAME["gunicorn-falcon"]
     if app.missing():
         pytest.skip(app.missing())
+    # A configuration on a loop that cannot import: it must become a skipped row, with the reason.
+    monkeypatch.setitem(notfaster_apps.NOTFASTER_LOOPS, "nowhere", "tinyloop.nowhere:new_event_loop")
+    nowhere = notfaster_apps.App("aiohttp-nowhere", "aiohttp", "nowhere", "async")
+    monkeypatch.setattr(notfaster_bench, "APPS", (*APPS, nowhere))
     out = tmp_path / "notfaster.json"
-    argv = ["--quick", "--apps", "gunicorn-falcon,uvicorn-starlette-uv", "--max-workers", "1",
+    argv = ["--quick", "--apps", "gunicorn-falcon,aiohttp-nowhere", "--max-workers", "1",
             "--cpus-load", "any", "--cpus-proxy", "any", "--cpus-app", "any", "--cpus-db", "any",
             "--out", str(out)]
-    try:
-        status = notfaster_bench.main(argv)
-    finally:
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, notfaster_bench._usable_cpus())
+    status = notfaster_bench.main(argv)
     if status == 1 and not out.exists():
         pytest.skip("a service is missing (the harness printed which)")
     assert status == 0, "the quick run should succeed"
@@ -116,10 +117,11 @@ def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(tmp_path: Path)
     assert row["app"] == "gunicorn-falcon" and row["workers"] == 1, row
     assert row["status"] == "ok" and row["rps"] and row["p99_ms"] and row["server_us_per_req"], (
         f"the run should report req/s, p99 and CPU per request: {row}")
-    if BY_NAME["uvicorn-starlette-uv"].missing():
-        assert "uvicorn-starlette-uv" in entry["skipped"], "a loop that does not import is a skipped row"
+    assert "tinyloop.nowhere" in entry["skipped"]["aiohttp-nowhere"], (
+        f"a loop that does not import is a skipped row that says why: {entry['skipped']}")
     table = out.with_suffix(".md").read_text()
     assert "| gunicorn-falcon | 1 |" in table and entry["versions"]["postgresql"] in table
+    assert "aiohttp-nowhere skipped" in table
 
 
 def test_cpu_lists_and_the_default_layout() -> None:
