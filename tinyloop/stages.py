@@ -32,6 +32,22 @@ class Stage:
     # when the loop is an asyncio.AbstractEventLoop, of the conformance suite
     # (tests/conformance/).  None for servers that bring no loop of their own.
     loop: str | None = None
+    # False for a loop that keeps its own clock and poller (Part IV's, on
+    # libuv): it cannot take the fakes, so it has no row in the behaviour
+    # suite, only in the conformance suite.
+    fakes: bool = True
+
+    def unavailable(self) -> str | None:
+        """Why this stage cannot run here (its module does not import), or None.
+
+        Only Part IV can be missing: its extension is built only where libuv
+        and a C compiler are (setup.py).  The message says what to install.
+        """
+        try:
+            importlib.import_module(self.module)
+        except ImportError as error:
+            return str(error)
+        return None
 
 
 STAGES: tuple[Stage, ...] = (
@@ -66,6 +82,11 @@ STAGES: tuple[Stage, ...] = (
           loop="tinyloop.aio:new_event_loop"),
     Stage("aio-streams", "tinyloop.aio.streams_server", "asyncio",
           "the same server on asyncio's own streams, run on tinyloop.aio"),
+    Stage("uv", "tinyloop.uv.server", "libuv",
+          "Part III's loop with its hot paths in Cython on libuv: the same Protocol",
+          loop="tinyloop.uv:new_event_loop", fakes=False),
+    Stage("uv-streams", "tinyloop.uv.streams_server", "libuv",
+          "asyncio's streams on tinyloop.uv"),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

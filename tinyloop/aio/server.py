@@ -104,8 +104,12 @@ async def serve_on(listener: socket.socket, api: str = "protocol",
                 abort_clients()
 
 
-def run_stage(listener: socket.socket, api: str) -> None:
-    """Run :func:`serve_on` on tinyloop.aio until SIGTERM or Ctrl-C; then raise KeyboardInterrupt.
+def run_stage(listener: socket.socket, api: str,
+              loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+    """Run :func:`serve_on` until SIGTERM or Ctrl-C; then raise KeyboardInterrupt.
+
+    ``loop_factory`` makes the loop (default tinyloop.aio.new_event_loop;
+    Part IV passes tinyloop.uv's).
 
     Discussion: the command line turns SIGTERM into a KeyboardInterrupt
     raised wherever the main thread is (tinyloop.serving.stop_on_sigterm),
@@ -116,14 +120,16 @@ def run_stage(listener: socket.socket, api: str) -> None:
     (add_signal_handler) and cancels the main task between two callbacks,
     which is what asyncio's Runner does for Ctrl-C.
     """
-    from tinyloop.aio.runners import run
+    if loop_factory is None:
+        from tinyloop.aio import new_event_loop as loop_factory
 
     async def main() -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         await serve_on(listener, api)
 
     try:
-        run(main())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt("SIGTERM") from None  # the command line's clean stop
 

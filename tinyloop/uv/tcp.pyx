@@ -449,6 +449,7 @@ cdef class TCPTransport:
                 bufs[i].len = PyBytes_GET_SIZE(pending[i])
             written = uv.uv_try_write(<uv.uv_stream_t*>self._handle, bufs, <unsigned int>n)
             if written == total:
+                self._on_written(0)   # all taken: resume the protocol, finish a close
                 return
             if written == uv.UV_EAGAIN:
                 written = 0
@@ -478,7 +479,9 @@ cdef class TCPTransport:
                 PyMem_RawFree(bufs)
 
     cdef _on_written(self, int status):
-        # A uv_write finished (status 0), failed, or was cancelled by close.
+        # The kernel took a batch: a uv_write finished (status 0), or
+        # uv_try_write took it all; or a uv_write failed, or was cancelled
+        # by close.
         if status < 0:
             if status != uv.UV_ECANCELED and not self._conn_lost:
                 self._fatal_error(_uv_error(status), "Fatal write error on socket transport")
