@@ -89,8 +89,8 @@ async def drain_socket(loop, sock, until):
     return bytes(got)
 
 
-@pytest.mark.differs(loops=("uvloop",), reason="uvloop's transports are not asyncio.Transport "
-                                              "instances (Cython classes with the same methods)")
+@pytest.mark.differs(loops=("uvloop", "uv"), reason="uvloop's and tinyloop.uv's TCP transports are "
+                     "not asyncio.Transport instances (Cython classes with the same methods)")
 def test_a_tcp_transport_is_an_asyncio_transport(loop, listener):
     async def main():
         transport, _, peer = await connect(loop, listener, Recorder())

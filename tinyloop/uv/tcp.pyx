@@ -16,9 +16,13 @@
 #     check or prepare phase) _flush sends the whole list with one
 #     uv_try_write (writev(2)), and hands what the kernel did not take to
 #     uv_write, which libuv finishes when the socket is writable.
-#   * The transport's memory outlives libuv's use of it: the transport
-#     holds a reference to itself from uv_tcp_init to the close callback,
-#     and each write request holds one to the transport and to its data.
+#   * The transport's memory outlives libuv's use of it: it holds a
+#     reference to itself while libuv may call it back (between
+#     uv_read_start and uv_read_stop, and between uv_close and the close
+#     callback), and each write request holds one to the transport and to
+#     its data.  Otherwise only its users keep it alive, so a transport
+#     nobody closed and nobody holds is collected, with a ResourceWarning,
+#     as Part III's is.
 #   * The socket object stays the user's view (get_extra_info("socket")),
 #     but libuv owns the descriptor once opened: at close the socket is
 #     detached, and libuv's uv_close closes the descriptor, once.
@@ -104,7 +108,7 @@ cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf
 
 cdef void _on_tcp_close(uv.uv_handle_t* handle) noexcept with gil:
     # The end of the handle's life: free it, and drop the transport's
-    # reference to itself (taken in __init__).
+    # reference to itself (taken in _close_handle).
     cdef void* owner = handle.data
     (<Py_ssize_t*>handle.loop.data)[0] -= 1
     PyMem_RawFree(handle)
@@ -137,7 +141,7 @@ cdef class TCPTransport:
     cdef list _pending
     cdef Py_ssize_t _pending_size
     cdef bint _queued
-    cdef bint _reading
+    cdef bint _reading            # uv_read_start is in effect (and we hold a reference)
     cdef bint _paused
     cdef bint _closing
     cdef bint _eof
@@ -180,7 +184,6 @@ cdef class TCPTransport:
             self._handle = NULL
             raise _uv_error(err)
         self._handle.data = <void*>self
-        Py_INCREF(self)   # libuv's reference: dropped in _on_tcp_close
 
         self._server = server
         if server is not None:
@@ -200,6 +203,28 @@ cdef class TCPTransport:
     def __del__(self):
         if self._sock is not None:
             warnings.warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+
+    def __dealloc__(self):
+        # Collected unclosed: give the handle back to libuv, which closes
+        # the descriptor; the socket object must not close it again.
+        if self._handle is not NULL:
+            if self._sock is not None:
+                self._sock.detach()
+            _close_handle(<uv.uv_handle_t*>self._handle)
+            self._handle = NULL
+        self._release_user_buffer()
+
+    cdef _abandon(self):
+        # The loop is closing with this transport open (UVLoop._close_uv):
+        # libuv closes the handle; we drop our references and say so.
+        warnings.warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+        self._handle = NULL
+        if self._sock is not None:
+            self._sock.detach()
+            self._sock = None
+        if self._reading:
+            self._reading = False
+            Py_DECREF(self)
 
     # -- asyncio.BaseTransport -------------------------------------------------------
 
@@ -262,11 +287,13 @@ cdef class TCPTransport:
             self._fatal_error(_uv_error(err), "Fatal read error on socket transport")
             return
         self._reading = True
+        Py_INCREF(self)   # libuv may call us now: dropped in _stop_reading
 
     cdef _stop_reading(self):
         if self._reading:
             uv.uv_read_stop(<uv.uv_stream_t*>self._handle)
             self._reading = False
+            Py_DECREF(self)   # the caller still holds one: self is alive on return
 
     cdef _alloc(self, uv.uv_buf_t* buf):
         # Where libuv reads into: the loop's one buffer, or the protocol's.
@@ -547,5 +574,6 @@ cdef class TCPTransport:
         if self._sock is not None:
             self._sock.detach()
             self._sock = None
+        Py_INCREF(self)   # until _on_tcp_close
         uv.uv_close(<uv.uv_handle_t*>self._handle, _on_tcp_close)
         self._handle = NULL

@@ -47,9 +47,12 @@ cdef extern from "uv.h" nogil:
     int uv_backend_fd(const uv_loop_t* loop)
 
     # -- Handles (handle.html) ---------------------------------------------------
+    ctypedef enum uv_handle_type:
+        UV_TCP
     ctypedef struct uv_handle_t:
         void* data
         uv_loop_t* loop
+        uv_handle_type type
 
     ctypedef void (*uv_close_cb)(uv_handle_t* handle) with gil
     void uv_close(uv_handle_t* handle, uv_close_cb close_cb)
