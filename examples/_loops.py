@@ -7,7 +7,7 @@
 # Rules this file keeps:
 #   * The examples themselves are plain asyncio: they never name a loop.
 #     Everything loop-specific is the LOOPS table below, so adding a loop is
-#     adding one row (Part IV's ``uv`` is there, waiting).
+#     adding one row.
 #   * A loop is imported only when it is chosen: ``--loop asyncio`` runs on a
 #     machine without uvloop or tinyloop installed.
 #   * SIGINT (Ctrl-C) and SIGTERM stop an example the same way: its main task
@@ -40,7 +40,7 @@ LOOPS = {
     "asyncio": "asyncio:new_event_loop",          # the standard library's selector loop
     "uvloop": "uvloop:new_event_loop",            # libuv, in Cython
     "aio": "tinyloop.aio:new_event_loop",         # Part III: this book's loop
-    # "uv": "tinyloop.uv:new_event_loop",         # Part IV: uncomment when it lands
+    "uv": "tinyloop.uv:new_event_loop",           # Part IV: Part III's loop, hot paths on libuv
 }
 DEFAULT_LOOP = "aio"
 

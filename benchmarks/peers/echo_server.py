@@ -11,11 +11,12 @@
 #   --loop asyncio   the standard library's loop (selectors, pure Python)
 #   --loop uvloop    uvloop's loop (Cython on libuv)
 #   --loop aio       tinyloop.aio, the book's Part III loop (pure Python)
+#   --loop uv        tinyloop.uv, Part IV's: Part III's loop with its hot paths on libuv
 #
 # Rules this file keeps:
 #   * Written against asyncio's public API only; the loop comes from a
 #     factory in LOOPS, handed to asyncio.Runner, the way any program picks
-#     a loop.  A new loop (Part IV's ``uv``) is one more row there.
+#     a loop.  A new loop is one more row there.
 #   * Backpressure both ways, as tinyloop/aio/server.py's HTTP protocol:
 #     the Protocol stops reading while the transport's buffer is above its
 #     high-water mark; the streams handler awaits drain().
@@ -48,6 +49,7 @@ LOOPS: dict[str, str] = {
     "asyncio": "asyncio:new_event_loop",
     "uvloop": "uvloop:new_event_loop",
     "aio": "tinyloop.aio:new_event_loop",
+    "uv": "tinyloop.uv:new_event_loop",
 }
 APIS = ("protocol", "streams")
 READ_SIZE = 65536  # bytes asked for per read, as the peers in C, Go and Node
