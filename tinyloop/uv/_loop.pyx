@@ -11,7 +11,8 @@
 #   * The Python face stays Part III's (asyncio.AbstractEventLoop); this
 #     file only changes how the work is done.  The same conformance suite
 #     runs on both loops.
-#   * libuv owns the iteration: uv_run(UV_RUN_ONCE) *is* run_once.  The
+#   * libuv owns the iteration: run_once hands the thread to uv_run, which
+#     returns when stop() calls uv_stop.  The
 #     ready queue runs from an idle handle; a prepare handle makes sure the
 #     loop never blocks while callbacks are waiting; a check handle sends
 #     the writes a turn queued (tcp.pyx).
@@ -86,8 +87,10 @@ cdef void _on_prepare(uv.uv_prepare_t* handle) noexcept with gil:
     cdef UVLoop loop = <UVLoop>handle.data
     try:
         loop._flush_writes()
-        if loop._ready or loop._stopping:
+        if loop._ready:
             loop._arm_idle()
+        if loop._stopping:
+            uv.uv_stop(loop.uvloop)   # stop() from an I/O callback: end this iteration
     except BaseException as exc:
         loop._stash_error(exc)
 
@@ -281,7 +284,9 @@ cdef class UVLoop:
                     handle._run_c()
             elif not item._cancelled:          # a Part III handle (signals queue them)
                 self._run_handle(item)
-        if not ready and not self._stopping and self._idle_active:
+        if self._stopping:
+            uv.uv_stop(self.uvloop)   # uv_run returns at the end of this iteration
+        elif not ready and self._idle_active:
             uv.uv_idle_stop(self._idle)
             self._idle_active = False
         return 0
@@ -295,19 +300,23 @@ cdef class UVLoop:
     # -- The iteration ------------------------------------------------------------------
 
     def run_once(self):
-        """One iteration of libuv's loop: uv_run(UV_RUN_ONCE) (loop.html).
+        """Hand the thread to libuv: uv_run(UV_RUN_DEFAULT) until stop() (loop.html).
 
-        Its phases replace Part II's four steps: due timers (our one
+        Part II's run_forever calls run_once until ``_stopping`` is set; here
+        one call runs every iteration up to that point, because libuv's
+        phases replace Part II's four steps: due timers (our one
         uv_timer_t), idle (the ready queue), prepare, poll for I/O (uv_poll
         and uv_tcp callbacks), check (queued writes), close callbacks.
-        The GIL is released while libuv waits, so executor threads run.
-        Raises what a callback let through (KeyboardInterrupt, SystemExit).
+        stop() ends it with uv_stop after the current batch of callbacks.
+        The GIL is released while libuv runs, and each callback takes it
+        back, so executor threads run while the loop waits.  Raises what a
+        callback let through (KeyboardInterrupt, SystemExit).
         """
         cdef object error
         if self._ready or self._stopping:
             self._arm_idle()   # anything queued from Python (or before run_forever) runs now
         with nogil:
-            uv.uv_run(self.uvloop, uv.UV_RUN_ONCE)
+            uv.uv_run(self.uvloop, uv.UV_RUN_DEFAULT)
         if self._last_error is not None:
             error, self._last_error = self._last_error, None
             raise error
