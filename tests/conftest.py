@@ -27,3 +27,33 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     yield a, b
     a.close()
     b.close()
+
+
+# --- stages and loops that may not be built here --------------------------------
+#
+# Part IV (tinyloop.uv) is a C extension, built only where libuv and a C
+# compiler are.  Every test that runs once per stage or per loop takes its
+# parameters from these two helpers, so a row that cannot run here is
+# skipped with the message that says what to install, and never fails.
+
+def stage_params(names: list[str] | None = None) -> list:
+    """One ``pytest.param`` per stage name (default: every stage, in reading order).
+
+    A stage whose module does not import here carries a skip mark with
+    ``Stage.unavailable()``'s message (tinyloop/stages.py).
+    """
+    from tinyloop import stages
+
+    params = []
+    for name in names if names is not None else [stage.name for stage in stages.STAGES]:
+        why = stages.get(name).unavailable()
+        marks = [pytest.mark.skip(reason=f"{name}: {why}")] if why else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def asyncio_loop_params() -> list:
+    """``stage_params`` of the stages whose loop is an asyncio loop (``aio``, ``uv``)."""
+    from tinyloop.testing import asyncio_loop_stages
+
+    return stage_params(asyncio_loop_stages())

@@ -33,8 +33,26 @@ def _rows() -> dict[str, str]:
 
 
 def test_every_loop_stage_has_an_adapter_and_a_row():
-    loop_stages = [stage.name for stage in stages.STAGES if stage.loop is not None]
+    """Every stage whose loop takes the fakes has an adapter and a row; the others have none.
+
+    A loop with ``fakes=False`` keeps its own clock and poller (Part IV's,
+    on libuv): it cannot be handed a fake selector or clock, so the
+    behaviour suite cannot drive it.  Its row is in the conformance suite
+    instead (tests/conformance/), and its own tests in tests/test_uv_loop.py.
+    """
+    loop_stages = [stage.name for stage in stages.STAGES if stage.loop is not None and stage.fakes]
+    own_clock = [stage.name for stage in stages.STAGES if stage.loop is not None and not stage.fakes]
     assert {"callbacks", "coroutines", "aio"} <= set(loop_stages)
+    assert "uv" in own_clock
     assert sorted(ADAPTERS) == sorted(loop_stages)
     rows = _rows()
     assert sorted(rows) == sorted(loop_stages), rows
+
+
+def test_a_loop_without_fakes_is_a_conformance_row():
+    from tinyloop.testing import asyncio_loop_stages
+
+    for stage in stages.STAGES:
+        if stage.loop is not None and not stage.fakes:
+            assert stage.name in asyncio_loop_stages(), (
+                f"{stage.name} takes no fakes, so only the conformance suite tests its loop")

@@ -42,6 +42,8 @@ from benchmarks.syscalls import Strace, strace_problem
 from tinyloop import stages
 from tinyloop.testing import ServerProcess, recv_response
 
+from conftest import stage_params  # noqa: E402  (tests/ is on sys.path)
+
 STAGE_NAMES = [stage.name for stage in stages.STAGES]
 DEPTH = 24       # Japronto's depth, and the wrk-pipeline load's
 TIMEOUT = 5.0    # seconds any one socket operation may take
@@ -64,7 +66,7 @@ def batch() -> tuple[bytes, list[bytes]]:
     return requests, bodies
 
 
-@pytest.fixture(scope="module", params=STAGE_NAMES)
+@pytest.fixture(scope="module", params=stage_params(STAGE_NAMES))
 def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     # A stage whose module cannot be imported here (Part IV's extension is
     # built only where libuv is) is skipped with the harness's own note.

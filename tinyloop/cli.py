@@ -31,6 +31,11 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
+    except ImportError as error:
+        # A stage that cannot run here: Part IV without its extension (the
+        # message says what to install), not a bug to show a traceback for.
+        print(f"tinyloop: stage {args.stage!r} cannot run here: {error}", file=sys.stderr)
+        return 2
     if args.workers > 1:
         return _serve_workers(args, module)
     stop_on_sigterm()

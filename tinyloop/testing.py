@@ -18,7 +18,28 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-__all__ = ["ServerProcess", "http_get", "nofile_at_least", "recv_response"]
+__all__ = ["ServerProcess", "asyncio_loop_stages", "http_get", "nofile_at_least", "recv_response"]
+
+def asyncio_loop_stages() -> list[str]:
+    """The names of the stages whose loop is an asyncio event loop, in reading order.
+
+    Today ``["aio", "uv"]``: the rows that tests written against the
+    asyncio API (the conformance suite, the real programs, TLS, Unix) run
+    on, beside stdlib asyncio and uvloop.  Nothing is imported, so a stage
+    whose extension is not built here is still listed: ask its
+    ``Stage.unavailable()`` why it cannot run (the tests skip with that).
+
+    Discussion: how is an asyncio loop told from Part II's reactor without
+    making one?  By the factory's name.  ``asyncio.new_event_loop`` and
+    ``uvloop.new_event_loop`` are how a program gets an asyncio loop, and
+    Parts III and IV offer the same name (tinyloop/aio, tinyloop/uv); Part
+    II's reactor is named by its class, ``Loop``, and takes a selector.
+    """
+    from tinyloop import stages
+
+    return [stage.name for stage in stages.STAGES
+            if stage.loop is not None and stage.loop.endswith(":new_event_loop")]
+
 
 _ANNOUNCE = re.compile(r"serving \S+ on http://\[?([^\]/]+?)\]?:(\d+)/")
 

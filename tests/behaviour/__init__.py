@@ -15,7 +15,10 @@ The rows come from the stage registry.  A stage whose ``loop`` field (in
 ``tinyloop/stages.py``) names a loop factory needs an adapter in
 :mod:`behaviour.adapters` (``ADAPTERS``, keyed by the stage's name) and a
 test module that runs the suite with it; ``tests/test_behaviour_registry.py``
-checks both.  A row is a class::
+checks both.  A loop that keeps its own clock and poller (``fakes=False``
+in its row: Part IV's, on libuv) cannot be handed the fakes and has no
+adapter; the conformance suite (``tests/conformance/``) is its row instead.
+A row is a class::
 
     from behaviour import LoopBehaviour
     from behaviour.adapters import Callbacks

@@ -313,7 +313,8 @@ class AsyncioReference(AsyncioTasks):
         return loop
 
 
-# Stage name -> adapter: every stage with a ``loop`` in tinyloop/stages.py has one.
+# Stage name -> adapter: every stage with a ``loop`` in tinyloop/stages.py has
+# one, except a loop that cannot take the fakes (``fakes=False``: tinyloop.uv).
 ADAPTERS: dict[str, type[StageLoop]] = {
     adapter.stage: adapter for adapter in (Callbacks, Generators, YieldFrom, Coroutines, AsyncioTasks)
 }

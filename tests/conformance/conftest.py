@@ -6,8 +6,10 @@
 #     asyncio    the standard library's loop: the reference row
 #     uvloop     libuv's, where installed: a second opinion
 #     <stage>    every stage of tinyloop/stages.py whose ``loop`` factory
-#                makes an asyncio.AbstractEventLoop (``aio`` today, ``uv``
-#                once Part IV lands): the rows under test
+#                makes an asyncio.AbstractEventLoop (``aio`` and ``uv``):
+#                the rows under test.  A stage whose loop does not import
+#                here (``uv`` without libuv) keeps its row, skipped with
+#                the message that says what to install.
 #
 # Rules this file keeps:
 #   * A test is written once, against the public asyncio API, and takes the
@@ -43,25 +45,47 @@ from tinyloop import stages
 RUN_TIMEOUT = 15.0
 
 
-def _stage_loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """The stages whose ``loop`` factory makes an asyncio loop, by stage name.
+def _stage_loops() -> tuple[dict[str, Callable[[], asyncio.AbstractEventLoop]], dict[str, str]]:
+    """The stages whose ``loop`` factory makes an asyncio loop: (factories, unavailable).
 
-    Part II's reactor is a loop too, but not an asyncio one: its rows are in
-    the behaviour suite (tests/behaviour/) only.  Which kind a factory makes
-    is found by making one.
+    ``factories`` maps a stage name to its factory; ``unavailable`` maps a
+    stage whose factory does not import here (Part IV's extension, built
+    only where libuv is) to the ImportError's message, which says what to
+    install: that row is kept, and skipped with the message.  Part II's
+    reactor is a loop too, but not an asyncio one: its rows are in the
+    behaviour suite (tests/behaviour/) only.  Which kind a factory makes is
+    found by making one.
     """
-    rows = {}
+    rows: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {}
+    unavailable: dict[str, str] = {}
     for stage in stages.STAGES:
         if stage.loop is None:
             continue
-        factory = pkgutil.resolve_name(stage.loop)
+        try:
+            factory = pkgutil.resolve_name(stage.loop)
+        except ImportError as error:
+            unavailable[stage.name] = str(error)
+            continue
         probe = factory()
         try:
             if isinstance(probe, asyncio.AbstractEventLoop):
                 rows[stage.name] = factory
         finally:
             probe.close()
-    return rows
+    return rows, unavailable
+
+
+def stages_in_order(*groups: dict[str, Any]) -> list[str]:
+    """The stage names of ``groups``, in the registry's reading order."""
+    return [stage.name for stage in stages.STAGES if any(stage.name in group for group in groups)]
+
+
+def skip_if_unavailable(name: str) -> None:
+    """``pytest.skip`` the row ``name`` with the reason its loop cannot be made here."""
+    if name in UNAVAILABLE:
+        pytest.skip(f"{name}: {UNAVAILABLE[name]}")
+    if name == "uvloop" and UVLOOP is None:
+        pytest.skip("uvloop is not installed")
 
 
 def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -72,9 +96,10 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-STAGE_LOOPS = _stage_loops()
+STAGE_LOOPS, UNAVAILABLE = _stage_loops()
 UVLOOP = _uvloop_factory()
-LOOP_NAMES = ["asyncio", "uvloop", *STAGE_LOOPS]
+# Every row, an unavailable one included (it skips, saying why).
+LOOP_NAMES = ["asyncio", "uvloop", *stages_in_order(STAGE_LOOPS, UNAVAILABLE)]
 
 
 def loop_spec(name: str) -> str:
@@ -94,21 +119,23 @@ def loop_package(name: str) -> Any:
     """
     import importlib
 
-    if name == "uvloop" and UVLOOP is None:
-        pytest.skip("uvloop is not installed")
+    skip_if_unavailable(name)
     module = {"asyncio": "asyncio", "uvloop": "uvloop"}.get(name) or \
         loop_spec(name).partition(":")[0]
     return importlib.import_module(module)
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """The factory of the row called ``name`` (``pytest.skip`` for an absent uvloop)."""
+    """The factory of the row called ``name``.
+
+    ``pytest.skip`` for an absent uvloop, and for a stage whose loop does
+    not import here (with the message that says what to install).
+    """
     if name == "asyncio":
         return asyncio.SelectorEventLoop if sys.platform != "win32" else asyncio.new_event_loop
+    skip_if_unavailable(name)
     if name == "uvloop":
-        if UVLOOP is None:
-            pytest.skip("uvloop is not installed")
-        return UVLOOP
+        return UVLOOP  # type: ignore[return-value]
     return STAGE_LOOPS[name]
 
 
@@ -126,13 +153,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if row is None:
             continue
         for mark in item.iter_markers("differs"):
-            loops = mark.kwargs.get("loops", tuple(STAGE_LOOPS))
+            loops = mark.kwargs.get("loops", (*STAGE_LOOPS, *UNAVAILABLE))
             if row in loops and mark.kwargs.get("when", True):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=mark.kwargs["reason"]))
 
 
 @pytest.fixture(params=LOOP_NAMES)
 def loop_name(request: pytest.FixtureRequest) -> str:
+    skip_if_unavailable(request.param)
     return request.param
 
 
