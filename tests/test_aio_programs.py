@@ -1,6 +1,6 @@
 # tests/test_aio_programs.py
 #
-# Real programs, unchanged, on tinyloop.aio: an aiohttp server and client
+# Real programs, unchanged, on tinyloop.aio and tinyloop.uv: an aiohttp server and client
 # (keep-alive, uploads, a websocket, static files by sendfile, streaming,
 # a pool and a timeout), uvicorn serving a Starlette app to httpx, asyncio
 # streams over TCP and a Unix socket, UDP, subprocesses and a pipeline,
@@ -10,8 +10,9 @@
 #   * Every test runs on the conformance suite's rows (the ``loop_name``
 #     parameter, from tests/conformance/conftest.py): stdlib asyncio, the
 #     reference; uvloop, the other drop-in loop; and each tinyloop stage
-#     whose loop is an asyncio loop (``aio``).  A test that fails on asyncio
-#     is a wrong test.
+#     whose loop is an asyncio loop (``aio``, ``uv``; a row whose loop is not
+#     built here skips, saying what to install).  A test that fails on
+#     asyncio is a wrong test.
 #   * A test is one coroutine run by ``asyncio.Runner(loop_factory=...)``,
 #     the way a program picks its loop, inside an ``asyncio.timeout`` of
 #     LIMIT seconds: a loop that hangs fails the test instead of the suite.
@@ -41,7 +42,7 @@ from typing import Any
 
 import pytest
 # The conformance suite's rows: asyncio, uvloop, and every stage of
-# tinyloop/stages.py whose loop is an asyncio loop (aio; uv once it lands).
+# tinyloop/stages.py whose loop is an asyncio loop (aio, uv).
 from conformance.conftest import LOOP_NAMES, loop_factory, loop_spec
 
 LIMIT = 30.0  # seconds one program may take before its test fails

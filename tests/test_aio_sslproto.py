@@ -1,7 +1,8 @@
 # tests/test_aio_sslproto.py
 #
 # TLS as a protocol over a plain transport (tinyloop/aio/sslproto.py), on
-# every loop in LOOP_FACTORIES: stdlib asyncio, uvloop and tinyloop.aio.
+# every loop in LOOP_FACTORIES: stdlib asyncio, uvloop, tinyloop.aio and
+# tinyloop.uv (whose TLS is Part III's sslproto over its uv_tcp transport).
 #
 # Rules this file keeps:
 #   * Every test takes ``loop_factory`` and runs once per loop; adding a loop
@@ -56,11 +57,22 @@ def _tinyloop_aio() -> asyncio.AbstractEventLoop:
     return new_event_loop()
 
 
+def _tinyloop_uv() -> asyncio.AbstractEventLoop:
+    from tinyloop import stages
+
+    why = stages.get("uv").unavailable()
+    if why:
+        pytest.skip(f"uv: {why}")
+    import tinyloop.uv
+    return tinyloop.uv.new_event_loop()
+
+
 # The loops every test runs on: (name, factory).  A factory may skip.
 LOOP_FACTORIES: list[tuple[str, Callable[[], asyncio.AbstractEventLoop]]] = [
     ("asyncio", asyncio.new_event_loop),
     ("uvloop", _uvloop),
     ("tinyloop.aio", _tinyloop_aio),
+    ("tinyloop.uv", _tinyloop_uv),
 ]
 
 

@@ -1,19 +1,22 @@
 # tests/test_aio_tornado.py
 #
-# tornado 6's own test suite, unchanged, on tinyloop.aio, judged against
-# the same suite on stdlib asyncio run in the same session.
+# tornado 6's own test suite, unchanged, on tinyloop.aio and tinyloop.uv,
+# each judged against the same suite on stdlib asyncio run in the same
+# session.
 #
 # Rules this file keeps:
 #   * The reference is measured, not typed: asyncio's run happens here too,
 #     so a test that fails on this machine for a reason of its own (no IPv6,
-#     no network) fails on both loops and is no difference.
+#     no network) fails on every loop and is no difference.
 #   * Every test that passes on asyncio passes on ours, or is listed in
 #     KNOWN_DIFFERENCES with the reason.
-#   * Slow: the suite is run twice (about 40 s each on 2 cores), in child
-#     processes (tests/tornado_suite.py), each bounded by TIMEOUT.
+#   * Slow: the suite is run once per loop (about 40 s each on 2 cores), in
+#     child processes (tests/tornado_suite.py), each bounded by TIMEOUT.
+#     The uv row is skipped, saying what to install, where Part IV's
+#     extension is not built.
 #
-# The uvloop run is left to ``python tests/tornado_suite.py`` (all three
-# loops, a table): uvloop's differences from asyncio are not ours to keep.
+# The uvloop run is left to ``python tests/tornado_suite.py`` (every loop,
+# a table): uvloop's differences from asyncio are not ours to keep.
 
 from __future__ import annotations
 
@@ -21,13 +24,10 @@ import pytest
 
 pytest.importorskip("tornado")
 
+from conftest import asyncio_loop_params  # noqa: E402  (tests/ is on sys.path)
 from tornado_suite import TIMEOUT, SuiteResult, parse_report, run_suite  # noqa: E402
 
-# The slow tests share one fixture that runs the suite twice, in the first
-# one's setup: each has a time limit that covers both runs.
-
-
-# Test id prefix -> why that test may fail on tinyloop.aio and pass on
+# Test id prefix -> why that test may fail on a tinyloop loop and pass on
 # asyncio.  Empty: every tornado test that passes on asyncio passes on ours.
 # (Until unix_events.py had add_signal_handler, the five
 # tornado.test.process_test.SubprocessTest tests built on a SIGCHLD handler
@@ -42,25 +42,31 @@ def _reason(test_id: str) -> str | None:
     return None
 
 
+# The slow tests share two fixtures that run the suite, in the first test's
+# setup: each test has a time limit that covers the asyncio run and one of ours.
+
 @pytest.fixture(scope="module")
-def runs() -> dict[str, SuiteResult]:
-    return {loop: run_suite(loop) for loop in ("asyncio", "aio")}
+def reference() -> SuiteResult:
+    return run_suite("asyncio")
+
+
+@pytest.fixture(scope="module", params=asyncio_loop_params())
+def ours(request: pytest.FixtureRequest) -> SuiteResult:
+    return run_suite(request.param)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT + 60)
-def test_tornado_suite_runs_whole_on_aio(runs: dict[str, SuiteResult]) -> None:
+def test_tornado_suite_runs_whole(reference: SuiteResult, ours: SuiteResult) -> None:
     """The suite ran to its end on our loop, every test of it."""
-    reference, ours = runs["asyncio"], runs["aio"]
     assert ours.ran == reference.ran, (ours, reference)
     assert ours.skipped == reference.skipped, (ours, reference)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT + 60)
-def test_no_tornado_test_fails_only_on_aio(runs: dict[str, SuiteResult]) -> None:
-    """Every test that passes on asyncio passes on tinyloop.aio, or is a known difference."""
-    reference, ours = runs["asyncio"], runs["aio"]
+def test_no_tornado_test_fails_only_on_ours(reference: SuiteResult, ours: SuiteResult) -> None:
+    """Every test that passes on asyncio passes on our loop, or is a known difference."""
     only_ours = ours.failed_ids - reference.failed_ids
     unexplained = sorted(test_id for test_id in only_ours if _reason(test_id) is None)
     if unexplained:
@@ -68,17 +74,17 @@ def test_no_tornado_test_fails_only_on_aio(runs: dict[str, SuiteResult]) -> None
         # timeout, a slow handler) and fail now and then on a loaded
         # machine, on any loop.  A difference of the loop's reproduces: run
         # each such test again alone, and keep those that fail again.
-        again = run_suite("aio", tests=tuple(unexplained))
+        again = run_suite(ours.loop, tests=tuple(unexplained))
         for test_id in sorted(set(unexplained) - again.failed_ids):
-            print(f"failed once on aio, passed when run again alone (timing): {test_id}")
+            print(f"failed once on {ours.loop}, passed when run again alone (timing): {test_id}")
         unexplained = sorted(again.failed_ids & set(unexplained))
     assert not unexplained, (
-        f"tornado tests that fail on tinyloop.aio only: {unexplained}\n"
-        f"(asyncio passed {reference.passed}, aio {ours.passed})\n{ours.output[-6000:]}")
+        f"tornado tests that fail on {ours.loop} only: {unexplained}\n"
+        f"(asyncio passed {reference.passed}, {ours.loop} {ours.passed})\n{ours.output[-6000:]}")
     for test_id in sorted(only_ours):
         print(f"known difference: {test_id}: {_reason(test_id)}")
     print(f"tornado suite: asyncio passed {reference.passed}/{reference.ran}, "
-          f"aio passed {ours.passed}/{ours.ran}")
+          f"{ours.loop} passed {ours.passed}/{ours.ran}")
 
 
 REPORT = """\

@@ -1,12 +1,14 @@
 # tests/test_aio_unix.py
 #
-# What only Unix has, on three loops: signal handlers, pipes, Unix sockets
+# What only Unix has, on four loops: signal handlers, pipes, Unix sockets
 # and subprocesses (tinyloop/aio/unix_events.py, base_subprocess.py).
 #
 # Rules this file keeps:
 #   * Every test takes the ``loop`` fixture and so runs on stdlib asyncio
-#     (the reference), on uvloop, and on tinyloop.aio twice: with its pidfd
-#     child watcher and with the thread-per-child one it falls back to.  A
+#     (the reference), on uvloop, on tinyloop.aio twice: with its pidfd
+#     child watcher and with the thread-per-child one it falls back to, and
+#     on tinyloop.uv (Part III's Unix code on the libuv core; skipped, with
+#     the message that says what to install, where it is not built).  A
 #     test that fails on asyncio is a wrong test; one that checks a
 #     behaviour only ours has says so and skips the others, and one that
 #     uvloop fails names uvloop's difference in its skip.
@@ -39,6 +41,7 @@ from typing import Any
 import pytest
 
 import tinyloop.aio
+from tinyloop import stages
 from tinyloop.aio import unix_events
 
 uvloop = pytest.importorskip("uvloop")
@@ -52,11 +55,20 @@ LIMIT = 10.0  # seconds a test's coroutine may take
 # asyncio.new_event_loop() returns under the default policy (named directly,
 # so a policy another test installed cannot swap it).  "tinyloop-threads" is
 # ours as on a kernel without pidfds: a thread waits for each child.
+# "tinyloop-uv" is Part IV's loop, imported only when a test makes one.
+
+
+def _tinyloop_uv() -> asyncio.AbstractEventLoop:
+    import tinyloop.uv
+    return tinyloop.uv.new_event_loop()
+
+
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.SelectorEventLoop,
     "uvloop": uvloop.new_event_loop,
     "tinyloop": tinyloop.aio.new_event_loop,
     "tinyloop-threads": tinyloop.aio.new_event_loop,
+    "tinyloop-uv": _tinyloop_uv,
 }
 NO_PIDFD = "from tinyloop.aio import unix_events; unix_events._can_use_pidfd = lambda: False"
 
@@ -86,6 +98,8 @@ async def _add_and_remove_a_signal_handler(loop: asyncio.AbstractEventLoop) -> N
 
 @pytest.fixture(params=list(LOOPS))
 def loop_name(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "tinyloop-uv" and (why := stages.get("uv").unavailable()):
+        pytest.skip(f"uv: {why}")
     if request.param == "tinyloop-threads":
         monkeypatch.setattr(unix_events, "_can_use_pidfd", lambda: False)
     return request.param
@@ -250,6 +264,7 @@ RUNNERS = {
     "uvloop": "import uvloop; uvloop.run(main())",
     "tinyloop": "import tinyloop.aio; tinyloop.aio.run(main())",
     "tinyloop-threads": f"{NO_PIDFD}; import tinyloop.aio; tinyloop.aio.run(main())",
+    "tinyloop-uv": "import tinyloop.uv; tinyloop.uv.run(main())",
 }
 
 

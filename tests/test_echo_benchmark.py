@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import echo, micro, run  # noqa: E402
 from benchmarks.servers import Peer, Server  # noqa: E402
+from tinyloop import stages  # noqa: E402
 from test_docs import BUILD_TIMEOUT, page_text, sphinx_build  # noqa: E402
 
 MISSING = "uvloop-protocol"  # the loop the tiny run pretends is not installed
@@ -190,8 +191,10 @@ def test_the_reactor_only_runs_what_it_has() -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("op", "loop"), micro.benchmarks(["asyncio", "aio", "callbacks"], list(micro.OPERATIONS)))
+@pytest.mark.parametrize(("op", "loop"), micro.benchmarks(["asyncio", "aio", "uv", "callbacks"], list(micro.OPERATIONS)))
 def test_each_operation_runs_and_returns_seconds(op: str, loop: str) -> None:
+    if loop == "uv" and (why := stages.get("uv").unavailable()):
+        pytest.skip(f"uv: {why}")
     function = micro.OPERATIONS[op][0]
     seconds = function(micro.BATCH + 3, micro.factory_for(loop))  # two batches, the second short
     assert seconds > 0

@@ -17,7 +17,7 @@
 #
 # Usage (from the repository root):
 #
-#     python tests/tornado_suite.py                  # all three loops, a table
+#     python tests/tornado_suite.py                  # every loop, a table
 #     python tests/tornado_suite.py aio              # one loop
 #     python tests/tornado_suite.py --child aio      # what the parent runs
 #
@@ -41,6 +41,7 @@ LOOPS = {
     "asyncio": "pass  # the default policy",
     "uvloop": "import uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())",
     "aio": "import tinyloop.aio; asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())",
+    "uv": "import tinyloop.uv; asyncio.set_event_loop_policy(tinyloop.uv.EventLoopPolicy())",
 }
 TIMEOUT = 400.0  # seconds one run of the whole suite may take (about 40 s here, on 2 cores)
 ROOT = Path(__file__).resolve().parent.parent
