@@ -18,6 +18,14 @@ cdef struct TimerEntry:
     void* timer
 
 
+cdef struct CheckState:
+    # What the check handle reads without taking the GIL: whether any I/O
+    # callback ran in this iteration (else there is nothing for it to do),
+    # and the loop it belongs to (a borrowed pointer).
+    int io_ran
+    void* loop
+
+
 cdef class Handle:
     cdef readonly object _callback
     cdef readonly object _args
@@ -50,11 +58,11 @@ cdef class UVPoll:
 cdef class UVLoop:
     cdef uv.uv_loop_t* uvloop
     cdef uv.uv_idle_t* _idle
-    cdef uv.uv_prepare_t* _prepare
     cdef uv.uv_check_t* _check
     cdef uv.uv_timer_t* _timer
     cdef uv.uv_async_t* _async
     cdef bint _idle_active
+    cdef CheckState _check_state
 
     # Set by Part II's Loop.__init__ through these public descriptors, so the
     # Python code of Parts II and III and the C code here share one state.

@@ -13,9 +13,9 @@
 #     runs on both loops.
 #   * libuv owns the iteration: run_once hands the thread to uv_run, which
 #     returns when stop() calls uv_stop.  The
-#     ready queue runs from an idle handle; a prepare handle makes sure the
-#     loop never blocks while callbacks are waiting; a check handle sends
-#     the writes a turn queued (tcp.pyx).
+#     ready queue runs from an idle handle, which also keeps the loop from
+#     blocking while callbacks wait; a check handle sends the writes a turn
+#     queued (tcp.pyx) and arms the idle handle for what I/O callbacks queued.
 #   * A libuv handle's memory is ours until its close callback: we malloc
 #     it, uv_close it, and free it only in _on_close_free.  _live_handles
 #     counts the handles between the two, and a debug build checks at
@@ -81,25 +81,28 @@ cdef void _on_idle(uv.uv_idle_t* handle) noexcept with gil:
         loop._stash_error(exc)
 
 
-cdef void _on_prepare(uv.uv_prepare_t* handle) noexcept with gil:
-    # Last stop before libuv computes the poll timeout: callbacks queued by
-    # anyone (a Python append to _ready, a stop()) must make it zero.
-    cdef UVLoop loop = <UVLoop>handle.data
+cdef void _on_check(uv.uv_check_t* handle) noexcept nogil:
+    # After the I/O callbacks: send what they wrote, in one write per
+    # transport; make sure what they queued runs in the next iteration
+    # (Python code may append to _ready directly: Part III's signal
+    # handling does); and end the run if one of them called stop().  An
+    # iteration with no I/O callback (a busy ready queue) has nothing to do
+    # here, and skips taking the GIL at all.
+    cdef CheckState* state = <CheckState*>handle.data
+    if not state.io_ran:
+        return
+    state.io_ran = 0
+    with gil:
+        _after_io(<UVLoop>state.loop)
+
+
+cdef void _after_io(UVLoop loop) noexcept:
     try:
         loop._flush_writes()
         if loop._ready:
             loop._arm_idle()
         if loop._stopping:
-            uv.uv_stop(loop.uvloop)   # stop() from an I/O callback: end this iteration
-    except BaseException as exc:
-        loop._stash_error(exc)
-
-
-cdef void _on_check(uv.uv_check_t* handle) noexcept with gil:
-    # After the I/O callbacks: send what they wrote, in one write per transport.
-    cdef UVLoop loop = <UVLoop>handle.data
-    try:
-        loop._flush_writes()
+            uv.uv_stop(loop.uvloop)
     except BaseException as exc:
         loop._stash_error(exc)
 
@@ -161,8 +164,6 @@ cdef class UVLoop:
 
         self._idle = <uv.uv_idle_t*>self._alloc_handle(sizeof(uv.uv_idle_t))
         uv.uv_idle_init(self.uvloop, self._idle)
-        self._prepare = <uv.uv_prepare_t*>self._alloc_handle(sizeof(uv.uv_prepare_t))
-        uv.uv_prepare_init(self.uvloop, self._prepare)
         self._check = <uv.uv_check_t*>self._alloc_handle(sizeof(uv.uv_check_t))
         uv.uv_check_init(self.uvloop, self._check)
         self._timer = <uv.uv_timer_t*>self._alloc_handle(sizeof(uv.uv_timer_t))
@@ -170,17 +171,14 @@ cdef class UVLoop:
         self._async = <uv.uv_async_t*>self._alloc_handle(sizeof(uv.uv_async_t))
         uv.uv_async_init(self.uvloop, self._async, _on_async)
         self._idle.data = <void*>self
-        self._prepare.data = <void*>self
-        self._check.data = <void*>self
+        self._check_state.loop = <void*>self
+        self._check.data = &self._check_state
         self._timer.data = <void*>self
         self._async.data = <void*>self
 
-        # prepare and check run in every iteration but must not keep
-        # uv_run alive on their own; the async handle must (it is what a
-        # run_forever with nothing scheduled waits on, as asyncio's
-        # self-pipe is).
-        uv.uv_prepare_start(self._prepare, _on_prepare)
-        uv.uv_unref(<uv.uv_handle_t*>self._prepare)
+        # The check handle runs in every iteration but must not keep uv_run
+        # alive on its own; the async handle must (it is what a run_forever
+        # with nothing scheduled waits on, as asyncio's self-pipe is).
         uv.uv_check_start(self._check, _on_check)
         uv.uv_unref(<uv.uv_handle_t*>self._check)
 
@@ -252,7 +250,7 @@ cdef class UVLoop:
         timer._callback = callback
         timer._args = args
         timer._loop = self
-        timer._context = _copy_context() if context is None else context
+        timer._context = PyContext_CopyCurrent() if context is None else context
         timer._when = when
         self._push_timer(timer)
         return timer
@@ -305,7 +303,7 @@ cdef class UVLoop:
         Part II's run_forever calls run_once until ``_stopping`` is set; here
         one call runs every iteration up to that point, because libuv's
         phases replace Part II's four steps: due timers (our one
-        uv_timer_t), idle (the ready queue), prepare, poll for I/O (uv_poll
+        uv_timer_t), idle (the ready queue), poll for I/O (uv_poll
         and uv_tcp callbacks), check (queued writes), close callbacks.
         stop() ends it with uv_stop after the current batch of callbacks.
         The GIL is released while libuv runs, and each callback takes it
@@ -549,7 +547,6 @@ cdef class UVLoop:
         for poll in list(self._polls.values()):
             (<UVPoll>poll)._close()
         _close_handle(<uv.uv_handle_t*>self._idle)
-        _close_handle(<uv.uv_handle_t*>self._prepare)
         _close_handle(<uv.uv_handle_t*>self._check)
         _close_handle(<uv.uv_handle_t*>self._timer)
         _close_handle(<uv.uv_handle_t*>self._async)

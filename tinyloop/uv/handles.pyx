@@ -19,7 +19,13 @@
 # ``_run_c`` by a pointer.  zuvloop's README calls this "storing a handle's
 # arguments inside the handle"; uvloop's Handle does the same.
 
-cdef object _copy_context = contextvars.copy_context
+cdef extern from "Python.h":
+    # The C side of contextvars (PEP 567): what Context.run does, without
+    # the method call and the argument tuple it builds.
+    object PyContext_CopyCurrent()
+    int PyContext_Enter(object context) except -1
+    int PyContext_Exit(object context) except -1
+
 cdef object _Future = asyncio.Future
 
 
@@ -28,7 +34,7 @@ cdef Handle _new_handle(object callback, object args, UVLoop loop, object contex
     handle._callback = callback
     handle._args = args
     handle._loop = loop
-    handle._context = _copy_context() if context is None else context
+    handle._context = PyContext_CopyCurrent() if context is None else context
     return handle
 
 
@@ -76,12 +82,19 @@ cdef class Handle:
     cdef int _run_c(self) except -1:
         # Return 0, or raise KeyboardInterrupt/SystemExit (-1): everything
         # else goes to the loop's exception handler, as asyncio's Handle does.
+        cdef object context = self._context
+        PyContext_Enter(context)
         try:
-            self._context.run(self._callback, *self._args)
+            if self._args:
+                self._callback(*self._args)
+            else:
+                self._callback()
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             self._report(exc)
+        finally:
+            PyContext_Exit(context)
         return 0
 
     cdef _report(self, BaseException exc):

@@ -26,6 +26,7 @@
 cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept with gil:
     cdef UVPoll poll = <UVPoll>handle.data
     cdef Handle reader, writer
+    poll.loop._check_state.io_ran = 1
     try:
         if status < 0:
             # An error on the descriptor (e.g. EBADF): wake both sides, as

@@ -13,7 +13,7 @@
 #     and pause_reading.  libuv calls read until EAGAIN itself.
 #   * Writes are batched per loop turn: write() appends to a list and puts
 #     the transport on the loop's flush list; at the end of the turn (the
-#     check or prepare phase) _flush sends the whole list with one
+#     idle or check phase) _flush sends the whole list with one
 #     uv_try_write (writev(2)), and hands what the kernel did not take to
 #     uv_write, which libuv finishes when the socket is writable.
 #   * The transport's memory outlives libuv's use of it: it holds a
@@ -78,6 +78,7 @@ cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
     cdef _WriteRequest request = <_WriteRequest>req.data
     Py_DECREF(request)         # libuv's reference, taken in _flush
     cdef TCPTransport transport = request.transport
+    transport._loop._check_state.io_ran = 1
     request.transport = None
     request.data = None
     try:
@@ -100,6 +101,7 @@ cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf
     if stream.data is NULL:
         return
     cdef TCPTransport transport = <TCPTransport>stream.data
+    transport._loop._check_state.io_ran = 1
     try:
         transport._on_read(nread, buf)
     except BaseException as exc:
