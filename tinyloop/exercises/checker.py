@@ -19,6 +19,12 @@
 # every server process: in-process tests and servers started by tests, or by
 # step 5, all load the student's code under the reference module's name.
 #
+# A Cython exercise (Part IV: ``Exercise.extension`` is set) cannot be
+# compiled by compile() nor loaded from its source: steps 1 and 3 read its
+# lines, a build step comes before the tests (tinyloop/exercises/build.py
+# compiles the extension with the student's file in a scratch copy), and
+# TINYLOOP_OVERRIDE then replaces the compiled module by that build.
+#
 # Rules this module keeps:
 #   * Output fits on a screen: one line per step, at most a few failures with
 #     two lines each, and a last line that says PASSED or FAILED.
@@ -42,7 +48,7 @@ from pathlib import Path
 
 import tinyloop
 from tinyloop._override import ENV
-from tinyloop.exercises import markers, properties
+from tinyloop.exercises import build, markers, properties
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["CheckerError", "Report", "Step", "check", "repository_root", "stages_using", "test_arguments"]
@@ -131,26 +137,40 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     except UnicodeDecodeError as error:
         report.steps.append(Step("FAIL", f"your file is not UTF-8 text (byte {error.start})"))
         return report
-    steps = [_compiles, _written, _defines] if stop_when_unwritten else [_compiles, _defines]
+    cython = exercise.extension is not None
+    first = [] if cython else [_compiles]
+    defines = _defines_cython if cython else _defines
+    steps = [*first, _written, defines] if stop_when_unwritten else [*first, defines]
     for step_check in steps:
         step = step_check(exercise, path, text)
         report.steps.append(step)
         if step.status == "FAIL":
             return report
+    replaced, shown = f"{exercise.module}={path}", path
+    if cython:
+        step, module = _build(exercise, path, root)
+        report.steps.append(step)
+        if module is None:
+            return report
+        assert exercise.extension is not None
+        replaced = f"{exercise.extension}={module}"
+        # Cython names its source in tracebacks as the build saw it
+        # (tinyloop/uv/tcp.pyx): those lines are the student's file's.
+        shown = build.sources(exercise)[1].relative_to(root)
     package_parent = str(Path(tinyloop.__file__).resolve().parent.parent)
     override = {
-        ENV: f"{exercise.module}={path}",
+        ENV: replaced,
         # Tests and servers import this very tinyloop, whatever else is installed.
         "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
     }
-    step = _run_tests(exercise, path, root, override, ["-x"] if fail_fast or verdict_only else [])
+    step = _run_tests(exercise, shown, root, override, ["-x"] if fail_fast or verdict_only else [])
     report.steps.append(step)
     limits = properties.QUICK if quick else properties.FULL
     if step.status == "FAIL" and exercise.stage and not verdict_only:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
-            step.details += _explain_crash(exercise, path, traceback)
+            step.details += _explain_crash(exercise, shown, traceback)
     if exercise.stage and exercise.properties:
         if step.status == "FAIL":
             report.steps.append(Step("skip", "loop properties: measured once the tests pass"))
@@ -198,6 +218,8 @@ def _imports_from(start: str) -> list[tuple[str, str, str | None]]:
             path = markers.source_path(name)
         except (ModuleNotFoundError, ImportError, ValueError):
             continue
+        if path.suffix != ".py":  # Cython: its imports are the extension's, read no further
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found = [(alias.name, None) for alias in node.names]
@@ -212,6 +234,14 @@ def _imports_from(start: str) -> list[tuple[str, str, str | None]]:
                     edges.append((name, target, imported))
                     pending.append(target)
     return edges
+
+
+def _users(exercise: Exercise) -> list[str]:
+    """The stages whose server runs the exercise's code (:func:`stages_using`): for a
+    Cython exercise, every stage that imports the extension it is built into."""
+    if exercise.extension:
+        return stages_using(exercise.extension)
+    return stages_using(exercise.module, _region_owners(exercise))
 
 
 def _region_owners(exercise: Exercise) -> set[str]:
@@ -258,10 +288,12 @@ def test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
     if expression is None:
         return others + files  # without -k every test of the files runs, ours included
     if (root / "tests/test_servers.py").exists():
-        users = stages_using(exercise.module, _region_owners(exercise))
+        users = _users(exercise)
         if users and "tests/test_servers.py" not in files:
             files.append("tests/test_servers.py")
-        wanted += users
+        # A Cython exercise's stages are uv and uv-streams: "[uv]", pytest's
+        # parameter id, because "uv" alone would select uvloop's rows too.
+        wanted += [f"[{user}]" for user in users] if exercise.extension else users
     return others + files + ["-k", f"({expression}) or " + " or ".join(wanted)]
 
 
@@ -298,6 +330,38 @@ def _defines(exercise: Exercise, path: Path, text: str) -> Step:
     return Step("FAIL", f"your file does not define {', '.join(missing)}, which "
                 f"{exercise.module} defines",
                 [f"is it the file `{markers.python_command()} -m tinyloop start {exercise.name}` wrote?"])
+
+
+# Top-level names of a Cython file: def f, class C, cdef class C, and a cdef
+# or cpdef function (its return type, if any, stands before the name).
+_CYTHON_NAME = re.compile(
+    r"^(?:async\s+def|def|class|c(?:p)?def\s+(?:(?:public|readonly|inline|api|final)\s+)*class"
+    r"|c(?:p)?def\s+(?!class\b)(?:[\w.\[\]]+[\s*]+)*?)\s*(?P<name>[A-Za-z_]\w*)\s*[(:]", re.M)
+
+
+def _cython_names(text: str) -> set[str]:
+    return {match["name"] for match in _CYTHON_NAME.finditer(text)}
+
+
+def _defines_cython(exercise: Exercise, path: Path, text: str) -> Step:
+    # Cython has no ast here: compare the names defined at the left margin.
+    source = markers.source_path(exercise.module)
+    missing = sorted(_cython_names(source.read_text()) - _cython_names(text))
+    if not missing:
+        return Step("ok", f"it defines what {source.name} does")
+    return Step("FAIL", f"your file does not define {', '.join(missing[:5])}, which "
+                f"{source.name} defines",
+                [f"is it the file `{markers.python_command()} -m tinyloop start {exercise.name}` wrote?"])
+
+
+def _build(exercise: Exercise, path: Path, root: Path) -> tuple[Step, Path | None]:
+    source = markers.source_path(exercise.module).name
+    made = build.build(exercise, path, root)
+    if made.module is None:
+        return Step("FAIL", f"{exercise.extension} does not build with your file as {source}",
+                    made.errors), None
+    cached = " (built before: the same file)" if made.cached else ""
+    return Step("ok", f"{exercise.extension} builds with your file as {source}{cached}"), made.module
 
 
 def _public_names(tree: ast.Module) -> set[str]:
@@ -396,8 +460,7 @@ def _describe_tests(exercise: Exercise, root: Path) -> str:
     """What the tests were, in a few words: the files, and the stages of the HTTP suite."""
     args = test_arguments(exercise, root)
     files = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "-k")]
-    users = stages_using(exercise.module, _region_owners(exercise)) \
-        if "tests/test_servers.py" in files else []
+    users = _users(exercise) if "tests/test_servers.py" in files else []
     text = ", ".join(f.removeprefix("tests/") for f in files)
     if users:
         text += f"; the HTTP suite on {', '.join(users)}"

@@ -4,7 +4,8 @@
 # parses the arguments and calls these):
 #
 #   exercises               list them, by chapter
-#   start NAME [FILE]       write the starter file, say what to do
+#   start NAME [FILE]       write the starter file (NAME.py, or NAME.pyx for
+#                           a Cython exercise), say what to do
 #   check NAME [FILE]       grade a solution
 #
 # Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
@@ -47,7 +48,7 @@ def start(name: str, file: str | None) -> int:
         exercise = catalog.get(name)
     except KeyError as error:
         return _error(error.args[0])
-    target = Path(file if file is not None else f"{name}.py")
+    target = Path(file if file is not None else markers.default_file(exercise))
     text = markers.starter(exercise, file)
     try:
         if target.exists():
@@ -77,7 +78,7 @@ def check(name: str, file: str | None) -> int:
         exercise = catalog.get(name)
     except KeyError as error:
         return _error(error.args[0])
-    path = file if file is not None else f"{name}.py"
+    path = file if file is not None else markers.default_file(exercise)
     try:
         # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
         # and skips the diagnosis (the mutation runner, benchmarks/mutation.py):

@@ -25,6 +25,10 @@
 #     exercise's markers, keeping their code: the file then points at one
 #     task, and a region of another exercise reads as the plain reference
 #     code it is.
+#   * A Cython file (``.pyx``: Part IV) has the same markers, but no ``ast``
+#     to check them on: there a region is checked by its lines alone (whole
+#     lines at or inside the markers' indentation, the first at it), and the
+#     build proves the starter (tinyloop/exercises/build.py).
 
 from __future__ import annotations
 
@@ -42,8 +46,9 @@ from pathlib import Path
 
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["MARKER", "MarkerError", "Region", "check_command", "find_all", "find_regions", "placeholder",
-           "placeholder_message", "python_command", "reference", "source_path", "starter", "unwritten_lines"]
+__all__ = ["MARKER", "MarkerError", "Region", "check_command", "default_file", "find_all", "find_regions",
+           "is_cython", "placeholder", "placeholder_message", "python_command", "reference", "source_path",
+           "starter", "unwritten_lines"]
 
 NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 # A marker comment; group 1 is the exercise name, group 2 "begin" or "end".
@@ -85,19 +90,32 @@ def placeholder(name: str) -> str:
     return f'raise NotImplementedError("{placeholder_message(name)}")'
 
 
+CYTHON_SUFFIXES = (".pyx", ".pxd", ".pxi")
+
+
+def is_cython(filename: str | Path) -> bool:
+    """Whether ``filename`` is Cython source (``.pyx``, ``.pxd``, ``.pxi``), by its suffix."""
+    return str(filename).endswith(CYTHON_SUFFIXES)
+
+
 def find_regions(source: str, filename: str = "<source>") -> list[Region]:
-    """Every marked region in ``source`` (Python text), in file order.
+    """Every marked region in ``source`` (Python text, or Cython when ``filename``
+    ends in ``.pyx``), in file order.
 
     Raises :class:`MarkerError` on a misspelt marker, a begin without its end
     (or the reverse), a region inside another, markers at different
     indentations, an empty region, or a region that is not a run of whole
     statements; ``SyntaxError`` if ``source`` is not valid Python.
     """
-    tree = ast.parse(source, filename)  # a SyntaxError first, before tokenize's own errors
+    cython = is_cython(filename)
+    # A SyntaxError first, before tokenize's own errors.  Cython is not
+    # Python: its regions are checked line by line (_check_lines).
+    tree = None if cython else ast.parse(source, filename)
     lines = source.splitlines()
     regions: list[Region] = []
     open_: tuple[str, int, str] | None = None  # (name, line, indent) of a begin seen
-    for line_no, col, text, nested in _comment_lines(source):
+    comments = _cython_comment_lines(source) if cython else _comment_lines(source)
+    for line_no, col, text, nested in comments:
         indent = lines[line_no - 1][:col]
         match = _MARKER.fullmatch(text.rstrip())
         if match is None:
@@ -128,9 +146,38 @@ def find_regions(source: str, filename: str = "<source>") -> list[Region]:
         open_ = None
     if open_ is not None:
         raise MarkerError(filename, open_[1], f"exercise {open_[0]} begins here and never ends")
-    if regions:
+    if regions and tree is not None:
         _check_statements(tree, regions, filename)
+    elif regions:
+        _check_lines(lines, regions, filename)
     return regions
+
+
+def _cython_comment_lines(source: str):
+    """As :func:`_comment_lines`, for Cython: every line whose first non-blank
+    character is ``#``, never inside brackets (a marker there fails the build)."""
+    for line_no, line in enumerate(source.splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith("#"):
+            yield line_no, len(line) - len(stripped), stripped, False
+
+
+def _check_lines(lines: list[str], regions: list[Region], filename: str) -> None:
+    """Raise MarkerError unless each region's code lines are whole lines at or
+    inside its markers' indentation, the first one at it (Cython: no ast)."""
+    for region in regions:
+        code = [(number, line) for number, line in enumerate(lines[region.begin:region.end - 1],
+                                                           region.begin + 1)
+                if line.strip() and not line.lstrip().startswith("#")]
+        if not code:
+            raise MarkerError(filename, region.begin, f"exercise {region.name}: the region holds "
+                              "no statement")
+        for number, line in code:
+            indent = line[:len(line) - len(line.lstrip())]
+            if not indent.startswith(region.indent) or (number == code[0][0]
+                                                        and indent != region.indent):
+                raise MarkerError(filename, number, f"exercise {region.name}: every statement "
+                                  "of the region must start at the markers' indentation")
 
 
 def _comment_lines(source: str):
@@ -194,12 +241,13 @@ def _check_statements(tree: ast.Module, regions: list[Region], filename: str) ->
 
 
 def find_all(directory: Path) -> list[tuple[Path, Region]]:
-    """Every region in the ``*.py`` files under ``directory``, as ``(file, region)``.
+    """Every region in the ``*.py`` and ``*.pyx`` files under ``directory``, as
+    ``(file, region)``.
 
     Raises :class:`MarkerError` (or ``SyntaxError``) for the first bad file.
     """
     found = []
-    for path in sorted(directory.rglob("*.py")):
+    for path in sorted([*directory.rglob("*.py"), *directory.rglob("*.pyx")]):
         text = path.read_text()
         if "exercise" in text:  # most files have no marker: skip tokenizing them
             found += [(path, region) for region in find_regions(text, str(path))]
@@ -209,12 +257,27 @@ def find_all(directory: Path) -> list[tuple[Path, Region]]:
 def source_path(module: str) -> Path:
     """The file of reference module ``module`` (dotted name), found without importing it.
 
-    Raises ``ModuleNotFoundError`` if there is none.
+    A dotted name may also name a Cython source file in a package
+    (``tinyloop.uv.tcp`` is ``tinyloop/uv/tcp.pyx``, a file that
+    ``_loop.pyx`` includes and that has no module of its own); a ``.py``
+    file comes first.  Raises ``ModuleNotFoundError`` if there is neither.
     """
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise ModuleNotFoundError(f"no Python source for module {module!r}", name=module)
-    return Path(spec.origin)
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        return Path(spec.origin)
+    parent, _, leaf = module.rpartition(".")
+    try:
+        package = importlib.util.find_spec(parent) if parent else None
+    except ModuleNotFoundError:
+        package = None
+    for location in (package.submodule_search_locations or []) if package else []:
+        candidate = Path(location) / f"{leaf}.pyx"
+        if candidate.is_file():
+            return candidate
+    raise ModuleNotFoundError(f"no Python or Cython source for module {module!r}", name=module)
 
 
 def _cut(source: str, filename: str, name: str, keep_solution: bool) -> str:
@@ -277,8 +340,14 @@ def _header(exercise: Exercise, filename: str | None, kind: str) -> str:
     lines += wrap.wrap("(`python` is the project's: run `source .venv/bin/activate` in the "
                        "checkout once per terminal, or write `.venv/bin/python` instead.)")
     lines += ["#"]
-    lines += wrap.wrap(f"The checker runs this file in place of {exercise.module}; the rest "
-                       "of it is that module's reference code.")
+    if exercise.extension:
+        source = source_path(exercise.module).name
+        lines += wrap.wrap(f"This is Cython. The checker builds {exercise.extension} with this "
+                           f"file in place of {source} (a minute at most), then runs the tests "
+                           f"on that build; the rest of the file is {source}'s reference code.")
+    else:
+        lines += wrap.wrap(f"The checker runs this file in place of {exercise.module}; the rest "
+                           "of it is that module's reference code.")
     return "\n".join(lines) + "\n\n"
 
 
@@ -292,8 +361,15 @@ def _with_header(exercise: Exercise, filename: str | None, kind: str) -> str:
                                           re.match(r"^[ \t\f]*#.*?coding[:=]", lines[keep])):
         keep += 1
     text = "".join(lines[:keep]) + _header(exercise, filename, kind) + "".join(lines[keep:])
-    compile(text, filename or f"{exercise.name}.py", "exec")  # a bad region fails here, not in class
+    if not is_cython(path):  # Cython is proved by its build (tinyloop/exercises/build.py)
+        compile(text, filename or default_file(exercise), "exec")  # a bad region fails here
     return text
+
+
+def default_file(exercise: Exercise) -> str:
+    """The file ``start`` writes and ``check`` grades when given none: ``NAME.py``,
+    or ``NAME.pyx`` for a Cython exercise."""
+    return f"{exercise.name}.pyx" if exercise.extension else f"{exercise.name}.py"
 
 
 def starter(exercise: Exercise, filename: str | None = None) -> str:

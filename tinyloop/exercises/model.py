@@ -26,13 +26,18 @@ class Exercise:
       without ``.md``)
     - ``title``: one line
     - ``module``: the reference module holding the marked region(s), e.g.
-      ``tinyloop.raw.connection``
+      ``tinyloop.raw.connection``; for a Cython exercise, the dotted name of
+      the ``.pyx`` file (``tinyloop.uv.tcp`` is ``tinyloop/uv/tcp.pyx``)
     - ``instructions``: what to write, in a few sentences a student
       understands; any wording a test requires (an error message) is given here
     - ``tests``: pytest arguments, relative to the repository root, that grade
       the solution: the tests of every stage that runs the region's code
     - ``stage``: the server stage whose loop properties are checked, or ``None``
     - ``properties``: which of ``PROPERTIES`` to check on that stage's server
+    - ``extension``: for a Cython exercise, the compiled module the ``.pyx``
+      file is built into (``tinyloop.uv._loop``); the checker builds it with
+      the student's file (tinyloop/exercises/build.py) and runs the tests on
+      that build.  ``None`` for a Python exercise.
     """
 
     name: str
@@ -43,6 +48,7 @@ class Exercise:
     tests: tuple[str, ...]
     stage: str | None = None
     properties: tuple[str, ...] = ()
+    extension: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.properties) - set(PROPERTIES)
