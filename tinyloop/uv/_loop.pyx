@@ -527,6 +527,7 @@ cdef class UVLoop:
             return 0
         self._to_flush = []
         for transport in queued:
+            transport._queued = False
             transport._flush()
         return 0
 

@@ -377,7 +377,11 @@ cdef class TCPTransport:
             return
         self._pending.append(data)
         self._pending_size += PyBytes_GET_SIZE(data)
-        if not self._queued:
+        if self._pending_size > self._high_water:
+            # Enough to fill a batch: send now rather than pause the
+            # protocol for bytes the kernel would have taken at once.
+            self._flush()
+        elif not self._queued:
             self._queued = True
             self._loop._to_flush.append(self)
         self._maybe_pause_protocol()
@@ -460,7 +464,6 @@ cdef class TCPTransport:
         cdef uv.uv_buf_t* bufs = small
         cdef _WriteRequest request
         cdef int err
-        self._queued = False
         if not n or self._conn_lost or self._handle is NULL:
             return
         if n > IOV_MAX_BATCH:
