@@ -73,6 +73,11 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
     the time.  Source of the contract: the asyncio docs, "Event Loop".
     """
 
+    # Whether TCP transports batch a turn's writes into one writev (tcp.pyx).
+    # A class attribute so that benchmarks/uv_changes.py can price the
+    # batching with a subclass that turns it off; nothing else should.
+    _batch_writes = True
+
     def __init__(self, *, debug: bool | None = None) -> None:
         super().__init__(_NoSelector(), time.monotonic, debug=debug)
 

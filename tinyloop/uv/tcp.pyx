@@ -143,6 +143,7 @@ cdef class TCPTransport:
     cdef list _pending
     cdef Py_ssize_t _pending_size
     cdef bint _queued
+    cdef bint _batch              # batch writes per turn (the loop's _batch_writes)
     cdef bint _reading            # uv_read_start is in effect (and we hold a reference)
     cdef bint _paused
     cdef bint _closing
@@ -172,6 +173,7 @@ cdef class TCPTransport:
         self._sock = sock
         self._sock_fd = sock.fileno()
         self._pending = []
+        self._batch = loop._batch_writes
         self._high_water = DEFAULT_HIGH_WATER
         self._low_water = DEFAULT_HIGH_WATER // 4
         self.set_protocol(protocol)
@@ -377,7 +379,7 @@ cdef class TCPTransport:
             return
         self._pending.append(data)
         self._pending_size += PyBytes_GET_SIZE(data)
-        if self._pending_size > self._high_water:
+        if self._pending_size > self._high_water or not self._batch:
             # Enough to fill a batch: send now rather than pause the
             # protocol for bytes the kernel would have taken at once.
             self._flush()
