@@ -170,7 +170,7 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     if step.status == "FAIL" and exercise.stage and not verdict_only:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
-            step.details += _explain_crash(exercise, shown, traceback)
+            step.details += _explain_crash(exercise, shown, traceback, text if cython else None)
     if exercise.stage and exercise.properties:
         if step.status == "FAIL":
             report.steps.append(Step("skip", "loop properties: measured once the tests pass"))
@@ -467,9 +467,14 @@ def _describe_tests(exercise: Exercise, root: Path) -> str:
     return _clip(text, 160)
 
 
-def _explain_crash(exercise: Exercise, path: Path, traceback: str) -> list[str]:
+def _explain_crash(exercise: Exercise, path: Path, traceback: str,
+                   source: str | None = None) -> list[str]:
     """The server's own traceback, shortened to the frames in the student's file:
-    a test only sees the closed connection (a ConnectionResetError of its own)."""
+    a test only sees the closed connection (a ConnectionResetError of its own).
+
+    ``source``, the student's file, gives each frame's code where the traceback
+    cannot: Cython's frames name the source as it was built, and Python then
+    reads that line from the checkout's file, not the student's."""
     lines = re.findall(rf'File "{re.escape(str(path))}", line (\d+)', traceback)
     where = f" at line {lines[-1]} of your file" if lines else ""
     error = properties.last_line(traceback)
@@ -477,11 +482,15 @@ def _explain_crash(exercise: Exercise, path: Path, traceback: str) -> list[str]:
         error = "NotImplementedError: the exercise is not written yet"
     out = [f"the {exercise.stage} server, run with your file, raised an exception{where}; "
            "its traceback, your file's lines:"]
+    student = source.splitlines() if source is not None else None
     text = traceback.splitlines()
     for index, line in enumerate(text):
         match = re.match(rf'\s*File "{re.escape(str(path))}", line (\d+), in (\S+)', line)
         if match:
             code = text[index + 1].strip() if index + 1 < len(text) else ""
+            if student is not None:
+                number = int(match.group(1))
+                code = student[number - 1].strip() if 0 < number <= len(student) else ""
             out.append(f"  line {match.group(1)}, in {match.group(2)}: {_clip(code, 70)}")
     out = out[:1] + out[1:][-4:]  # the innermost frames: where it broke
     out.append(f"  {_clip(error)}")
