@@ -40,6 +40,8 @@ from typing import Any
 
 import pytest
 
+from conftest import UV_SIGNAL_WAKEUP  # tests/ is on sys.path
+
 import tinyloop.aio
 from tinyloop import stages
 from tinyloop.aio import unix_events
@@ -91,6 +93,13 @@ def warm_up_uvloop() -> None:
     loop.close()
 
 
+@functools.cache
+def warm_up_tinyloop_uv() -> None:
+    """The same for libuv under tinyloop.uv: its first uv_loop_init opens
+    the pipe that serializes signal delivery, once per process, for good."""
+    _tinyloop_uv().close()
+
+
 async def _add_and_remove_a_signal_handler(loop: asyncio.AbstractEventLoop) -> None:
     loop.add_signal_handler(signal.SIGUSR1, lambda: None)
     loop.remove_signal_handler(signal.SIGUSR1)
@@ -110,6 +119,8 @@ def loop(loop_name: str) -> Iterator[asyncio.AbstractEventLoop]:
     """A new loop of the kind ``loop_name``; closed after the test, leaking nothing."""
     if loop_name == "uvloop":
         warm_up_uvloop()
+    elif loop_name == "tinyloop-uv":
+        warm_up_tinyloop_uv()
     gc.collect()
     before = open_fds()
     with warnings.catch_warnings(record=True) as caught:
@@ -268,7 +279,10 @@ RUNNERS = {
 }
 
 
-def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str) -> None:
+def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str,
+                                                request: pytest.FixtureRequest) -> None:
+    if loop_name == "tinyloop-uv":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=UV_SIGNAL_WAKEUP))
     code = textwrap.dedent(f"""
         import asyncio, sys
         async def main():
@@ -280,6 +294,7 @@ def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str) -> None:
                              stderr=subprocess.PIPE)
     try:
         assert child.stdout.readline() == b"ready\n"  # type: ignore[union-attr]
+        time.sleep(0.3)  # Ctrl-C comes while the loop is idle, blocked in its wait
         child.send_signal(signal.SIGINT)
         _, stderr = child.communicate(timeout=LIMIT)
     finally:
@@ -426,9 +441,13 @@ def test_unclosed_pipe_transport_warns(loop: asyncio.AbstractEventLoop, loop_nam
         pytest.skip("uvloop 0.23's pipe transports do not warn")
     async def main() -> None:
         r, w = os.pipe()
-        os.close(w)
         transport, protocol = await loop.connect_read_pipe(asyncio.Protocol, os.fdopen(r, "rb", 0))
         transport.pause_reading()  # never see the EOF: the transport stays open
+        # The write end is closed only now: a loop that runs I/O callbacks
+        # before the callbacks queued in the turn before (libuv's order:
+        # tinyloop.uv, uvloop) would otherwise read the EOF, and close the
+        # transport, before this task got to pause it.
+        os.close(w)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
