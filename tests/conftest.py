@@ -12,8 +12,12 @@ import tinyloop._override
 
 tinyloop._override.apply_override()
 
+import os  # noqa: E402
+import shutil  # noqa: E402
 import socket  # noqa: E402
+import subprocess  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -67,3 +71,36 @@ UV_SIGNAL_WAKEUP = (
     "asyncio.Runner's for SIGINT, never runs); Part III's select returns to Python instead. "
     "Fix in tinyloop/uv: signal.set_wakeup_fd on a descriptor the loop polls while running, "
     "as uvloop does")
+
+
+def source_copy(dest: Path) -> Path:
+    """Copy the checkout's tracked files (``git ls-files``) to ``dest``; return ``dest``.
+
+    What a fresh clone has: no built extension (``*.so`` is ignored by git),
+    no virtual environment, no caches.  Tests run a child Python in it with
+    ``PYTHONPATH`` set to ``dest`` (an editable install's finder comes after
+    the path, so the copy's ``tinyloop`` is the one imported), to see the
+    package as it is without libuv (tests/test_uv_unbuilt.py) or with
+    another build of the extension (tests/test_uv_builds.py).  Skips the
+    test when this is not a git checkout.
+    """
+    root = Path(__file__).resolve().parent.parent
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
+                                check=True, timeout=30).stdout.decode()
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"needs a git checkout to copy the tracked files: {error}")
+    for name in filter(None, listed.split("\0")):
+        source = root / name
+        if source.is_file():   # a path deleted in the work tree and not yet committed is skipped
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+def child_env(tree: Path, **extra: str) -> dict[str, str]:
+    """os.environ for a child Python that must import ``tinyloop`` from ``tree``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", **extra)
+    return env
