@@ -381,15 +381,29 @@ def serve(name: str, port: int, profile_to: str | None = None) -> int:
     """Serve HTTP with recipe ``name`` until SIGTERM or Ctrl-C; with ``profile_to``, under
     cProfile counting CPU time (``time.process_time``: a wait in epoll costs nothing)."""
     recipe = RECIPES[name]
+    return serve_until_sigterm(name, recipe.loop, lambda sock: (_serve_sock(sock) if recipe.api == "sock"
+                                                                 else serve_on(sock, recipe.api)),
+                               port, profile_to)
+
+
+def serve_until_sigterm(name: str, loop: Callable[[], asyncio.AbstractEventLoop],
+                        main: Callable[[socket.socket], Coroutine[Any, Any, None]], port: int,
+                        profile_to: str | None = None) -> int:
+    """Run ``main(listener)`` on a loop from ``loop`` until SIGTERM or Ctrl-C; see :func:`serve`.
+
+    ``listener`` listens on 127.0.0.1:``port`` (0: any free port), announced
+    under ``name`` (tinyloop.serving.announce).  benchmarks/uv_changes.py
+    serves its loops, and its echo server, through this too.
+    """
     sock = listen("127.0.0.1", port)
     announce(name, sock)
-    main = _until_sigterm(_serve_sock(sock) if recipe.api == "sock" else serve_on(sock, recipe.api))
+    coroutine = _until_sigterm(main(sock))
     profile = cProfile.Profile(time.process_time) if profile_to else None
     if profile is not None:
         profile.enable()
     try:
-        with asyncio.Runner(loop_factory=recipe.loop) as runner:
-            runner.run(main)
+        with asyncio.Runner(loop_factory=loop) as runner:
+            runner.run(coroutine)
     except KeyboardInterrupt:
         pass
     finally:
@@ -794,17 +808,18 @@ def _layer(function: tuple[str, int, str]) -> str | None:
     return "other Python"
 
 
-def by_layer(stats: pstats.Stats) -> collections.Counter[str]:
-    """Seconds of own time per layer (see _LAYERS)."""
+def by_layer(stats: pstats.Stats,
+             layer_of: Callable[[tuple[str, int, str]], str | None] = _layer) -> collections.Counter[str]:
+    """Seconds of own time per layer: ``layer_of`` (default: by _LAYERS, see _layer)."""
     layers: collections.Counter[str] = collections.Counter()
     for function, (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
-        layer = _layer(function)
+        layer = layer_of(function)
         if layer is not None:
             layers[layer] += tottime
             continue
         split = 0.0
         for caller, (_, _, caller_tottime, _) in callers.items():
-            layers[_layer(caller) or "other built-ins"] += caller_tottime
+            layers[layer_of(caller) or "other built-ins"] += caller_tottime
             split += caller_tottime
         if tottime > split:  # called from outside the profile's window
             layers["other built-ins"] += tottime - split
@@ -839,32 +854,57 @@ def profile_server(name: str, requests: int, pinning: dict, warmup: int = DEFAUL
     freed once, e.g. at a connection's EOF); warming up as the table does
     measures the steady state both share.
     """
+    def ab(process: ServerProcess) -> int:
+        argv = [*pinning["load_prefix"], "ab", "-q", "-k", "-n", str(requests), "-c", "10",
+                f"http://127.0.0.1:{process.port}/"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"ab failed: {done.stderr.strip()}")
+        return requests
+
+    stats, served = profiled(name, server(name).argv, pinning, warmup, ab)
+    return profile_summary(stats, served, f"{name} ({RECIPES[name].summary}): {warmup} GET / to warm up, "
+                                          f"then ab -k -n {requests} -c 10")
+
+
+def profiled(name: str, argv: tuple[str, ...], pinning: dict, warmup: int,
+             load: Callable[[ServerProcess], int]) -> tuple[pstats.Stats, int]:
+    """Run the server ``argv`` (which takes ``--profile-to FILE``) under cProfile: ``warmup``
+    GET / on one keep-alive connection, then ``load(process)``, which returns the requests
+    it had answered.  Returns the stats and the requests served, the warm-up's included.
+
+    Raises RuntimeError when the warm-up fails (and what ``load`` raises).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "server.prof")
-        command = [*pinning["server_prefix"], *server(name).argv, "--profile-to", out]
+        command = [*pinning["server_prefix"], *argv, "--profile-to", out]
         process = ServerProcess(name, command=command).start()
         try:
             failure = harness.warm_up(process.address, warmup, 5.0)  # as the table's runs are
             if failure is not None:
                 raise RuntimeError(f"{name}: {failure[1]}")
-            ab = [*pinning["load_prefix"], "ab", "-q", "-k", "-n", str(requests), "-c", "10",
-                  f"http://127.0.0.1:{process.port}/"]
-            done = subprocess.run(ab, capture_output=True, text=True, timeout=300)
-            if done.returncode != 0:
-                raise RuntimeError(f"ab failed: {done.stderr.strip()}")
+            requests = load(process)
         finally:
             process.stop()
         stats = pstats.Stats(out)
-    layers = by_layer(stats)
+    return stats, requests + warmup  # the warm-up's requests are in the profile too
+
+
+def profile_summary(stats: pstats.Stats, served: int, headline: str,
+                    counted: tuple[tuple[str, tuple[str, ...]], ...] = _COUNTED,
+                    layer_of: Callable[[tuple[str, int, str]], str | None] = _layer) -> str:
+    """The profile's text: ``headline`` (what ran, under which load), the time by layer
+    (``layer_of``, as by_layer) per request of the ``served``, the ``counted`` calls per
+    request, and the top ten."""
+    layers = by_layer(stats, layer_of)
     total = sum(layers.values())
-    served = requests + warmup  # the warm-up's requests are in the profile too
-    lines = [f"{name} ({RECIPES[name].summary}): {warmup} GET / to warm up, then ab -k -n {requests} -c 10, "
-             f"cProfile on the server; {total * 1e3:.0f} ms of CPU time, {total / served * 1e6:.0f} us per request",
+    lines = [f"{headline}, cProfile on the server; {total * 1e3:.0f} ms of CPU time, "
+             f"{total / served * 1e6:.0f} us per request",
              "(built-ins are counted in their callers' layers, except the calls into the kernel)", ""]
     lines += [f"  {layer:<46} {seconds * 1e3:7.1f} ms  {seconds / served * 1e6:5.1f} us/req  "
               f"{100 * seconds / total:5.1f} %" for layer, seconds in layers.most_common() if seconds >= 5e-5]
     lines += ["", "  calls per request: " + ", ".join(
-        f"{label} {count_calls(stats, names) / served:.2f}" for label, names in _COUNTED)]
+        f"{label} {count_calls(stats, names) / served:.2f}" for label, names in counted)]
     lines += ["", "  the functions with the most time of their own:"]
     top = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:10]  # type: ignore[attr-defined]
     for function, (_, ncalls, tottime, _, _) in top:

@@ -1,0 +1,522 @@
+# benchmarks/uv_changes.py
+"""Which move from Part III to Part IV bought how much: tinyloop.aio to tinyloop.uv, one step at a time.
+
+    python benchmarks/uv_changes.py                  every step, every load, 5 interleaved repetitions (about 4 minutes)
+    python benchmarks/uv_changes.py --quick          a smoke run: short loads, 1 repetition (under a minute)
+    python benchmarks/uv_changes.py --reference      the full run, written where the book reads it
+    python benchmarks/uv_changes.py --loads echo-1k --steps aio,uv --repeat 3
+    python benchmarks/uv_changes.py --profile        where a request's time goes once the loop is in C
+    python benchmarks/uv_changes.py --serve uv/no-batching --app echo --port 8000   one server, by hand
+
+A *step* is a loop.  Each step adds one move to the step before it, so the
+steps are cumulative: Part III's loop (``aio``, the baseline); the run loop,
+handles, timers and readiness in C on libuv, with Part III's socket
+transports on ``uv_poll`` (``uv/poll-transports``); transports on
+``uv_tcp``, writing at once (``uv/no-batching``); and the writes of a turn
+batched into one ``writev`` (``uv``, tinyloop.uv.Loop itself).  The two
+steps between are subclasses of tinyloop.uv.Loop, defined below, each
+overriding one attribute.
+
+Every step serves the same two programs: the HTTP Protocol server of
+Part III (tinyloop.aio.server.serve_on) and the echo Protocol of
+benchmarks/peers/echo_server.py.  The loads: ``wrk -t1 -c 100`` keep-alive
+on ``/``, the same with 24 requests pipelined per write (where batching
+shows), and TCP echo of 1 KiB messages on 10 connections (the C client of
+benchmarks/echo.py).  The figure is the server's own CPU time per request
+or message (benchmarks/README.md, "How to read CPU µs/request"); beside it
+the requests or messages per second, and each step's speed-up over the step
+before it and over ``aio``.  The loop's own operations (call_soon,
+call_later + cancel, a sleep(0) round trip; benchmarks/micro.py's timings)
+are timed on aio and uv in this process.
+
+Writes benchmarks/results/local/uv_changes.json and .md (ignored by git);
+``--reference`` writes benchmarks/results/uv_changes.json and .md, which the
+libuv chapter includes.  ``--profile`` writes profile_uv.txt the same way.
+"""
+
+# Rules this file keeps:
+#   * Nothing is copied from the other harnesses: an HTTP run is
+#     benchmarks/run.py's ``measure`` (fresh server, warm-up, wrk, the
+#     server's CPU clock), an echo run is benchmarks/echo.py's, a server is
+#     served and profiled by benchmarks/aio_changes.py's functions, and the
+#     per-operation timings are benchmarks/micro.py's.  What is here is the
+#     steps, the order of the runs, and the table.
+#   * A step is tinyloop.aio.Loop, tinyloop.uv.Loop, or a subclass of the
+#     latter that overrides one attribute; nothing in tinyloop/ is patched.
+#   * Repetitions are interleaved (repetition 1 runs every load on every
+#     step, then repetition 2...), and every figure is a median with its min
+#     and max.  Ratios are of medians.
+#   * The JSON holds every run and everything the table shows; the Markdown
+#     table is rendered from the JSON and nothing else.
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
+
+from benchmarks import aio_changes, echo, loads, micro, servers  # noqa: E402
+from benchmarks import run as harness  # noqa: E402
+from benchmarks.peers.echo_server import EchoProtocol  # noqa: E402
+from tinyloop import stages  # noqa: E402
+from tinyloop.aio.server import serve_on  # noqa: E402
+from tinyloop.aio.unix_events import Loop as AioLoop  # noqa: E402
+from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
+from tinyloop.testing import ServerProcess  # noqa: E402
+
+SCHEMA = 1
+RESULTS = harness.RESULTS
+REFERENCE = RESULTS / "uv_changes.json"             # the book's; only --reference writes it
+LOCAL = RESULTS / "local" / "uv_changes.json"       # a user's run: ignored by git
+PROFILE_REFERENCE = RESULTS / "profile_uv.txt"
+PROFILE_LOCAL = RESULTS / "local" / "profile_uv.txt"
+
+# Seconds per wrk run (whole seconds: wrk's -d takes no fraction) and per
+# echo run (after its warm-up), repetitions, and the per-operation timings.  The default run (4 steps x 3 loads x 5
+# repetitions, about 3 s a run, plus the timings) takes about 4 minutes.
+DEFAULTS = {"repeat": 5, "duration": 2, "echo_duration": 1.5, "echo_warmup": 0.5, "warmup": 1000,
+            "timeout": 5.0, "micro_repeat": 5, "micro_ops": 100_000, "profile_duration": 3}
+QUICK = {"repeat": 1, "duration": 1, "echo_duration": 0.3, "echo_warmup": 0.1, "warmup": 20,
+         "timeout": 2.0, "micro_repeat": 1, "micro_ops": 2_000, "profile_duration": 1}
+
+ECHO_LOAD = "echo-1k"
+ECHO_SIZE = 1024  # bytes per message
+LOAD_TITLES = {
+    "wrk": "wrk -t1 -c 100, keep-alive, GET /",
+    "wrk-pipeline": "wrk -t1 -c 100, 24 requests pipelined per write",
+    ECHO_LOAD: f"TCP echo, 1 KiB messages, {echo.CONNECTIONS} connections",
+}
+LOAD_NAMES = tuple(LOAD_TITLES)
+
+
+# -- The steps ----------------------------------------------------------------------------------
+#
+# Discussion: tinyloop.uv is a C extension, and a checkout without libuv has
+# none.  This script must still import there (for --help, and for the tests
+# to say why they skip), so the uv steps are defined only when the
+# extension imports, and UV_MISSING says why not otherwise.
+
+UV_MISSING: str | None = stages.get("uv").unavailable()
+if UV_MISSING is None:
+    from tinyloop.uv.loop import Loop as UVLoop
+
+    class PollTransportsLoop(UVLoop):
+        """tinyloop.uv's C core with Part III's socket transports, on uv_poll readiness.
+
+        Undoes "transports on uv_tcp": the transport is Part III's Python
+        one (tinyloop/aio/selector_events.py), whose add_reader/add_writer
+        are the C loop's uv_poll handles.
+        """
+
+        def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
+            return SelectorEventLoop._make_socket_transport(self, sock, protocol, waiter,
+                                                            extra=extra, server=server)
+
+    class NoBatchingLoop(UVLoop):
+        """tinyloop.uv with uv_tcp transports that write at once: uv_try_write per write().
+
+        Undoes "writes batched per turn" (tinyloop/uv/tcp.pyx, _batch_writes).
+        """
+
+        _batch_writes = False
+else:
+    UVLoop = PollTransportsLoop = NoBatchingLoop = None  # type: ignore[assignment,misc]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One row: ``key`` names it, ``loop`` makes its event loop, ``move`` is what it adds to the step before."""
+
+    key: str
+    loop: Callable[[], asyncio.AbstractEventLoop] | None
+    move: str
+
+
+STEPS: tuple[Step, ...] = (
+    Step("aio", AioLoop, "Part III's loop, pure Python (tinyloop.aio.Loop): the baseline"),
+    Step("uv/poll-transports", PollTransportsLoop,
+         "the run loop, handles, timers and readiness in C on libuv (Part III's transports, on uv_poll)"),
+    Step("uv/no-batching", NoBatchingLoop, "transports on uv_tcp, each write() tried at once (uv_try_write)"),
+    Step("uv", UVLoop, "a turn's writes batched into one writev per transport (tinyloop.uv.Loop)"),
+)
+_STEPS = {step.key: step for step in STEPS}
+APPS = ("http", "echo")
+
+
+# -- The servers ----------------------------------------------------------------------------------
+
+async def serve_echo(listener: socket.socket) -> None:
+    """Echo with benchmarks/peers/echo_server.py's Protocol on ``listener`` until cancelled;
+    then close the server and drop its clients (abort_clients, where the Server has it)."""
+    server = await asyncio.get_running_loop().create_server(EchoProtocol, sock=listener)
+    try:
+        await asyncio.get_running_loop().create_future()  # never done: wait for the cancellation
+    finally:
+        server.close()
+        abort_clients = getattr(server, "abort_clients", None)
+        if abort_clients is not None:
+            abort_clients()
+
+
+def serve(key: str, app: str, port: int, profile_to: str | None = None) -> int:
+    """Serve ``app`` (``"http"``: serve_on's HTTPProtocol; ``"echo"``: EchoProtocol) on step
+    ``key``'s loop until SIGTERM or Ctrl-C; with ``profile_to``, under cProfile (aio_changes.serve)."""
+    main = serve_echo if app == "echo" else (lambda sock: serve_on(sock, "protocol"))
+    loop = _STEPS[key].loop
+    assert loop is not None, UV_MISSING
+    return aio_changes.serve_until_sigterm(f"{app}:{key}", loop, main, port, profile_to)
+
+
+def server(key: str, app: str) -> servers.Server:
+    """The harness's Server for step ``key`` serving ``app``: this script with --serve."""
+    argv = (sys.executable, str(Path(__file__).resolve()), "--serve", key, "--app", app, "--port", "0")
+    return servers.Server(f"{app}:{key}", "variant", _STEPS[key].move, argv)
+
+
+# -- The runs --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: ``steps`` and ``loads`` (names), ``repeat`` interleaved repetitions;
+    ``http`` for the wrk loads (benchmarks/loads.Settings), ``echo`` for the echo load,
+    ``warmup`` GET / before each wrk load."""
+
+    steps: list[str]
+    loads: list[str]
+    repeat: int
+    http: loads.Settings
+    echo: echo.Settings
+    warmup: int
+
+
+def measure(key: str, load: str, plan: Plan, pinning: dict, workdir: Path) -> dict:
+    """One run of step ``key`` under ``load``: the harness's record in ``run``, and the
+    figures this table compares (``cpu_us``: server CPU µs per request or message;
+    ``rate``: requests or messages per second)."""
+    if load == ECHO_LOAD:
+        record = echo.measure(server(key, "echo"), ECHO_SIZE, plan.echo, pinning)
+        cpu, rate = record["cpu_us_per_msg"], record["msgs_per_s"]
+    else:
+        record = harness.measure(server(key, "http"), loads.get(load), plan.http, pinning, workdir, plan.warmup)
+        cpu, rate = record["cpu_us_per_req"], record["rps"]
+    ok = record["status"] == "ok" and cpu is not None
+    return {"step": key, "load": load, "status": record["status"], "note": record["note"],
+            "cpu_us": cpu if ok else None, "rate": rate if ok else None, "run": record}
+
+
+def run_all(plan: Plan, pinning: dict) -> list[dict]:
+    """Every (load, step) ``plan.repeat`` times, interleaved; the run records, each with ``rep``."""
+    records: list[dict] = []
+    total = plan.repeat * len(plan.loads) * len(plan.steps)
+    with tempfile.TemporaryDirectory(prefix="tinyloop-uv-changes-") as workdir:
+        for rep in range(1, plan.repeat + 1):
+            for load in plan.loads:
+                for key in plan.steps:
+                    record = {"rep": rep, **measure(key, load, plan, pinning, Path(workdir))}
+                    records.append(record)
+                    figure = f"{record['cpu_us']:.1f} µs CPU" if record["cpu_us"] else "?"
+                    print(f"[{len(records):>3}/{total}] rep {rep} {load:<12} {key:<18} {record['status']:<7} "
+                          f"{figure}  {record['rate'] or 0:.0f}/s" + (f"  ({record['note']})" if record["note"]
+                                                                      else ""), file=sys.stderr, flush=True)
+    return records
+
+
+def summarize(plan: Plan, records: list[dict]) -> list[dict]:
+    """One row per (load, step), in the plan's order: median, min, max of CPU µs and of the
+    rate over the runs that succeeded; ``speedup_previous`` is the previous step's median
+    CPU over this one's, ``speedup_aio`` aio's over this one's (above 1: this step costs less)."""
+    rows = []
+    for load in plan.loads:
+        first = previous = None
+        for key in plan.steps:
+            runs = [r for r in records if r["load"] == load and r["step"] == key]
+            ok = [r for r in runs if r["cpu_us"] is not None]
+            row: dict[str, Any] = {"load": load, "step": key, "runs": len(runs), "ok_runs": len(ok),
+                                   "cpu_us": aio_changes._spread([r["cpu_us"] for r in ok]),
+                                   "rate": aio_changes._spread([r["rate"] for r in ok]),
+                                   "notes": sorted({r["note"] for r in runs if r["note"]})}
+            median = row["cpu_us"]["median"] if row["cpu_us"] else None
+            row["speedup_previous"] = previous / median if previous and median else None
+            row["speedup_aio"] = first / median if first and median else None
+            if key == "aio":
+                first = median
+            previous = median
+            rows.append(row)
+    return rows
+
+
+# -- Per operation, in this process --------------------------------------------------------------
+
+OPERATIONS = ("call_soon", "timer_cancel", "sleep0")  # benchmarks/micro.py's names
+
+
+def measure_micro(repeat: int, ops: int, cpu: int | None) -> list[dict]:
+    """micro.py's timings of OPERATIONS on aio and uv, ``repeat`` times interleaved, ``ops``
+    operations each, on CPU ``cpu`` (None: where the scheduler puts us); ns per operation."""
+    loops = {"aio": AioLoop, "uv": UVLoop}
+    previous = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if cpu is not None and previous is not None:
+        os.sched_setaffinity(0, {cpu})
+    samples: dict[tuple[str, str], list[float]] = {}
+    try:
+        for rep in range(repeat):
+            for op in OPERATIONS:
+                for name, factory in loops.items():
+                    seconds = micro.OPERATIONS[op][0](ops, factory)
+                    samples.setdefault((op, name), []).append(seconds / ops * 1e9)
+            print(f"  per operation: repetition {rep + 1}/{repeat} done", file=sys.stderr, flush=True)
+    finally:
+        if cpu is not None and previous is not None:
+            os.sched_setaffinity(0, previous)
+    rows = []
+    for op in OPERATIONS:
+        row = {"op": op, "what": micro.OPERATIONS[op][1], "unit": "ns",
+               **{name: {**aio_changes._spread(samples[op, name]), "samples": samples[op, name]}
+                  for name in loops}}
+        row["speedup"] = row["aio"]["median"] / row["uv"]["median"]
+        rows.append(row)
+    return rows
+
+
+# -- Rendering -----------------------------------------------------------------------------------
+
+def _cell(spread: dict | None, digits: int) -> str:
+    if not spread:
+        return "failed"
+    return f"{spread['median']:.{digits}f} ({spread['min']:.{digits}f}–{spread['max']:.{digits}f})"
+
+
+def _times(ratio: float | None) -> str:
+    return f"×{ratio:.2f}" if ratio is not None else "–"
+
+
+def _markdown(header: list[str], rows: list[list[str]], right_from: int) -> list[str]:
+    align = ["---" if i < right_from else "--:" for i in range(len(header))]
+    return ["| " + " | ".join(line) + " |" for line in (header, align, *rows)]
+
+
+def render(data: dict) -> str:
+    """The JSON's tables as Markdown (MyST), with their legend: the libuv chapter includes it whole."""
+    settings = data["settings"]
+    out = [f"Server CPU time per request (HTTP) or message (echo), in µs: median of {settings['repeat']} "
+           f"interleaved runs (min–max), server on one CPU, load generator on the other. Each step adds "
+           f"one move to the step above it; speed-up is the CPU time of the step above (or of `aio`) "
+           f"divided by this step's.", ""]
+    for load in data["plan"]["loads"]:
+        unit = "message" if load == ECHO_LOAD else "request"
+        out += [f"**{LOAD_TITLES[load]}**", ""]
+        rows = [[f"`{row['step']}`", _STEPS[row["step"]].move, _cell(row["cpu_us"], 1),
+                 f"{row['rate']['median']:,.0f}" if row["rate"] else "–",
+                 _times(row["speedup_previous"]), _times(row["speedup_aio"])]
+                for row in data["rows"] if row["load"] == load]
+        out += _markdown(["step", "the move it adds", f"CPU µs per {unit}", f"{unit}s/s",
+                          "speed-up over the step above", "over aio"], rows, 2)
+        notes = [f"`{row['step']}`: {note}" for row in data["rows"] if row["load"] == load for note in row["notes"]]
+        out += [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
+    if data.get("micro"):
+        out += [f"**The loop's own operations** (benchmarks/micro.py's timings, in this process): ns of "
+                f"wall time per operation, median of {settings['micro_repeat']} (min–max), "
+                f"{settings['micro_ops']:,} operations each.", ""]
+        rows = [[row["what"], _cell(row["aio"], 0), _cell(row["uv"], 0), _times(row["speedup"])]
+                for row in data["micro"]]
+        out += _markdown(["operation", "aio", "uv", "speed-up"], rows, 1) + [""]
+    out += [f"`{data['command']}`, {data['elapsed_s']:.0f} s; {data['machine_line']}; load average "
+            f"{data['load_average'][0]:.2f} at the start, {data['load_average'][1]:.2f} at the end."]
+    return "\n".join(out) + "\n"
+
+
+# -- The profile ----------------------------------------------------------------------------------
+
+# Discussion: what cProfile can see of a loop in C.  It records Python
+# frames, and calls from Python to built-in functions; a Cython method is
+# neither (its function type is Cython's own), so it never gets a line.
+# The time tinyloop.uv spends in C between two Python callbacks (uv_run,
+# epoll_wait, read and writev, handing each event to its handle) is
+# therefore charged to the Python frame under it: Part II's run_forever,
+# which calls the C run_once.  On tinyloop.uv that frame's own time *is*
+# the C loop, system calls included, and _uv_layer names it so.  (A C
+# method a callback calls, transport.write, is charged to that callback,
+# with the send it makes.)  On
+# tinyloop.aio the same function's own time is a few lines of Python and
+# stays in the Python loop's layer.
+C_LOOP = "the loop in C: tinyloop.uv, libuv, syscalls"
+_RUN_FOREVER = ("tinyloop/callbacks/loop.py", "run_forever")
+
+
+def _uv_layer(function: tuple[str, int, str]) -> str | None:
+    """aio_changes' layers, with the own time of run_forever on a uv loop as the C loop's."""
+    path, _, name = function
+    if path.endswith(_RUN_FOREVER[0]) and name == _RUN_FOREVER[1]:
+        return C_LOOP
+    return aio_changes._layer(function)
+
+
+# What the profile counts per request: Python functions wherever they are
+# called from, a built-in only when Python calls it (on uv, recv and send
+# are called from C, and count 0).
+_COUNTED = (
+    ("data_received", ("(data_received)",)),
+    ("call_soon", ("call_soon)",)),
+    ("recv", ("'recv' of '_socket",)),
+    ("send", ("'send' of '_socket", "'sendmsg' of '_socket")),
+)
+
+
+def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
+    """Step ``key``'s HTTP server under cProfile: ``warmup`` GET / on one keep-alive
+    connection, then ``wrk -t1 -c 100 -d DURATION``; the summary by layer, as text."""
+    load = loads.get("wrk")
+    settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+
+    def wrk(process: ServerProcess) -> int:
+        with tempfile.TemporaryDirectory() as workdir:
+            result, _, output = loads.run(load, f"http://127.0.0.1:{process.port}/", settings, Path(workdir),
+                                          pinning["load_prefix"])
+        if not result.completed or result.failed:
+            raise RuntimeError(f"wrk: {result.error or output.strip()[-200:]}")
+        return result.completed
+
+    stats, served = aio_changes.profiled(f"http:{key}", server(key, "http").argv, pinning, warmup, wrk)
+    return aio_changes.profile_summary(stats, served, f"{key} ({_STEPS[key].move}): {warmup} GET / to warm up, "
+                                                      f"then wrk -t1 -c 100 -d {duration:g}s", _COUNTED,
+                                       _uv_layer if key.startswith("uv") else aio_changes._layer)
+
+
+# -- The command line -----------------------------------------------------------------------------
+
+def _names(argument: str | None, known: tuple[str, ...], what: str) -> list[str]:
+    if not argument or argument == "all":
+        return list(known)
+    chosen = [k.strip() for k in argument.split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in known]
+    if unknown:
+        raise SystemExit(f"uv_changes.py: unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [k for k in known if k in chosen]  # always in the steps' (or loads') order
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/uv_changes.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    keys = tuple(_STEPS)
+    parser.add_argument("--steps", help=f"comma list, kept in order (default all: {', '.join(keys)})")
+    parser.add_argument("--loads", help=f"comma list (default all: {', '.join(LOAD_NAMES)})")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    for name, what in (("repeat", "runs per step and load, interleaved"),
+                       ("duration", "seconds per wrk run"), ("echo-duration", "seconds per echo run"),
+                       ("echo-warmup", "seconds of echo before each measured run, unmeasured"),
+                       ("warmup", "keep-alive GET / before each wrk run, unmeasured"),
+                       ("timeout", "seconds a load generator waits on a silent server"),
+                       ("micro-repeat", "per-operation timings per figure"),
+                       ("micro-ops", "operations per per-operation timing"),
+                       ("profile-duration", "seconds of wrk under --profile")):
+        default = DEFAULTS[name.replace("-", "_")]
+        parser.add_argument(f"--{name}", type=type(default), help=f"{what} (default {default})")
+    parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
+    parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
+    parser.add_argument("--reference", action="store_true",
+                        help="maintainers: write the book's committed results (benchmarks/results/) "
+                             "instead of benchmarks/results/local/")
+    parser.add_argument("--out", type=Path, help="the JSON (default benchmarks/results/local/uv_changes.json); "
+                                                  "the Markdown table goes beside it, .md")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
+    parser.add_argument("--profile", nargs="?", const="uv,aio", metavar="STEPS",
+                        help="instead: profile these steps' HTTP servers under wrk -t1 -c 100, by layer "
+                             "(default uv,aio: after and before, under the same load)")
+    parser.add_argument("--profile-out", type=Path,
+                        help="the profile's text (default benchmarks/results/local/profile_uv.txt)")
+    parser.add_argument("--serve", choices=keys, help="instead: run one server (as the runs do)")
+    parser.add_argument("--app", choices=APPS, default="http", help="--serve's program (default http)")
+    parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
+    parser.add_argument("--profile-to", help=argparse.SUPPRESS)  # --serve under cProfile, stats written here
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if UV_MISSING is not None:
+        raise SystemExit(f"uv_changes.py: tinyloop.uv is not available here: {UV_MISSING}")
+    if args.serve:
+        return serve(args.serve, args.app, args.port, args.profile_to)
+    base = QUICK if args.quick else DEFAULTS
+    value = {key: getattr(args, key) if getattr(args, key) is not None else default
+             for key, default in base.items()}
+    command = harness._display(["python", "benchmarks/uv_changes.py", *(sys.argv[1:] if argv is None else argv)])
+    pinning = harness.choose_pinning(args.no_pin)
+    if args.profile:
+        text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"])
+                         for key in _names(args.profile, tuple(_STEPS), "step"))
+        text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
+        out = args.profile_out or (PROFILE_REFERENCE if args.reference else PROFILE_LOCAL)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(text, end="")
+        return 0
+    plan = Plan(steps=[] if args.no_servers else _names(args.steps, tuple(_STEPS), "step"),
+                loads=_names(args.loads, LOAD_NAMES, "load"), repeat=value["repeat"],
+                http=loads.Settings(requests={}, duration=value["duration"], socket_timeout=value["timeout"],
+                                    run_timeout=60.0),
+                echo=echo.Settings(duration=value["echo_duration"], warmup=value["echo_warmup"],
+                                   timeout=value["timeout"]),
+                warmup=value["warmup"])
+    if plan.steps and ECHO_LOAD in plan.loads:
+        failure = echo.prepare_client()
+        if failure is not None:
+            raise SystemExit(f"uv_changes.py: the echo client cannot be built: {failure}")
+    load_start = os.getloadavg()
+    date, started = datetime.now(timezone.utc), time.monotonic()
+    records = run_all(plan, pinning) if plan.steps else []
+    server_cpu = int(pinning["server_cpus"]) if pinning.get("enabled") else None
+    micro_rows = [] if args.no_micro else measure_micro(value["micro_repeat"], value["micro_ops"], server_cpu)
+    machine = harness.fingerprint()
+    versions = servers.tool_versions()
+    data = {
+        "schema": SCHEMA,
+        "date": date.isoformat(timespec="seconds"),
+        "command": command,
+        "machine": machine,
+        "machine_line": f"{machine['cpu_model']}, {machine['cpus']} CPUs, {machine['python']}, "
+                        f"Linux {machine['kernel']}",
+        "tools": {"wrk": versions.get("wrk"), "cc": versions.get("cc")},
+        "pinning": {k: v for k, v in pinning.items() if not k.endswith("_prefix")},
+        "load_average": [load_start[0], os.getloadavg()[0]],  # 1-minute: at the start, at the end
+        "settings": {**value, "echo_size_bytes": ECHO_SIZE, "echo_connections": echo.CONNECTIONS,
+                     "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)",
+                     "micro_clock": "time.perf_counter (benchmarks/micro.py)"},
+        "plan": {"steps": plan.steps, "loads": plan.loads},
+        "steps": {step.key: {"move": step.move, "loop": f"{step.loop.__module__}.{step.loop.__qualname__}",
+                             "doc": (step.loop.__doc__ or "").strip().split("\n")[0]}
+                  for step in STEPS if step.key in plan.steps},
+        "loads": {name: LOAD_TITLES[name] for name in plan.loads},
+        "rows": summarize(plan, records),
+        "micro": micro_rows,
+        "runs": records,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    out = args.out or (REFERENCE if args.reference else LOCAL)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = render(data)
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(text, end="")
+    print(f"wrote {out} and {out.with_suffix('.md').name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
