@@ -399,14 +399,15 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
 
 # -- The command line -----------------------------------------------------------------------------
 
-def _names(argument: str | None, known: tuple[str, ...], what: str) -> list[str]:
+def _names(argument: str | None, known: tuple[str, ...], what: str, in_given_order: bool = False) -> list[str]:
+    """``"a,b"`` checked against ``known``, in ``known``'s order unless ``in_given_order``; None or "all": known."""
     if not argument or argument == "all":
         return list(known)
-    chosen = [k.strip() for k in argument.split(",") if k.strip()]
+    chosen = list(dict.fromkeys(k.strip() for k in argument.split(",") if k.strip()))
     unknown = [k for k in chosen if k not in known]
     if unknown:
         raise SystemExit(f"uv_changes.py: unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
-    return [k for k in known if k in chosen]  # always in the steps' (or loads') order
+    return chosen if in_given_order else [k for k in known if k in chosen]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -460,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     pinning = harness.choose_pinning(args.no_pin)
     if args.profile:
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"])
-                         for key in _names(args.profile, tuple(_STEPS), "step"))
+                         for key in _names(args.profile, tuple(_STEPS), "step", in_given_order=True))
         text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
         out = args.profile_out or (PROFILE_REFERENCE if args.reference else PROFILE_LOCAL)
         out.parent.mkdir(parents=True, exist_ok=True)

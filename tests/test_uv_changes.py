@@ -1,0 +1,138 @@
+# tests/test_uv_changes.py
+#
+# benchmarks/uv_changes.py: the plumbing, never a speed.  Every step's
+# server (HTTP and echo) starts, answers, and stops cleanly on SIGTERM; each
+# step's loop is what its row says (Part III's transport on uv_poll, uv_tcp
+# writing at once, uv_tcp batching); a tiny run writes a JSON with a row
+# per load and step and a Markdown table naming each; and --profile sums
+# the time by layer, with the C loop as a layer of its own.  Skipped, with
+# the reason, where tinyloop.uv is not built.  Loopback only, small counts,
+# every subprocess bounded in time.
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import uv_changes  # noqa: E402
+from tinyloop.http import HELLO  # noqa: E402
+from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+
+SCRIPT = str(ROOT / "benchmarks" / "uv_changes.py")
+
+pytestmark = pytest.mark.skipif(uv_changes.UV_MISSING is not None,
+                                reason=f"tinyloop.uv is not built: {uv_changes.UV_MISSING}")
+needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("key", [step.key for step in uv_changes.STEPS])
+def test_every_step_serves_http_and_echo(key: str) -> None:
+    with ServerProcess(key, command=list(uv_changes.server(key, "http").argv), timeout=10) as server:
+        with server.connect() as sock:
+            buffer = bytearray()
+            for _ in range(2):
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+                assert recv_response(sock, buffer)[::2] == (200, HELLO)
+            # Three pipelined requests in one write, the last asking to close: three answers.
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n" * 2
+                         + b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            for _ in range(3):
+                assert recv_response(sock, buffer)[::2] == (200, HELLO)
+            assert sock.recv(100) == b""
+    assert server.proc is not None and server.proc.returncode == 0, "".join(server.stderr_lines)
+    with ServerProcess(key, command=list(uv_changes.server(key, "echo").argv), timeout=10) as server:
+        with server.connect() as sock:
+            message = bytes(range(256)) * 4  # 1 KiB, as the load sends
+            sock.sendall(message)
+            echoed = b""
+            while len(echoed) < len(message):
+                chunk = sock.recv(65536)
+                assert chunk, f"the echo server closed after {len(echoed)} of {len(message)} bytes"
+                echoed += chunk
+            assert echoed == message
+    assert server.proc is not None and server.proc.returncode == 0, "".join(server.stderr_lines)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Two connected TCP sockets on 127.0.0.1 (uv_tcp takes TCP only, not a Unix socketpair)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+    return accepted, client
+
+
+def test_each_step_is_the_loop_its_row_names() -> None:
+    from tinyloop.aio import selector_events
+    from tinyloop.uv import _loop
+
+    expected = {"aio": selector_events._SelectorSocketTransport,
+                "uv/poll-transports": selector_events._SelectorSocketTransport,
+                "uv/no-batching": _loop.TCPTransport, "uv": _loop.TCPTransport}
+    assert [step.key for step in uv_changes.STEPS] == list(expected)
+    for step in uv_changes.STEPS:
+        loop = step.loop()
+        ours, theirs = _tcp_pair()
+        try:
+            transport = loop._make_socket_transport(ours, asyncio.Protocol())
+            assert isinstance(transport, expected[step.key]), (step.key, type(transport))
+            if step.key.startswith("uv"):
+                assert loop._batch_writes is (step.key != "uv/no-batching"), step.key
+            transport.abort()
+            loop.run_until_complete(asyncio.sleep(0))  # connection_lost runs
+        finally:
+            loop.close()
+            ours.close()
+            theirs.close()
+
+
+@needs_wrk
+@pytest.mark.timeout(240)
+def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "uv_changes.json"
+    command = [sys.executable, SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2",
+               "--micro-ops", "200", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    keys = [step.key for step in uv_changes.STEPS]
+    assert [(row["load"], row["step"]) for row in data["rows"]] == [
+        (load, key) for load in uv_changes.LOAD_NAMES for key in keys]
+    for row in data["rows"]:
+        assert row["ok_runs"] == 1 and row["cpu_us"]["median"] > 0 and row["rate"]["median"] > 0, row
+        assert (row["speedup_aio"] is None) == (row["step"] == "aio"), row
+    for record in data["runs"]:
+        assert record["status"] == "ok", record
+    assert [row["op"] for row in data["micro"]] == list(uv_changes.OPERATIONS)
+    assert all(row["aio"]["median"] > 0 and row["uv"]["median"] > 0 for row in data["micro"])
+    text = out.with_suffix(".md").read_text(encoding="utf-8")
+    for key in keys:
+        assert text.count(f"| `{key}` |") == len(uv_changes.LOAD_NAMES), key
+    for title in uv_changes.LOAD_TITLES.values():
+        assert f"**{title}**" in text
+    assert "benchmarks/uv_changes.py --quick" in text and "load average" in text
+
+
+@needs_wrk
+@pytest.mark.timeout(120)
+def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
+    out = tmp_path / "profile_uv.txt"
+    command = [sys.executable, SCRIPT, "--profile", "uv,aio", "--quick", "--no-pin", "--profile-out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text(encoding="utf-8")
+    uv, _, aio = text.partition("\naio (")
+    assert uv.startswith("uv (") and "wrk -t1 -c 100 -d 1s" in uv and "calls per request: data_received" in uv
+    assert uv_changes.C_LOOP in uv and "HTTP: tinyloop/http" in uv
+    assert uv_changes.C_LOOP not in aio and "the loop: tinyloop/callbacks + tinyloop/aio" in aio
