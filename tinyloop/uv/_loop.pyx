@@ -59,6 +59,11 @@ cdef extern from *:
 DEBUG_BUILD = UV_DEBUG
 
 
+cdef inline double _now() noexcept nogil:
+    # The loop's clock, in seconds: uv_hrtime() is CLOCK_MONOTONIC in ns.
+    return uv.uv_hrtime() * 1e-9
+
+
 cdef _uv_error(int err):
     # libuv returns -errno on Unix: make the OSError subclass Python would.
     return OSError(-err, uv.uv_strerror(err).decode())
@@ -129,6 +134,10 @@ cdef void _on_walk_close(uv.uv_handle_t* handle, void* arg) noexcept with gil:
             (<TCPTransport>handle.data)._abandon()
         except BaseException:
             pass   # a warning turned into an error must not stop the close
+    elif handle.type == uv.UV_TIMER and handle.data is not NULL:
+        # A pending timer of the one-per-timer design: drop libuv's reference.
+        (<TimerHandle>handle.data)._uv_timer = NULL
+        Py_DECREF(<TimerHandle>handle.data)
     else:
         (<int*>arg)[0] += 1   # not a transport: one of ours that leaked
     _close_handle(handle)
@@ -157,6 +166,7 @@ cdef class UVLoop:
         self.uvloop.data = <void*>&self._live_handles
         self._polls = {}
         self._to_flush = []
+        self._timer_per_handle = bool(getattr(self, "_timers_per_handle", False))
         self._recv_buffer = <char*>PyMem_RawMalloc(READ_BUFFER_SIZE)
         if self._recv_buffer is NULL:
             raise MemoryError()
@@ -203,7 +213,7 @@ cdef class UVLoop:
         The clock is libuv's, the same one time.monotonic() reads on Linux;
         Part III's injected ``clock`` is not used.
         """
-        return uv.uv_hrtime() * 1e-9
+        return _now()
 
     # -- Scheduling -------------------------------------------------------------------
 
@@ -235,12 +245,15 @@ cdef class UVLoop:
         """Run ``callback(*args)`` after ``delay`` seconds; returns a TimerHandle."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self.time() + delay, callback, *args, context=context)
+        return self._call_at(_now() + delay, callback, args, context)
 
     def call_at(self, when, callback, *args, context=None):
         """Run ``callback(*args)`` at ``when`` seconds on :meth:`time`; returns a TimerHandle."""
         if when is None:
             raise TypeError("when cannot be None")
+        return self._call_at(when, callback, args, context)
+
+    cdef TimerHandle _call_at(self, double when, object callback, tuple args, object context):
         if self._closed:
             self._check_closed()
         if self._debug:
@@ -252,7 +265,10 @@ cdef class UVLoop:
         timer._loop = self
         timer._context = PyContext_CopyCurrent() if context is None else context
         timer._when = when
-        self._push_timer(timer)
+        if self._timer_per_handle:
+            self._start_own_timer(timer)
+        else:
+            self._push_timer(timer)
         return timer
 
     # -- The ready queue -----------------------------------------------------------------
@@ -342,6 +358,20 @@ cdef class UVLoop:
         if self._heap[0].timer == <void*>timer:
             self._arm_timer()
 
+    cdef _start_own_timer(self, TimerHandle timer):
+        # The design we measured against (uvloop's): a uv_timer_t per timer,
+        # in libuv's own heap.  A malloc, an init and a start per call_later;
+        # a stop and a close (and a free one iteration later) per cancel.
+        cdef double delay
+        timer._uv_timer = <uv.uv_timer_t*>self._alloc_handle(sizeof(uv.uv_timer_t))
+        uv.uv_timer_init(self.uvloop, timer._uv_timer)
+        timer._uv_timer.data = <void*>timer
+        Py_INCREF(timer)   # libuv's: dropped when it fires or is cancelled
+        uv.uv_update_time(self.uvloop)
+        delay = timer._when - _now()
+        uv.uv_timer_start(timer._uv_timer, _on_own_timer,
+                          <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0, 0)
+
     cdef _arm_timer(self):
         # Point the one uv_timer_t at the earliest deadline.
         cdef double when, delay
@@ -360,7 +390,7 @@ cdef class UVLoop:
         # iteration; bring it up to date, or a timer set after a slow
         # callback would fire early (and be re-armed: harmless, but a turn).
         uv.uv_update_time(self.uvloop)
-        delay = when - self.time()
+        delay = when - _now()
         ms = <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0
         uv.uv_timer_start(self._timer, _on_timer, ms, 0)
         self._armed_when = when
@@ -371,7 +401,7 @@ cdef class UVLoop:
         # deadline has passed on time(); libuv counts whole milliseconds, so
         # it may wake us a fraction of one early, and then nothing is due
         # yet and we re-arm for the rest.
-        cdef double now = self.time()
+        cdef double now = _now()
         cdef TimerHandle timer
         cdef object ready = self._ready
         self._armed_when = -1.0

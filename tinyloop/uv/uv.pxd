@@ -49,6 +49,7 @@ cdef extern from "uv.h" nogil:
     # -- Handles (handle.html) ---------------------------------------------------
     ctypedef enum uv_handle_type:
         UV_TCP
+        UV_TIMER
     ctypedef struct uv_handle_t:
         void* data
         uv_loop_t* loop
