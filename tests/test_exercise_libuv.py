@@ -155,14 +155,37 @@ def test_uv_timer_heap_a_nearer_timer_rearms_the_uv_timer(h):
 
 
 def test_uv_timer_heap_timers_due_between_milliseconds_all_run(h):
-    # libuv wakes the uv_timer_t up to a millisecond early: then nothing is
-    # due, and _fire_timers must arm the timer again (for the same deadline).
+    # libuv's clock for timers counts whole milliseconds, so when I/O wakes
+    # the loop (here: a byte every 0.2 ms), the uv_timer_t may fire up to a
+    # millisecond before a deadline on loop.time().  Then nothing is due,
+    # and _fire_timers must arm the timer again, for that same deadline.
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    h.loop.add_reader(a.fileno(), lambda: a.recv(65536))
     ran: list[int] = []
+    stop = threading.Event()
+
+    def wake() -> None:
+        while not stop.wait(0.0002):
+            try:
+                b.send(b"x")
+            except OSError:
+                return
+
     for k in range(60):
         h.loop.call_later(0.0004 + k * 0.00137, ran.append, k)
-    h.run_until(lambda: len(ran) == 60, "all 60 timers ran, though libuv woke the loop "
-                f"before some deadlines (ran: {len(ran)}; is the timer re-armed when "
-                "nothing was due yet?)")
+    waker = threading.Thread(target=wake, daemon=True)
+    waker.start()
+    try:
+        h.run_until(lambda: len(ran) == 60, "all 60 timers ran while I/O woke the loop "
+                    f"between their deadlines (ran: {len(ran)}; is the timer armed again "
+                    "when it fired and nothing was due yet?)")
+    finally:
+        stop.set()
+        waker.join()
+        h.loop.remove_reader(a.fileno())
+        a.close()
+        b.close()
     assert ran == list(range(60)), f"timers must run in deadline order; ran {ran}"
 
 
@@ -527,3 +550,24 @@ def test_uv_write_batch_write_eof_follows_the_data_and_reading_goes_on(h, connec
     peer.sock.sendall(b"still reading")
     h.run_until(lambda: bytes(protocol.received) == b"still reading",
                 "our side still read after write_eof()")
+
+
+# --- the Cython exercises' build step (tinyloop/exercises/build.py) ---------------------
+
+def test_a_cython_exercise_that_does_not_compile_names_the_line_of_the_students_file(tmp_path):
+    from tinyloop.exercises import build, catalog, checker, markers
+    exercise = catalog.get("uv-ready-queue")
+    try:
+        text = markers.starter(exercise)
+    except markers.MarkerError as error:
+        pytest.skip(f"the reference has no region of {exercise.name} yet: {error}")
+    line = markers.unwritten_lines(text, exercise.name)[0]
+    lines = text.splitlines()
+    lines[line - 1] = lines[line - 1].replace(markers.placeholder(exercise.name),
+                                              "undeclared_name_here += 1")
+    student = tmp_path / f"{exercise.name}.pyx"
+    student.write_text("\n".join(lines) + "\n")
+    made = build.build(exercise, student, checker.repository_root())
+    assert made.module is None, "a file that does not compile must not build"
+    assert any(f"line {line} of your file" in error and "undeclared_name_here" in error
+               for error in made.errors), made.errors
