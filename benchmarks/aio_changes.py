@@ -1014,14 +1014,18 @@ def main(argv: list[str] | None = None) -> int:
         "runs": records,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    out = args.out or (REFERENCE if args.reference else LOCAL)
+    write_results(data, args.out or (REFERENCE if args.reference else LOCAL), render(data), ".txt")
+    return 0
+
+
+def write_results(data: dict, out: Path, text: str, suffix: str) -> None:
+    """Write ``data`` as JSON to ``out``, and ``text`` (the table rendered from it) beside it
+    with ``suffix`` (``".txt"``, ``".md"``); print the text, and on stderr where both went."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    text = render(data)
-    out.with_suffix(".txt").write_text(text, encoding="utf-8")
+    out.with_suffix(suffix).write_text(text, encoding="utf-8")
     print(text, end="")
-    print(f"wrote {out} and {out.with_suffix('.txt').name}", file=sys.stderr)
-    return 0
+    print(f"wrote {out} and {out.with_suffix(suffix).name}", file=sys.stderr)
 
 
 if __name__ == "__main__":

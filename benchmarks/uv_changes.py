@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import statistics
@@ -509,13 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": records,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    out = args.out or (REFERENCE if args.reference else LOCAL)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    text = render(data)
-    out.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(text, end="")
-    print(f"wrote {out} and {out.with_suffix('.md').name}", file=sys.stderr)
+    aio_changes.write_results(data, args.out or (REFERENCE if args.reference else LOCAL), render(data), ".md")
     return 0
 
 
