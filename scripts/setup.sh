@@ -3,7 +3,8 @@
 # benchmarks and tests drive (ab, wrk, a C compiler, libuv; Chromium for the
 # book's browser test, nginx and PostgreSQL for Part V's experiments, all
 # three optional), and a virtual
-# environment in .venv with tinyloop and its development extras installed.
+# environment in .venv with tinyloop and its development extras installed,
+# and Part IV's extension (tinyloop/uv) built in place and kept up to date.
 #
 # Sourced by scripts/test.sh and scripts/benchmark.sh; safe to run again (each
 # step is skipped when it is already done).  Exports TINYLOOP_PYTHON.
@@ -172,8 +173,38 @@ make_venv() {
     fi
 }
 
+# --- Part IV's extension --------------------------------------------------------
+# pip install -e builds tinyloop/uv/_loop*.so in place (setup.py), but the
+# stamp above only tracks pyproject.toml: a changed .pyx or .pxd would be
+# left unbuilt, and the tests would run the old extension.  Rebuild it when
+# any of them is newer than the built extension, or when there is none and
+# libuv is here.  Optional: without libuv Part IV's tests are skipped, and
+# say what to install.
+have_libuv() {
+    { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libuv; } ||
+        [ -e /usr/include/uv.h ] || [ -e /usr/local/include/uv.h ] || [ -e /opt/homebrew/include/uv.h ]
+}
+
+build_uv() {
+    local built="" so
+    for so in tinyloop/uv/_loop*.so; do
+        [ -e "$so" ] && built=$so && break
+    done
+    if [ -n "$built" ]; then
+        [ -n "$(find tinyloop/uv -maxdepth 1 \( -name '*.pyx' -o -name '*.pxd' \) -newer "$built" -print -quit)" ] ||
+            return 0
+        say "rebuilding tinyloop.uv: its Cython sources changed since $built was built"
+    else
+        have_libuv || { say "no libuv: tinyloop.uv is not built, and its tests will be skipped (Debian: apt-get install libuv1-dev)"; return 0; }
+        say "building tinyloop.uv (libuv is here, the extension is not)"
+    fi
+    "$TINYLOOP_PYTHON" setup.py build_ext --inplace -q >/dev/null ||
+        say "tinyloop.uv did not build (setup.py's output above): its tests will be skipped"
+}
+
 install_system_packages
 install_browser
 install_services
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"
+build_uv
