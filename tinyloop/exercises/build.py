@@ -17,7 +17,8 @@
 #     flags and the libuv the reference is.  Nothing in the checkout changes.
 #   * Builds are cached by content, in build/exercises/ (ignored by git):
 #     the same sources make the same module, so grading one file twice, or
-#     the reference in every test run, compiles once.  A build is written
+#     the reference in every test run, compiles once.  The most recently
+#     used KEEP_BUILDS stay; older ones are removed.  A build is written
 #     beside the cache and renamed into it, so two checks at once cannot see
 #     half a module.
 #   * Errors speak of the student's file: Cython's ``FILE:LINE:COL: message``
@@ -46,6 +47,8 @@ __all__ = ["BUILD_TIMEOUT", "Build", "build", "sources"]
 BUILD_TIMEOUT = 240.0
 # Errors shown: the first is the one to fix; Cython often stops there anyway.
 SHOW_ERRORS = 3
+# Builds kept in the cache (about 1.5 MB each), the most recently used.
+KEEP_BUILDS = 24
 
 
 @dataclass
@@ -93,6 +96,7 @@ def build(exercise: Exercise, student: Path, root: Path) -> Build:
     cache = root / "build" / "exercises" / digest.hexdigest()[:24]
     module = cache / f"{leaf}{_suffix()}"
     if module.is_file():
+        os.utime(cache)  # recently used: the last to be pruned
         return Build(module, cached=True)
 
     with tempfile.TemporaryDirectory(prefix="tinyloop-build-") as tmp:
@@ -116,7 +120,18 @@ def build(exercise: Exercise, student: Path, root: Path) -> Build:
         partial = cache / f".{os.getpid()}-{module.name}"
         shutil.copy2(built, partial)
         os.replace(partial, module)  # atomic: another check sees all of it or nothing
+    _prune(cache.parent, keep=cache)
     return Build(module)
+
+
+def _prune(directory: Path, keep: Path) -> None:
+    """Remove all but the KEEP_BUILDS most recently used builds in ``directory``
+    (never ``keep``, the one just made).  A build another check is using
+    may go: it is only read when its module is loaded, right after."""
+    builds = sorted((path for path in directory.iterdir() if path.is_dir() and path != keep),
+                    key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in builds[KEEP_BUILDS - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 # Cython: "tinyloop/uv/tcp.pyx:464:18: undeclared name not builtin: x";
