@@ -312,11 +312,17 @@ def _markdown(header: list[str], rows: list[list[str]], right_from: int) -> list
 def render(data: dict) -> str:
     """The JSON's tables as Markdown (MyST), with their legend: the libuv chapter includes it whole."""
     settings = data["settings"]
-    out = [f"Server CPU time per request (HTTP) or message (echo), in µs: median of {settings['repeat']} "
-           f"interleaved runs (min–max), server on one CPU, load generator on the other. Each step adds "
-           f"one move to the step above it; speed-up is the CPU time of the step above (or of `aio`) "
-           f"divided by this step's.", ""]
-    for load in data["plan"]["loads"]:
+    out = []
+    if settings.get("quick"):
+        out += ["*A `--quick` smoke run: runs too short and too few to compare steps by. The book's figures "
+                "come from the full run (`--reference`).*", ""]
+    measured = [load for load in data["plan"]["loads"] if any(row["load"] == load for row in data["rows"])]
+    if measured:
+        out += [f"Server CPU time per request (HTTP) or message (echo), in µs: median of {settings['repeat']} "
+                f"interleaved runs (min–max), server on one CPU, load generator on the other. Each step adds "
+                f"one move to the step above it; speed-up is the CPU time of the step above (or of `aio`) "
+                f"divided by this step's.", ""]
+    for load in measured:
         unit = "message" if load == ECHO_LOAD else "request"
         out += [f"**{LOAD_TITLES[load]}**", ""]
         rows = [[f"`{row['step']}`", _STEPS[row["step"]].move, _cell(row["cpu_us"], 1),
@@ -495,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         "tools": {"wrk": versions.get("wrk"), "cc": versions.get("cc")},
         "pinning": {k: v for k, v in pinning.items() if not k.endswith("_prefix")},
         "load_average": [load_start[0], os.getloadavg()[0]],  # 1-minute: at the start, at the end
-        "settings": {**value, "echo_size_bytes": ECHO_SIZE, "echo_connections": echo.CONNECTIONS,
+        "settings": {**value, "quick": args.quick, "echo_size_bytes": ECHO_SIZE, "echo_connections": echo.CONNECTIONS,
                      "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)",
                      "micro_clock": "time.perf_counter (benchmarks/micro.py)"},
         "plan": {"steps": plan.steps, "loads": plan.loads},
