@@ -2,13 +2,16 @@
 #
 # Helpers shared by the tests, the exercise checker and the benchmark harness:
 # start a stage's server in its own process, find its port, look at its file
-# descriptors and CPU time, and stop it the way a user would (SIGTERM).
+# descriptors and CPU time, and stop it the way a user would (SIGTERM); hold
+# thousands of keep-alive connections to it from one thread (Crowd).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import resource
+import selectors
 import signal
 import socket
 import subprocess
@@ -18,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-__all__ = ["ServerProcess", "asyncio_loop_stages", "http_get", "nofile_at_least", "recv_response"]
+__all__ = ["Crowd", "ServerProcess", "asyncio_loop_stages", "http_get", "nofile_at_least", "recv_response"]
 
 def asyncio_loop_stages() -> list[str]:
     """The names of the stages whose loop is an asyncio event loop, in reading order.
@@ -230,3 +233,122 @@ def nofile_at_least(need: int) -> Iterator[bool]:
         yield True
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class Crowd:
+    """Many keep-alive HTTP connections to one server, driven from one thread.
+
+    ``open(count)`` connects ``count`` non-blocking sockets (at most
+    ``batch`` connecting at once, so the server's accept queue never
+    overflows and no SYN waits a second for its retry); ``ask()`` sends one
+    GET on every connection and reads every response, all at once, with
+    ``selectors`` (epoll on Linux); the connections stay open between
+    rounds, which is the point: a server must hold them all.  ``close()``
+    (or the end of the ``with`` block) closes them.
+
+    The caller needs a descriptor per connection: see
+    :func:`nofile_at_least`.  Every wait is bounded by ``timeout`` seconds
+    per call; past it ``TimeoutError`` says how far it got.  Used by
+    tests/test_uv_many_connections.py and benchmarks/memory.py.
+    """
+
+    REQUEST = b"GET / HTTP/1.1\r\nHost: crowd\r\n\r\n"
+
+    def __init__(self, address: tuple[str, int], *, timeout: float = 60.0, batch: int = 256) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.batch = batch
+        self.sockets: list[socket.socket] = []
+
+    def __enter__(self) -> Crowd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.sockets)
+
+    def open(self, count: int) -> None:
+        """Add ``count`` connected sockets.  Raises OSError if a connect fails."""
+        deadline = time.monotonic() + self.timeout
+        wanted = len(self.sockets) + count
+        connecting = 0
+        with selectors.DefaultSelector() as selector:
+            while len(self.sockets) < wanted:
+                while connecting < self.batch and len(self.sockets) + connecting < wanted:
+                    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    sock.setblocking(False)
+                    code = sock.connect_ex(self.address)
+                    if code not in (0, errno.EINPROGRESS):
+                        sock.close()
+                        raise OSError(code, f"connect: {os.strerror(code)}")
+                    selector.register(sock, selectors.EVENT_WRITE)
+                    connecting += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    for key in list(selector.get_map().values()):
+                        key.fileobj.close()  # type: ignore[union-attr]
+                    raise TimeoutError(f"{len(self.sockets)} of {wanted} connections after {self.timeout} s")
+                for key, _ in selector.select(min(remaining, 1.0)):
+                    sock = key.fileobj  # type: ignore[assignment]
+                    selector.unregister(sock)
+                    connecting -= 1
+                    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if code:
+                        sock.close()
+                        raise OSError(code, f"connect: {os.strerror(code)}")
+                    self.sockets.append(sock)
+
+    def ask(self, request: bytes = REQUEST) -> list[tuple[int, bytes]]:
+        """Send ``request`` on every connection; ``(status, body)`` of each answer, in order.
+
+        A connection the server closed instead of answering gives
+        ``(0, what it sent)``.  Raises TimeoutError past ``timeout``.
+        """
+        deadline = time.monotonic() + self.timeout
+        answers: list[tuple[int, bytes] | None] = [None] * len(self.sockets)
+        buffers = [bytearray() for _ in self.sockets]
+        with selectors.DefaultSelector() as selector:
+            for index, sock in enumerate(self.sockets):
+                if sock.send(request) != len(request):   # a few bytes into an empty buffer
+                    raise OSError(f"connection {index}: the request did not fit the send buffer")
+                selector.register(sock, selectors.EVENT_READ, index)
+            waiting = len(self.sockets)
+            while waiting:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{len(self.sockets) - waiting} of {len(self.sockets)} "
+                                       f"answers after {self.timeout} s")
+                for key, _ in selector.select(min(remaining, 1.0)):
+                    index = key.data
+                    buf = buffers[index]
+                    chunk = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                    buf += chunk
+                    answer = _complete_response(buf) if chunk else (0, bytes(buf))
+                    if answer is not None:
+                        answers[index] = answer
+                        selector.unregister(key.fileobj)
+                        waiting -= 1
+        return answers  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        self.sockets.clear()
+
+
+def _complete_response(buf: bytearray) -> tuple[int, bytes] | None:
+    """``(status, body)`` if ``buf`` holds one whole response with a Content-Length, else None."""
+    head, found, rest = bytes(buf).partition(b"\r\n\r\n")
+    if not found:
+        return None
+    lines = head.split(b"\r\n")
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    if len(rest) < length:
+        return None
+    return int(lines[0].split()[1]), rest[:length]
