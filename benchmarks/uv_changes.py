@@ -397,9 +397,15 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
         return result.completed
 
     stats, served = aio_changes.profiled(f"http:{key}", server(key, "http").argv, pinning, warmup, wrk)
-    return aio_changes.profile_summary(stats, served, f"{key} ({_STEPS[key].move}): {warmup} GET / to warm up, "
+    on_uv = key.startswith("uv")
+    text = aio_changes.profile_summary(stats, served, f"{key} ({_STEPS[key].move}): {warmup} GET / to warm up, "
                                                       f"then wrk -t1 -c 100 -d {duration:g}s", _COUNTED,
-                                       _uv_layer if key.startswith("uv") else aio_changes._layer)
+                                       _uv_layer if on_uv else aio_changes._layer)
+    if on_uv:
+        text += ("\n  (cProfile sees no Cython method: the C loop's layer is the own time of run_forever,\n"
+                 "  which calls it; a C method that a callback calls, such as transport.write, counts in\n"
+                 "  that callback's layer; recv and send are made from C, so cProfile counts none of them)\n")
+    return text
 
 
 # -- The command line -----------------------------------------------------------------------------
