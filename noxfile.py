@@ -2,13 +2,19 @@
 #
 # The asyncio contract on every Python the machine has.  asyncio moved
 # between 3.11, 3.12 and 3.13 (eager tasks, loop_factory, Server.close_clients,
-# policy deprecations), so the suites that hold tinyloop.aio to it run once
-# per CPython found:
+# policy deprecations), so the suites that hold tinyloop.aio and tinyloop.uv
+# to it run once per CPython found:
 #
-#     tests/conformance/            one suite over asyncio, uvloop and aio
-#     tests/test_servers.py -k aio  the HTTP suite on the aio stages
+#     tests/conformance/            one suite over asyncio, uvloop, aio and uv
+#     tests/test_servers.py         the HTTP suite on the aio and uv stages
+#       -k "aio or uv"
 #     tests/test_aio_*.py           TLS, Unix, the real programs (not the
 #                                   tests marked slow: see the session)
+#     tests/test_uv_loop.py         Part IV's own tests, on that Python's build
+#
+# Part IV's extension is compiled for each Python by the session's editable
+# install (setup.py; Cython comes from pyproject's build requirements); where
+# libuv is missing it is not built, and its rows are skipped, saying why.
 #
 # Rules this file keeps:
 #   * Interpreters are found, never downloaded: python3.X on PATH, then
@@ -109,14 +115,18 @@ PYTHONS = _pythons()
 # so and skips (nox would otherwise fail with "No sessions found").
 @nox.session(name="aio", python=PYTHONS or False)
 def aio(session: nox.Session) -> None:
-    """The conformance suite, the aio server tests and tests/test_aio_*.py on one Python."""
+    """The conformance suite, the aio and uv server tests, tests/test_aio_*.py and
+    tests/test_uv_loop.py on one Python."""
     if not PYTHONS:
         session.skip("no other CPython >= 3.11 found on PATH or under pyenv: nothing to run")
     session.install("-e", ".", *_requirements())
     aio_tests = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
     pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
-    # Tests marked slow (tornado's own suite, run twice: about 3 minutes) run
-    # in the main pytest run only, to keep the whole command under half an
-    # hour on 2 cores; `nox -- -m slow` runs them here (the last -m wins).
-    session.run(*pytest, "tests/conformance", *aio_tests, "-m", "not slow", *session.posargs)
-    session.run(*pytest, "tests/test_servers.py", "-k", "aio", *session.posargs)
+    # Tests marked slow (tornado's own suite on each loop, Part IV's debug
+    # and AddressSanitizer builds: minutes each) run in the main pytest run
+    # only (scripts/test.sh runs it without -m, so CI runs them), to keep
+    # the whole command under half an hour on 2 cores; `nox -- -m slow`
+    # runs them here (the last -m wins).
+    session.run(*pytest, "tests/conformance", *aio_tests, "tests/test_uv_loop.py", "-m", "not slow",
+                *session.posargs)
+    session.run(*pytest, "tests/test_servers.py", "-k", "aio or uv", *session.posargs)
