@@ -141,6 +141,8 @@ def test_under_address_sanitizer_no_error_is_reported(
     flags = "-fsanitize=address -fno-omit-frame-pointer"
     tree = source_copy(tmp_path_factory.mktemp("uv-asan"))
     build(tree, TINYLOOP_UV_CFLAGS=flags)
+    extension = next((tree / "tinyloop" / "uv").glob("_loop*.so")).read_bytes()
+    assert b"__asan_report" in extension, "the extension was not compiled with -fsanitize=address"
     asan = {"LD_PRELOAD": runtime,
             # halt_on_error: the first error ends the child, whose output we read.
             "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0"}
