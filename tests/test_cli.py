@@ -3,8 +3,9 @@
 # The command line, `python -m tinyloop ...`, as a reader types it: `list`
 # prints the stage table, `serve` refuses an unknown stage by name, and
 # serving a stage that exists announces its address, answers HTTP and
-# stops cleanly on SIGTERM.  The serve tests run the `blocking` stage, the
-# first one a reader meets.
+# stops cleanly on SIGTERM, and a stage that cannot run here (Part IV
+# without libuv) is refused with the message that says what to install.
+# The serve tests run the `blocking` stage, the first one a reader meets.
 
 from __future__ import annotations
 
@@ -53,6 +54,22 @@ def test_an_unknown_stage_is_refused_with_the_known_names() -> None:
     assert "unknown stage 'no-such-stage'" in result.stderr
     for stage in stages.STAGES:
         assert stage.name in result.stderr
+
+
+def test_a_stage_that_cannot_run_here_is_refused_with_its_message(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Part IV without its extension: the ImportError says what to install,
+    # and the command says it on one line, with no traceback
+    # (tests/test_uv_unbuilt.py does the same without the extension, for real).
+    def load(name: str) -> None:
+        raise ImportError("tinyloop.uv is not built here: apt-get install libuv1-dev")
+
+    monkeypatch.setattr(stages, "load", load)
+    assert cli.main(["serve", "uv", "--port", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("tinyloop: stage 'uv' cannot run here: "
+                            "tinyloop.uv is not built here: apt-get install libuv1-dev\n")
 
 
 def test_no_command_is_a_usage_error() -> None:
