@@ -552,6 +552,25 @@ def test_uv_write_batch_write_eof_follows_the_data_and_reading_goes_on(h, connec
                 "our side still read after write_eof()")
 
 
+def test_uv_write_batch_a_batch_the_kernel_takes_whole_resumes_a_paused_protocol(h, connection):
+    protocol, peer = connection
+    transport = protocol.transport
+    peer.start()
+
+    def write_then_lower_the_mark() -> None:
+        transport.write(b"x" * 90)                      # queued for the end of the turn
+        transport.set_write_buffer_limits(high=50, low=10)  # now above the mark: paused
+
+    h.loop.call_soon(write_then_lower_the_mark)
+    h.run_until(lambda: len(peer.data) >= 90, "the peer received the 90 bytes")
+    h.run_until(lambda: "resume" in protocol.events, "resume_writing() on the protocol "
+                "paused by lower marks, once the kernel took the whole batch", patience=2.0)
+    assert protocol.events == ["pause", "resume"], (
+        "when uv_try_write takes the whole batch the buffer is empty: tell the transport "
+        "(self._on_written(0)), which resumes a paused protocol and finishes a close; "
+        f"the protocol saw {protocol.events}")
+
+
 # --- the Cython exercises' build step (tinyloop/exercises/build.py) ---------------------
 
 def test_a_cython_exercise_that_does_not_compile_names_the_line_of_the_students_file(tmp_path):
