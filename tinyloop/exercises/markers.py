@@ -91,6 +91,9 @@ def placeholder(name: str) -> str:
 
 
 CYTHON_SUFFIXES = (".pyx", ".pxd", ".pxi")
+# A line only Cython has: a cdef/cpdef/ctypedef declaration or a cimport.
+_CYTHON_STATEMENT = re.compile(r"^[ \t]*(?:cdef|cpdef|ctypedef|cimport)\b|^[ \t]*from[ \t]+\S+[ \t]+cimport\b",
+                               re.MULTILINE)
 
 
 def is_cython(filename: str | Path) -> bool:
@@ -100,17 +103,27 @@ def is_cython(filename: str | Path) -> bool:
 
 def find_regions(source: str, filename: str = "<source>") -> list[Region]:
     """Every marked region in ``source`` (Python text, or Cython when ``filename``
-    ends in ``.pyx``), in file order.
+    ends in ``.pyx``, or when no ``filename`` is given and the text is Cython), in
+    file order.
 
     Raises :class:`MarkerError` on a misspelt marker, a begin without its end
     (or the reverse), a region inside another, markers at different
     indentations, an empty region, or a region that is not a run of whole
     statements; ``SyntaxError`` if ``source`` is not valid Python.
     """
-    cython = is_cython(filename)
     # A SyntaxError first, before tokenize's own errors.  Cython is not
-    # Python: its regions are checked line by line (_check_lines).
-    tree = None if cython else ast.parse(source, filename)
+    # Python: its regions are checked line by line (_check_lines).  A caller
+    # that names no file gets Cython's rules for text that is not Python and
+    # has Cython's own statements.
+    cython = is_cython(filename)
+    tree = None
+    if not cython:
+        try:
+            tree = ast.parse(source, filename)
+        except SyntaxError:
+            if filename != "<source>" or not _CYTHON_STATEMENT.search(source):
+                raise
+            cython = True
     lines = source.splitlines()
     regions: list[Region] = []
     open_: tuple[str, int, str] | None = None  # (name, line, indent) of a begin seen
