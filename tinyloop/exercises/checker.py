@@ -164,7 +164,12 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
         "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
     }
-    step = _run_tests(exercise, shown, root, override, ["-x"] if fail_fast or verdict_only else [])
+    # A Cython exercise's tests stop at the first failure: a wrong loop in C
+    # can block inside uv_run, where pytest-timeout's signal never reaches
+    # Python, and the run would then end at TESTS_TIMEOUT without showing
+    # the failure that came first (the exercise's own tests run first).
+    stop_early = fail_fast or verdict_only or cython
+    step = _run_tests(exercise, shown, root, override, ["-x"] if stop_early else [])
     report.steps.append(step)
     limits = properties.QUICK if quick else properties.FULL
     if step.status == "FAIL" and exercise.stage and not verdict_only:
