@@ -298,7 +298,10 @@ def test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
             files.append("tests/test_servers.py")
         # A Cython exercise's stages are uv and uv-streams: "[uv]", pytest's
         # parameter id, because "uv" alone would select uvloop's rows too.
-        wanted += [f"[{user}]" for user in users] if exercise.extension else users
+        if exercise.extension:
+            wanted += [f"[{user}]" for user in users if f"[{user}]" not in expression]
+        else:
+            wanted += users
     return others + files + ["-k", f"({expression}) or " + " or ".join(wanted)]
 
 
