@@ -63,16 +63,6 @@ def asyncio_loop_params() -> list:
     return stage_params(asyncio_loop_stages())
 
 
-# Bugs found in tinyloop.uv and reported, each a strict xfail where it
-# shows, so the day it is fixed the mark must go (and this entry with it).
-UV_SIGNAL_WAKEUP = (
-    "tinyloop.uv: a signal that arrives while uv_run waits in epoll_wait is not seen until "
-    "something else wakes the loop (libuv retries the EINTR in C, so Python's handler, e.g. "
-    "asyncio.Runner's for SIGINT, never runs); Part III's select returns to Python instead. "
-    "Fix in tinyloop/uv: signal.set_wakeup_fd on a descriptor the loop polls while running, "
-    "as uvloop does")
-
-
 def source_copy(dest: Path) -> Path:
     """Copy the checkout's tracked files (``git ls-files``) to ``dest``; return ``dest``.
 

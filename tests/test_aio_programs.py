@@ -44,7 +44,6 @@ import pytest
 # The conformance suite's rows: asyncio, uvloop, and every stage of
 # tinyloop/stages.py whose loop is an asyncio loop (aio, uv).
 from conformance.conftest import LOOP_NAMES, loop_factory, loop_spec
-from conftest import UV_SIGNAL_WAKEUP
 
 LIMIT = 30.0  # seconds one program may take before its test fails
 HOST = "127.0.0.1"
@@ -659,12 +658,10 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_stops_run_cleanly(loop_name: str, request: pytest.FixtureRequest) -> None:
+def test_ctrl_c_stops_run_cleanly(loop_name: str) -> None:
     """SIGINT cancels main(), its finally runs, and Runner.run raises KeyboardInterrupt."""
     import subprocess
 
-    if loop_name == "uv":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=UV_SIGNAL_WAKEUP))
     root = str(Path(__file__).resolve().parent.parent)
     child = subprocess.Popen([sys.executable, "-c", SIGINT_CHILD.format(root=root, spec=loop_spec(loop_name))],
                              stdout=subprocess.PIPE, text=True)

@@ -40,7 +40,6 @@ from typing import Any
 
 import pytest
 
-from conftest import UV_SIGNAL_WAKEUP  # tests/ is on sys.path
 
 import tinyloop.aio
 from tinyloop import stages
@@ -279,10 +278,7 @@ RUNNERS = {
 }
 
 
-def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str,
-                                                request: pytest.FixtureRequest) -> None:
-    if loop_name == "tinyloop-uv":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=UV_SIGNAL_WAKEUP))
+def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str) -> None:
     code = textwrap.dedent(f"""
         import asyncio, sys
         async def main():

@@ -30,7 +30,6 @@ import pytest
 
 from tinyloop.testing import ServerProcess
 
-from conftest import UV_SIGNAL_WAKEUP  # noqa: E402  (tests/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -163,9 +162,7 @@ def test_help(program: str) -> None:
 
 # -- echo ---------------------------------------------------------------------------------
 
-def test_echo_server_and_client(loop_name: str, request: pytest.FixtureRequest) -> None:
-    if loop_name == "uv":   # the server is stopped by a signal while it is idle
-        request.applymarker(pytest.mark.xfail(strict=True, reason=UV_SIGNAL_WAKEUP))
+def test_echo_server_and_client(loop_name: str) -> None:
     with serving("echo_server", "--loop", loop_name) as server:
         port = str(server.port)
         words = run_example("echo_client", "--loop", loop_name, "--port", port, "hello", "world")
@@ -254,9 +251,7 @@ def test_chat_server_drops_a_client_that_stops_reading(loop_name: str) -> None:
 
 # -- http_fetch ---------------------------------------------------------------------------
 
-def test_http_fetch_from_the_crawlers_site(loop_name: str, request: pytest.FixtureRequest) -> None:
-    if loop_name == "uv":   # the server is stopped by a signal while it is idle
-        request.applymarker(pytest.mark.xfail(strict=True, reason=UV_SIGNAL_WAKEUP))
+def test_http_fetch_from_the_crawlers_site(loop_name: str) -> None:
     with serving("crawler", "--serve-only", "--loop", loop_name) as server:
         base = f"http://127.0.0.1:{server.port}"
         done = run_example("http_fetch", "--loop", loop_name, "--headers",

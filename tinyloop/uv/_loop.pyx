@@ -41,9 +41,12 @@ from tinyloop.uv cimport uv
 import asyncio
 import contextvars
 import os
+import signal
 import socket
 import sys
 import threading
+
+cdef object _MAIN_THREAD = threading.main_thread().ident
 
 # A debug build (TINYLOOP_UV_DEBUG=1 at build time, see setup.py) defines
 # TINYLOOP_UV_DEBUG to 1; the C compiler drops the checks it guards from a
@@ -327,10 +330,24 @@ cdef class UVLoop:
         callback let through (KeyboardInterrupt, SystemExit).
         """
         cdef object error
+        cdef object previous = None
         if self._ready or self._stopping:
             self._arm_idle()   # anything queued from Python (or before run_forever) runs now
-        with nogil:
-            uv.uv_run(self.uvloop, uv.UV_RUN_DEFAULT)
+        if threading.get_ident() == _MAIN_THREAD:
+            # Discussion: a signal's Python handler (KeyboardInterrupt for
+            # Ctrl-C, asyncio.Runner's, SIGTERM's) runs only when the main
+            # thread runs Python code.  Blocked in epoll_wait(2) inside
+            # libuv, it would not: libuv restarts the wait after EINTR.  So
+            # while we run, the signal's byte goes to Part II's self-pipe,
+            # which a uv_poll watches; its callback is Python code, and the
+            # handler runs there.  uvloop does the same.
+            previous = signal.set_wakeup_fd(self._csock.fileno(), warn_on_full_buffer=False)
+        try:
+            with nogil:
+                uv.uv_run(self.uvloop, uv.UV_RUN_DEFAULT)
+        finally:
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
         if self._last_error is not None:
             error, self._last_error = self._last_error, None
             raise error
@@ -551,14 +568,16 @@ cdef class UVLoop:
     # -- Writes queued in a turn (tcp.pyx) ----------------------------------------------------
 
     cdef int _flush_writes(self) except -1:
-        cdef list queued = self._to_flush
+        # A flush can call the protocol (resume_writing, after a batch the
+        # kernel took whole), and the protocol can write again: send that
+        # too, before the loop may block.
+        cdef list queued
         cdef TCPTransport transport
-        if not queued:
-            return 0
-        self._to_flush = []
-        for transport in queued:
-            transport._queued = False
-            transport._flush()
+        while self._to_flush:
+            queued, self._to_flush = self._to_flush, []
+            for transport in queued:
+                transport._queued = False
+                transport._flush()
         return 0
 
     # -- Closing -------------------------------------------------------------------------------
