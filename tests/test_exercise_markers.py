@@ -305,10 +305,18 @@ def test_every_exercise_has_a_region_tests_and_a_stage_that_exist(exercise):
 
 @pytest.mark.parametrize("exercise", catalog.exercises(), ids=lambda e: e.name)
 def test_every_starter_and_reference_compiles(exercise):
-    for text in (markers.starter(exercise), markers.reference(exercise)):
-        compile(text, f"{exercise.name}.py", "exec")
     assert markers.unwritten_lines(markers.starter(exercise), exercise.name)
     # The reference is the module itself, comments aside: what passes the
     # stage's own tests is what a student is compared with.
     module = markers.source_path(exercise.module).read_text()
+    if exercise.extension:
+        # Cython: no compile() here (the checker's build compiles it); the
+        # reference must be the module's code line for line.
+        def code(text):
+            return [line for line in text.splitlines()
+                    if line.strip() and not line.lstrip().startswith("#")]
+        assert code(markers.reference(exercise)) == code(module)
+        return
+    for text in (markers.starter(exercise), markers.reference(exercise)):
+        compile(text, f"{exercise.name}.py", "exec")
     assert ast.dump(ast.parse(markers.reference(exercise))) == ast.dump(ast.parse(module))

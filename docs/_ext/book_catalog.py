@@ -146,7 +146,9 @@ class ExercisesDirective(SphinxDirective):
         # The catalog indents its instructions (triple-quoted strings): dedent
         # them, or Markdown would take them for a code block.
         box.extend(self.parse_text_to_nodes(inspect.cleandoc(exercise.instructions)))
-        module_path = exercise.module.replace(".", "/") + ".py"
+        markers = importlib.import_module("tinyloop.exercises.markers")
+        source = markers.source_path(exercise.module)
+        module_path = str(source.relative_to(source.parents[len(exercise.module.split(".")) - 1]))
         where = nodes.paragraph()
         where += nodes.Text("You write the missing part of ")
         where += nodes.literal(module_path, module_path)
@@ -162,9 +164,9 @@ class ExercisesDirective(SphinxDirective):
             where += nodes.Text(checked)
         where += nodes.Text(".")
         box += where
-        check = importlib.import_module("tinyloop.exercises.markers").check_command(name)
+        check = markers.check_command(name)
         commands = (f"source .venv/bin/activate      # once per terminal, in the checkout\n"
-                    f"python -m tinyloop start {name}      # writes ./{name}.py\n{check}")
+                    f"python -m tinyloop start {name}      # writes ./{markers.default_file(exercise)}\n{check}")
         box += nodes.literal_block(commands, commands, language="sh")
         return box
 

@@ -288,6 +288,7 @@ cdef class UVLoop:
         cdef Py_ssize_t ntodo = len(ready)
         cdef object item
         cdef Handle handle
+        # exercise uv-ready-queue: begin
         while ntodo > 0:
             ntodo -= 1
             item = ready.popleft()
@@ -306,6 +307,7 @@ cdef class UVLoop:
         elif not ready and self._idle_active:
             uv.uv_idle_stop(self._idle)
             self._idle_active = False
+        # exercise uv-ready-queue: end
         return 0
 
     cdef _stash_error(self, BaseException exc):
@@ -393,6 +395,7 @@ cdef class UVLoop:
         # Point the one uv_timer_t at the earliest deadline.
         cdef double when, delay
         cdef uint64_t ms
+        # exercise uv-timer-heap: begin
         while self._heap_len and (<TimerHandle>self._heap[0].timer)._cancelled:
             _pop_top(self)
             self._timers_cancelled -= 1
@@ -411,6 +414,7 @@ cdef class UVLoop:
         ms = <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0
         uv.uv_timer_start(self._timer, _on_timer, ms, 0)
         self._armed_when = when
+        # exercise uv-timer-heap: end
 
     cdef int _fire_timers(self) except -1:
         # The uv_timer_t fired: move every due timer to the ready queue, in
@@ -421,6 +425,7 @@ cdef class UVLoop:
         cdef double now = _now()
         cdef TimerHandle timer
         cdef object ready = self._ready
+        # exercise uv-timer-heap: begin
         self._armed_when = -1.0
         while self._heap_len and self._heap[0].when <= now:
             timer = _pop_top(self)
@@ -431,6 +436,7 @@ cdef class UVLoop:
         self._arm_timer()
         if ready:
             self._arm_idle()
+        # exercise uv-timer-heap: end
         return 0
 
     cdef _timer_cancelled(self, TimerHandle timer):

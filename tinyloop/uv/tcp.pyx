@@ -377,6 +377,7 @@ cdef class TCPTransport:
                 _aio_base_events.logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
             return
+        # exercise uv-write-batch: begin
         self._pending.append(data)
         self._pending_size += PyBytes_GET_SIZE(data)
         if self._pending_size > self._high_water or not self._batch:
@@ -387,6 +388,7 @@ cdef class TCPTransport:
             self._queued = True
             self._loop._to_flush.append(self)
         self._maybe_pause_protocol()
+        # exercise uv-write-batch: end
 
     def writelines(self, list_of_data):
         """write() each bytes-like in the iterable; they go out in one writev."""
@@ -466,6 +468,7 @@ cdef class TCPTransport:
         cdef uv.uv_buf_t* bufs = small
         cdef _WriteRequest request
         cdef int err
+        # exercise uv-write-batch: begin
         if not n or self._conn_lost or self._handle is NULL:
             return
         if n > IOV_MAX_BATCH:
@@ -511,6 +514,7 @@ cdef class TCPTransport:
         finally:
             if bufs is not small:
                 PyMem_RawFree(bufs)
+        # exercise uv-write-batch: end
 
     cdef _on_written(self, int status):
         # The kernel took a batch: a uv_write finished (status 0), or
