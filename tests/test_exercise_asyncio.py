@@ -367,20 +367,20 @@ class ScriptedRecv:
         return step
 
 
-@pytest.mark.parametrize("signal", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
 def test_sock_retry_keyboard_interrupt_and_system_exit_propagate(aio: AioHarness, pair: Any,
-                                                                  signal: type) -> None:
-    sock = ScriptedRecv(pair[0], BlockingIOError(errno.EAGAIN, "again"), signal(), b"late")
+                                                                  stop: type) -> None:
+    sock = ScriptedRecv(pair[0], BlockingIOError(errno.EAGAIN, "again"), stop(), b"late")
     recv = aio.loop.create_task(aio.loop.sock_recv(sock, 100))
     aio.drive()  # the first recv() said EAGAIN: a reader is registered
     aio.selector.set_ready(pair[0], READ, once=True)
     raised = None
     try:
         aio.step(3)
-    except signal as exc:
+    except stop as exc:
         raised = exc
     assert raised is not None, (
-        f"a {signal.__name__} raised by the retried call must propagate out of the loop "
+        f"a {stop.__name__} raised by the retried call must propagate out of the loop "
         f"(Ctrl-C must stop the program); yours swallowed it, and the sock_recv() task "
         f"{outcome(recv)}{aio.errors()}")
     recv.cancel()
