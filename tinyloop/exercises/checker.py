@@ -225,7 +225,7 @@ def _imports_from(start: str) -> list[tuple[str, str, str | None]]:
             continue
         if path.suffix != ".py":  # Cython: its imports are the extension's, read no further
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(markers.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found = [(alias.name, None) for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -255,7 +255,7 @@ def _region_owners(exercise: Exercise) -> set[str]:
     text = markers.source_path(exercise.module).read_text(encoding="utf-8")
     lines = [r.begin for r in markers.find_regions(text) if r.name == exercise.name]
     owners = set()
-    for node in ast.parse(text).body:
+    for node in markers.parse(text).body:
         end = getattr(node, "end_lineno", node.lineno)
         if any(node.lineno <= line <= end for line in lines):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -332,7 +332,7 @@ def _written(exercise: Exercise, path: Path, text: str) -> Step:
 
 def _defines(exercise: Exercise, path: Path, text: str) -> Step:
     reference = markers.source_path(exercise.module).read_text()
-    missing = sorted(_public_names(ast.parse(reference)) - _bound_names(ast.parse(text)))
+    missing = sorted(_public_names(markers.parse(reference)) - _bound_names(markers.parse(text)))
     if not missing:
         return Step("ok", f"it defines what {exercise.module} does")
     return Step("FAIL", f"your file does not define {', '.join(missing)}, which "

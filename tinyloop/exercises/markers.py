@@ -40,11 +40,25 @@ import shlex
 import shutil
 import sys
 import textwrap
+import threading
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 from tinyloop.exercises.model import Exercise
+
+
+# Discussion: CPython 3.11's ast.parse is not safe in two threads at once
+# (gh-106905: "AST constructor recursion depth mismatch"), and the checker's
+# own tests check a starter and a reference side by side in threads.  Every
+# parse in the checker goes through this lock; a parse takes milliseconds.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse(source, filename)``, one thread at a time; raises SyntaxError as it does."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename)
 
 __all__ = ["MARKER", "MarkerError", "Region", "check_command", "default_file", "find_all", "find_regions",
            "is_cython", "placeholder", "placeholder_message", "python_command", "reference", "source_path",
@@ -119,7 +133,7 @@ def find_regions(source: str, filename: str = "<source>") -> list[Region]:
     tree = None
     if not cython:
         try:
-            tree = ast.parse(source, filename)
+            tree = parse(source, filename)
         except SyntaxError:
             if filename != "<source>" or not _CYTHON_STATEMENT.search(source):
                 raise
