@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
 
-__all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main"]
+__all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main", "stop_event"]
 
 # Loop name -> "module:function" returning a new event loop.
 LOOPS: dict[str, str] = {
@@ -90,18 +90,29 @@ async def echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         writer.close()
 
 
-async def serve(name: str, api: str, port: int) -> None:
+def stop_event() -> asyncio.Event:
+    """An Event the running loop sets on SIGTERM or SIGINT: await it, then shut down.
+
+    Shared by every benchmark server that runs on an asyncio loop (this
+    one, and Part V's apps).
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     try:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
     except NotImplementedError:
-        # Discussion: a loop without signal handlers (tinyloop.aio before
-        # its unix_events has them) still stops on SIGTERM: the signal
-        # becomes KeyboardInterrupt, as in every stage's server, and
-        # asyncio.Runner cancels what is left on the way out.
+        # Discussion: a loop without signal handlers still stops on
+        # SIGTERM: the signal becomes KeyboardInterrupt, as in every
+        # stage's server, and asyncio.Runner cancels what is left on the
+        # way out.
         stop_on_sigterm()
+    return stop
+
+
+async def serve(name: str, api: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = stop_event()
     sock = listen("127.0.0.1", port)
     if api == "protocol":
         server = await loop.create_server(EchoProtocol, sock=sock)

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
 
-from benchmarks.peers.echo_server import LOOPS  # noqa: E402
+from benchmarks.peers.echo_server import LOOPS, stop_event  # noqa: E402
 from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
 
 __all__ = ["APPS", "ASYNC_POOL", "NOTFASTER_LOOPS", "PATH", "SYNC_POOL", "App", "aiohttp_app",
@@ -207,13 +207,7 @@ async def _serve_aiohttp(sock, name: str) -> None:
     """Serve aiohttp_app() on ``sock`` until SIGTERM or SIGINT (one worker process)."""
     from aiohttp import web
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    try:
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-    except NotImplementedError:
-        stop_on_sigterm()  # a loop without signal handlers: SIGTERM becomes KeyboardInterrupt
+    stop = stop_event()
     runner = web.AppRunner(aiohttp_app(), access_log=None)
     await runner.setup()
     try:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import signal
 import sys
 from pathlib import Path
 
@@ -51,7 +50,8 @@ import tornado.web  # noqa: E402
 
 from benchmarks.realworld.notfaster_apps import NOTFASTER_LOOPS as LOOPS  # noqa: E402
 from benchmarks.realworld.notfaster_apps import loop_factory, loop_missing  # noqa: E402
-from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
+from benchmarks.peers.echo_server import stop_event  # noqa: E402
+from tinyloop.serving import announce, listen, log  # noqa: E402
 
 __all__ = ["HANDLERS", "HELLO", "LOOPS", "POOL", "TornadoApp", "loop_missing", "main", "serve"]
 
@@ -143,13 +143,7 @@ class TornadoApp(tornado.web.Application):
 
 async def serve(name: str, port: int, dsn: str | None, rows: int, upstream: str | None) -> None:
     """Open the pool, serve the app on 127.0.0.1:``port`` until SIGTERM or SIGINT, close everything."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    try:
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-    except NotImplementedError:
-        stop_on_sigterm()  # a loop without signal handlers: SIGTERM becomes KeyboardInterrupt
+    stop = stop_event()
     pool = await asyncpg.create_pool(dsn, min_size=POOL[0], max_size=POOL[1]) if dsn else None
     sock = listen("127.0.0.1", port)
     # tornado accepts in a loop until accept() raises BlockingIOError (as
