@@ -286,16 +286,18 @@ def test_ctrl_c_ends_run_with_keyboard_interrupt(loop_name: str) -> None:
             await asyncio.sleep(30)
         {RUNNERS[loop_name]}
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    try:
-        assert child.stdout.readline() == b"ready\n"  # type: ignore[union-attr]
-        time.sleep(0.3)  # Ctrl-C comes while the loop is idle, blocked in its wait
-        child.send_signal(signal.SIGINT)
-        _, stderr = child.communicate(timeout=LIMIT)
-    finally:
-        child.kill()
-        child.wait()
+    # ``with`` closes the pipes even when an assertion fails half-way, so a
+    # failure here leaves no unclosed file for the next test's leak check.
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as child:
+        try:
+            assert child.stdout.readline() == b"ready\n"  # type: ignore[union-attr]
+            time.sleep(0.3)  # Ctrl-C comes while the loop is idle, blocked in its wait
+            child.send_signal(signal.SIGINT)
+            _, stderr = child.communicate(timeout=LIMIT)
+        finally:
+            child.kill()
+            child.wait()
     # Python ends an uncaught KeyboardInterrupt by dying of SIGINT (3.8+).
     assert child.returncode in (1, 130, -signal.SIGINT), stderr
     text = stderr.decode()
