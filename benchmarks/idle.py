@@ -69,7 +69,7 @@ from benchmarks.loads import Load, Settings  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.http import HELLO  # noqa: E402
 from tinyloop.raw.select_server import FD_SETSIZE  # noqa: E402
-from tinyloop.testing import recv_response  # noqa: E402
+from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 
 __all__ = ["COUNTS", "LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
 
@@ -122,6 +122,23 @@ def counts_for(stage: str, counts: list[int]) -> dict[int, int | None]:
 
 
 # --- the idle clients ---------------------------------------------------------
+
+def _settled_fd_count(process: ServerProcess, timeout: float = 2.0) -> int:
+    """The server's descriptor count once it has stopped changing (or after ``timeout`` s).
+
+    A connect() returns when the kernel has queued the connection, before
+    the server has accepted it: counted at once, a busy machine shows one
+    or two idle connections short.
+    """
+    deadline = time.monotonic() + timeout
+    count, same = process.fd_count(), 0
+    while same < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        latest = process.fd_count()
+        same = same + 1 if latest == count else 0
+        count = latest
+    return count
+
 
 def open_idle(address: tuple[str, int], count: int, timeout: float) -> list[socket.socket]:
     """Open ``count`` connections to ``address``, each with one answered ``GET /``; return them open.
@@ -299,7 +316,7 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
             record["note"] = f"opening {idle} idle connections: {type(error).__name__}: {error}"
             return record
         record["setup_s"] = round(time.monotonic() - started, 2)
-        record["server_fds"] = process.fd_count()
+        record["server_fds"] = _settled_fd_count(process)
         if count_waits:
             counter = WaitCounter(process.pid, settings.socket_timeout)
             counter.start()
