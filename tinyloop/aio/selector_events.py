@@ -96,6 +96,26 @@ def _set_nodelay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _socket_extra(sock: socket.socket, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """A socket transport's ``get_extra_info`` table: ``extra`` plus socket, sockname, peername.
+
+    An address the kernel will not give (a socket not bound, or no longer
+    connected) is None.  Shared with Part IV's TCP transport.
+    """
+    info = dict(extra) if extra else {}
+    info["socket"] = sock
+    try:
+        info["sockname"] = sock.getsockname()
+    except OSError:
+        info["sockname"] = None
+    if "peername" not in info:
+        try:
+            info["peername"] = sock.getpeername()
+        except OSError:
+            info["peername"] = None
+    return info
+
+
 def _check_ssl_socket(sock: socket.socket) -> None:
     if isinstance(sock, ssl_module.SSLSocket):
         raise TypeError("Socket cannot be of type SSLSocket")
@@ -453,17 +473,7 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
     def __init__(self, loop: BaseSelectorEventLoop, sock: socket.socket,
                  protocol: asyncio.BaseProtocol, extra: dict[str, Any] | None = None,
                  server: base_events.Server | None = None) -> None:
-        super().__init__(extra, loop)
-        self._extra["socket"] = sock
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
+        super().__init__(_socket_extra(sock, extra), loop)
         self._sock: socket.socket | None = sock
         self._sock_fd = sock.fileno()
         self._protocol: Any = None
