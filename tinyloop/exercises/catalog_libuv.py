@@ -89,7 +89,7 @@ EXERCISES = [
             benchmark's switch), send at once with self._flush(); otherwise
             put the transport on the loop's flush list
             (self._loop._to_flush), once per turn (self._queued says whether
-            it is there).  Then call self._maybe_pause_protocol().  Below the
+            it is there).  Then call self._check_pause().  Below the
             mark, send nothing here.  In _flush(), which the loop calls at the end
             of the turn: take the pending list (more than IOV_MAX_BATCH
             buffers are joined into one), fill a uv_buf_t per buffer, and

@@ -51,7 +51,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 import collections
 import warnings
 
-from tinyloop.aio.transports import DEFAULT_HIGH_WATER
+from tinyloop.aio.transports import DEFAULT_HIGH_WATER, FlowControlMixin
 from tinyloop.aio import base_events as _aio_base_events
 from tinyloop.aio import selector_events as _aio_selector_events
 
@@ -128,11 +128,11 @@ cdef class TCPTransport:
     Unix-socket connections keep Part III's transport on uv_poll.
     """
 
-    cdef UVLoop _loop
+    cdef readonly UVLoop _loop
     cdef uv.uv_tcp_t* _handle
     cdef object _sock
     cdef int _sock_fd
-    cdef object _protocol
+    cdef readonly object _protocol
     cdef object _data_received    # the protocol's bound method, looked up once
     cdef bint _buffered           # the protocol is an asyncio.BufferedProtocol
     cdef Py_buffer _user_buffer   # get_buffer()'s buffer between alloc and read
@@ -149,9 +149,11 @@ cdef class TCPTransport:
     cdef bint _closing
     cdef bint _eof
     cdef int _conn_lost
-    cdef bint _protocol_paused
-    cdef Py_ssize_t _high_water
-    cdef Py_ssize_t _low_water
+    # Public to Python: Part III's FlowControlMixin methods, shared below,
+    # read and set them by name.
+    cdef public bint _protocol_paused
+    cdef public Py_ssize_t _high_water
+    cdef public Py_ssize_t _low_water
     cdef object __weakref__
 
     _start_tls_compatible = True
@@ -159,17 +161,7 @@ cdef class TCPTransport:
     def __init__(self, UVLoop loop, sock, protocol, waiter=None, extra=None, server=None):
         cdef int err
         self._loop = loop
-        self._extra = dict(extra) if extra else {}
-        self._extra["socket"] = sock
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
+        self._extra = _aio_selector_events._socket_extra(sock, extra)
         self._sock = sock
         self._sock_fd = sock.fileno()
         self._pending = []
@@ -254,7 +246,7 @@ cdef class TCPTransport:
         self._closing = True
         self._stop_reading()
         self._flush()
-        if self._conn_lost == 0 and not self.get_write_buffer_size():
+        if self._conn_lost == 0 and not self._buffer_size():
             self._conn_lost += 1
             self._loop.call_soon(self._call_connection_lost, None)
         # else _on_written finishes the close when the last write is done.
@@ -387,7 +379,7 @@ cdef class TCPTransport:
         elif not self._queued:
             self._queued = True
             self._loop._to_flush.append(self)
-        self._maybe_pause_protocol()
+        self._check_pause()
         # exercise uv-write-batch: end
 
     def writelines(self, list_of_data):
@@ -401,7 +393,7 @@ cdef class TCPTransport:
             return
         self._eof = True
         self._flush()
-        if not self.get_write_buffer_size():
+        if not self._buffer_size():
             self._shutdown()
 
     def can_write_eof(self):
@@ -409,55 +401,31 @@ cdef class TCPTransport:
 
     def get_write_buffer_size(self):
         """Bytes not yet taken by the kernel: queued this turn plus libuv's write queue."""
+        return self._buffer_size()
+
+    # Flow control: Part III's high- and low-water marks, by import.  The
+    # mixin's methods only read and set the attributes above, so they work
+    # on this C class as they do on Part III's transports; only the test
+    # "has the buffer crossed a mark?", made on every write, is in C.
+    get_write_buffer_limits = FlowControlMixin.get_write_buffer_limits
+    _set_write_buffer_limits = FlowControlMixin._set_write_buffer_limits
+    set_write_buffer_limits = FlowControlMixin.set_write_buffer_limits
+    _maybe_pause_protocol = FlowControlMixin._maybe_pause_protocol
+    _maybe_resume_protocol = FlowControlMixin._maybe_resume_protocol
+
+    cdef Py_ssize_t _buffer_size(self):
         cdef Py_ssize_t size = self._pending_size
         if self._handle is not NULL:
             size += uv.uv_stream_get_write_queue_size(<uv.uv_stream_t*>self._handle)
         return size
 
-    def get_write_buffer_limits(self):
-        """``(low, high)``, in bytes."""
-        return (self._low_water, self._high_water)
+    cdef _check_pause(self):
+        if not self._protocol_paused and self._buffer_size() > self._high_water:
+            self._maybe_pause_protocol()
 
-    def set_write_buffer_limits(self, high=None, low=None):
-        """Set the marks, in bytes (None: high 64 KiB, low high/4, as asyncio).
-
-        Raises ValueError unless ``high >= low >= 0``.
-        """
-        if high is None:
-            high = DEFAULT_HIGH_WATER if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        if not high >= low >= 0:
-            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
-        self._high_water = high
-        self._low_water = low
-        self._maybe_pause_protocol()
-
-    cdef _maybe_pause_protocol(self):
-        if self._protocol_paused or self.get_write_buffer_size() <= self._high_water:
-            return
-        self._protocol_paused = True
-        try:
-            self._protocol.pause_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.pause_writing() failed",
-                "exception": exc, "transport": self, "protocol": self._protocol})
-
-    cdef _maybe_resume_protocol(self):
-        if not self._protocol_paused or self.get_write_buffer_size() > self._low_water:
-            return
-        self._protocol_paused = False
-        try:
-            self._protocol.resume_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.resume_writing() failed",
-                "exception": exc, "transport": self, "protocol": self._protocol})
+    cdef _check_resume(self):
+        if self._protocol_paused and self._buffer_size() <= self._low_water:
+            self._maybe_resume_protocol()
 
     cdef _flush(self):
         # Send this turn's writes: one uv_try_write of them all, then a
@@ -524,8 +492,8 @@ cdef class TCPTransport:
             if status != uv.UV_ECANCELED and not self._conn_lost:
                 self._fatal_error(_uv_error(status), "Fatal write error on socket transport")
             return
-        self._maybe_resume_protocol()
-        if self.get_write_buffer_size():
+        self._check_resume()
+        if self._buffer_size():
             return
         if self._closing:
             if not self._conn_lost:
