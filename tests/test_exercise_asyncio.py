@@ -86,16 +86,6 @@ def aio() -> Iterator[AioHarness]:
     gc.collect()  # an abandoned task reports "never retrieved" now, not in another test
 
 
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    yield a, b
-    a.close()
-    b.close()
-
-
 # --- transport-write -------------------------------------------------------------
 
 class ScriptedKernel:

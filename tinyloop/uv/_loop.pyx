@@ -28,7 +28,7 @@
 #
 # The files included below each hold one concern: handles.pyx (Handle,
 # TimerHandle), timers.pyx (the C timer heap), poll.pyx (uv_poll readiness),
-# tcp.pyx (TCP transports on uv_tcp), signals.pyx (uv_signal).
+# tcp.pyx (TCP transports on uv_tcp).
 
 cimport cython
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
@@ -39,8 +39,6 @@ from libc.string cimport memset
 from tinyloop.uv cimport uv
 
 import asyncio
-import contextvars
-import os
 import signal
 import socket
 import sys

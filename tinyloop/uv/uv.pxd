@@ -23,9 +23,7 @@ cdef extern from "uv.h" nogil:
     cdef int UV_EOF
     cdef int UV_EAGAIN
     cdef int UV_ECANCELED
-    cdef int UV_EBADF
     const char* uv_strerror(int err)
-    const char* uv_err_name(int err)
 
     # -- The loop (loop.html) ---------------------------------------------------
     ctypedef struct uv_loop_t:
@@ -40,11 +38,8 @@ cdef extern from "uv.h" nogil:
     int uv_loop_close(uv_loop_t* loop)
     int uv_run(uv_loop_t* loop, uv_run_mode mode)
     void uv_stop(uv_loop_t* loop)
-    int uv_loop_alive(const uv_loop_t* loop)
-    uint64_t uv_now(const uv_loop_t* loop)
     void uv_update_time(uv_loop_t* loop)
     uint64_t uv_hrtime()
-    int uv_backend_fd(const uv_loop_t* loop)
 
     # -- Handles (handle.html) ---------------------------------------------------
     ctypedef enum uv_handle_type:
@@ -57,9 +52,7 @@ cdef extern from "uv.h" nogil:
 
     ctypedef void (*uv_close_cb)(uv_handle_t* handle) with gil
     void uv_close(uv_handle_t* handle, uv_close_cb close_cb)
-    int uv_is_active(const uv_handle_t* handle)
     int uv_is_closing(const uv_handle_t* handle)
-    void uv_ref(uv_handle_t* handle)
     void uv_unref(uv_handle_t* handle)
     ctypedef void (*uv_walk_cb)(uv_handle_t* handle, void* arg) with gil
     void uv_walk(uv_loop_t* loop, uv_walk_cb walk_cb, void* arg)
@@ -68,27 +61,20 @@ cdef extern from "uv.h" nogil:
     ctypedef struct uv_buf_t:
         char* base
         size_t len
-    uv_buf_t uv_buf_init(char* base, unsigned int len)
 
-    # -- Idle, prepare and check handles (idle.html, prepare.html, check.html) ---
-    # The three run at fixed points of every iteration: idle and prepare just
-    # before the loop polls for I/O (an active idle handle makes that poll
-    # return at once), check just after.
+    # -- Idle and check handles (idle.html, check.html) ---------------------------
+    # Both run at fixed points of every iteration: idle just before the loop
+    # polls for I/O (an active idle handle makes that poll return at once),
+    # check just after.
     ctypedef struct uv_idle_t:
-        void* data
-    ctypedef struct uv_prepare_t:
         void* data
     ctypedef struct uv_check_t:
         void* data
     ctypedef void (*uv_idle_cb)(uv_idle_t* handle) with gil
-    ctypedef void (*uv_prepare_cb)(uv_prepare_t* handle) with gil
     ctypedef void (*uv_check_cb)(uv_check_t* handle) with gil
     int uv_idle_init(uv_loop_t* loop, uv_idle_t* idle)
     int uv_idle_start(uv_idle_t* idle, uv_idle_cb cb)
     int uv_idle_stop(uv_idle_t* idle)
-    int uv_prepare_init(uv_loop_t* loop, uv_prepare_t* prepare)
-    int uv_prepare_start(uv_prepare_t* prepare, uv_prepare_cb cb)
-    int uv_prepare_stop(uv_prepare_t* prepare)
     int uv_check_init(uv_loop_t* loop, uv_check_t* check)
     int uv_check_start(uv_check_t* check, uv_check_cb cb)
     int uv_check_stop(uv_check_t* check)
@@ -121,15 +107,6 @@ cdef extern from "uv.h" nogil:
     int uv_poll_start(uv_poll_t* handle, int events, uv_poll_cb cb)
     int uv_poll_stop(uv_poll_t* poll)
 
-    # -- Signals (signal.html) ------------------------------------------------------
-    ctypedef struct uv_signal_t:
-        void* data
-        int signum
-    ctypedef void (*uv_signal_cb)(uv_signal_t* handle, int signum) with gil
-    int uv_signal_init(uv_loop_t* loop, uv_signal_t* handle)
-    int uv_signal_start(uv_signal_t* handle, uv_signal_cb cb, int signum)
-    int uv_signal_stop(uv_signal_t* handle)
-
     # -- Streams and TCP (stream.html, tcp.html) --------------------------------------
     ctypedef struct uv_stream_t:
         void* data
@@ -138,13 +115,10 @@ cdef extern from "uv.h" nogil:
         void* data
     ctypedef struct uv_write_t:
         void* data
-    ctypedef struct uv_shutdown_t:
-        void* data
 
     ctypedef void (*uv_alloc_cb)(uv_handle_t* handle, size_t suggested_size, uv_buf_t* buf) with gil
     ctypedef void (*uv_read_cb)(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) with gil
     ctypedef void (*uv_write_cb)(uv_write_t* req, int status) with gil
-    ctypedef void (*uv_shutdown_cb)(uv_shutdown_t* req, int status) with gil
 
     int uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle)
     int uv_tcp_open(uv_tcp_t* handle, int sock)
@@ -153,5 +127,4 @@ cdef extern from "uv.h" nogil:
     int uv_try_write(uv_stream_t* handle, const uv_buf_t bufs[], unsigned int nbufs)
     int uv_write(uv_write_t* req, uv_stream_t* handle, const uv_buf_t bufs[],
                  unsigned int nbufs, uv_write_cb cb)
-    int uv_shutdown(uv_shutdown_t* req, uv_stream_t* handle, uv_shutdown_cb cb)
     size_t uv_stream_get_write_queue_size(const uv_stream_t* stream)
