@@ -19,7 +19,7 @@
 #     random key in 1..rows, the row as a two-field JSON object.  Only the
 #     server, the framework, the driver and the loop change between rows.
 #   * The loops come from benchmarks/peers/echo_server.py's LOOPS (imported,
-#     not copied), plus ``uv`` for tinyloop.uv where it imports; a loop that
+#     not copied), ``uv`` among them; a loop that
 #     does not import is a skipped row, with the ImportError's words.
 #   * Every pool is opened inside the worker process, after the fork: a
 #     database connection is a socket with a conversation's state, and two
@@ -81,9 +81,8 @@ SYNC_POOL = (1, 4)
 ASYNC_POOL = (10, 10)
 
 # Loop name -> "module:function" returning a new event loop: the echo
-# benchmark's table, and Part IV's loop where its row is not there yet.
-NOTFASTER_LOOPS: dict[str, str] = {**LOOPS}
-NOTFASTER_LOOPS.setdefault("uv", "tinyloop.uv:new_event_loop")
+# benchmark's table (Part IV's ``uv`` is a row of it), by import.
+NOTFASTER_LOOPS: dict[str, str] = LOOPS
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
