@@ -44,7 +44,12 @@ import socket
 import sys
 import threading
 
+from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
+
 cdef object _MAIN_THREAD = threading.main_thread().ident
+# The longest one uv_timer_t is armed for, in seconds: Part II's cap on one
+# wait (a day), for the reason given in _arm_timer.
+cdef double MAXIMUM_SELECT_TIMEOUT = _MAXIMUM_WAIT
 
 # A debug build (TINYLOOP_UV_DEBUG=1 at build time, see setup.py) defines
 # TINYLOOP_UV_DEBUG to 1; the C compiler drops the checks it guards from a
@@ -409,6 +414,15 @@ cdef class UVLoop:
         # callback would fire early (and be re-armed: harmless, but a turn).
         uv.uv_update_time(self.uvloop)
         delay = when - _now()
+        # Discussion: uv_timer_start takes whole milliseconds as a uint64_t,
+        # and converting inf, or a double past 2**64, to one is undefined in
+        # C (on x86 it gives 0: a timer due now, re-armed for ever, a spin
+        # that never polls).  asyncio accepts any delay and caps one wait at
+        # a day (MAXIMUM_SELECT_TIMEOUT, Part II's too); so do we: the heap
+        # keeps the true deadline, and a far one only wakes us once a day to
+        # re-arm.  NaN is not > 0 and arms 0, as asyncio runs it at once.
+        if delay > MAXIMUM_SELECT_TIMEOUT:
+            delay = MAXIMUM_SELECT_TIMEOUT
         ms = <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0
         uv.uv_timer_start(self._timer, _on_timer, ms, 0)
         self._armed_when = when
@@ -425,7 +439,7 @@ cdef class UVLoop:
         cdef object ready = self._ready
         # exercise uv-timer-heap: begin
         self._armed_when = -1.0
-        while self._heap_len and self._heap[0].when <= now:
+        while self._heap_len and not self._heap[0].when > now:   # NaN is due, as in asyncio
             timer = _pop_top(self)
             if timer._cancelled:
                 self._timers_cancelled -= 1
