@@ -69,6 +69,23 @@ def _set_result_unless_cancelled(future: asyncio.Future, result: object) -> None
         future.set_result(result)
 
 
+# Discussion: a child made by fork(2) while a loop runs (multiprocessing's
+# "fork" start method, from a callback or a coroutine) is a copy of one
+# thread, with that loop still marked running in it: Part II's running-loop
+# slot is a thread-local, and fork copies it.  The child never runs the
+# parent's loop, and must be free to run one of its own (asyncio.run in a
+# worker).  asyncio clears its slot in the child with os.register_at_fork
+# (events.py); we clear Part II's the same way.  The parent's loop object
+# stays as fork left it, as asyncio's does: using it in the child is not
+# supported.
+def _forget_running_loop_after_fork() -> None:
+    reactor._running.loop = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_running_loop_after_fork)
+
+
 def _run_until_complete_cb(future: asyncio.Future) -> None:
     if not future.cancelled():
         exc = future.exception()
@@ -636,7 +653,15 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             else:
                 sock = await self._staggered_connect(errors, infos, local_infos, happy_eyeballs_delay)
             if sock is None:
-                raise self._connect_error(errors, all_errors)
+                try:
+                    raise self._connect_error(errors, all_errors)
+                finally:
+                    # The error's traceback holds this frame, and the frame
+                    # holds ``errors``, which holds the error: a reference
+                    # cycle that would keep every attempt's error (and its
+                    # frames) alive until the cyclic GC runs.  asyncio
+                    # breaks it the same way.
+                    errors = None  # type: ignore[assignment]
         elif sock is None:
             raise ValueError("host and port was not specified and no sock specified")
 
@@ -692,6 +717,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             if sock is not None:
                 sock.close()
             raise
+        finally:
+            errors = None  # type: ignore[assignment]  # see create_connection: no cycle
 
     async def _staggered_connect(self, errors: list[OSError], infos: list[tuple[Any, ...]],
                                  local_infos: list[tuple[Any, ...]] | None,

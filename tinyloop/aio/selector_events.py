@@ -50,6 +50,7 @@ import collections
 import errno
 import functools
 import logging
+import operator
 import os
 import socket
 import ssl as ssl_module
@@ -178,6 +179,11 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
     # each time the socket is ready, and await a future it completes.  A
     # cancelled await removes the registration (the done-callback), so a
     # cancelled sock_recv leaves no reader behind.  _sock_call is that shape.
+    #
+    # Each try looks the socket's method up again (operator.methodcaller),
+    # as asyncio's retries do: an object that stands in for a socket may
+    # swap the method between tries (a test's mock, a wrapper), and a retry
+    # that kept calling the first one it found could wait forever.
 
     async def _sock_call(self, sock: socket.socket, writing: bool,
                          call: Callable[..., Any], *args: Any) -> Any:
@@ -220,6 +226,10 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
             raise
         except BaseException as exc:
             future.set_exception(exc)
+            # The error's traceback holds this frame, and the frame the
+            # future that holds the error: drop it, or the three make a
+            # cycle only the cyclic GC frees (asyncio does the same).
+            future = None  # type: ignore[assignment]
         else:
             future.set_result(result)
         # exercise sock-retry: end
@@ -232,27 +242,29 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
 
     async def sock_recv(self, sock: socket.socket, nbytes: int) -> bytes:
         """Receive up to ``nbytes`` bytes from ``sock`` (non-blocking); b"" at EOF.  See recv(2)."""
-        return await self._sock_call(sock, False, sock.recv, nbytes)
+        return await self._sock_call(sock, False, operator.methodcaller("recv", nbytes), sock)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
         """Receive into the writable buffer ``buf``; return the byte count (0 at EOF)."""
-        return await self._sock_call(sock, False, sock.recv_into, buf)
+        return await self._sock_call(sock, False, operator.methodcaller("recv_into", buf), sock)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
         """Receive a datagram of up to ``bufsize`` bytes; return (data, address).  See recvfrom(2)."""
-        return await self._sock_call(sock, False, sock.recvfrom, bufsize)
+        return await self._sock_call(sock, False, operator.methodcaller("recvfrom", bufsize), sock)
 
     async def sock_recvfrom_into(self, sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
         """Receive a datagram into ``buf`` (at most ``nbytes``, 0: len(buf)); return (count, address)."""
-        return await self._sock_call(sock, False, sock.recvfrom_into, buf, nbytes or len(buf))
+        return await self._sock_call(
+            sock, False, operator.methodcaller("recvfrom_into", buf, nbytes or len(buf)), sock)
 
     async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
         """Send one datagram to ``address``; return the bytes sent.  See sendto(2)."""
-        return await self._sock_call(sock, True, sock.sendto, data, address)
+        return await self._sock_call(sock, True, operator.methodcaller("sendto", data, address),
+                                     sock)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
         """Accept a connection on the listening ``sock``; return (non-blocking socket, address)."""
-        conn, address = await self._sock_call(sock, False, sock.accept)
+        conn, address = await self._sock_call(sock, False, operator.methodcaller("accept"), sock)
         conn.setblocking(False)
         return conn, address
 

@@ -1,0 +1,183 @@
+# tests/conformance/test_contract.py
+#
+# Corners of asyncio's contract that held-out suites (asyncio's own tests,
+# uvloop's, a widely used library's) found tinyloop's loops breaking
+# (issue 18): a fork child that cannot run a loop, a retry that never looks
+# at the socket again, a failed connection that leaves a reference cycle,
+# arguments refused with another exception or message than asyncio's.
+# asyncio on the running Python is the reference for every one.
+#
+# Rules: as the rest of the suite (conftest.py); a test that forks waits
+# for its child with a timeout and kills it if it must, so a hang fails.
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import warnings
+
+import pytest
+
+from conformance.conftest import loop_package, run
+
+
+# -- Fork -------------------------------------------------------------------------------
+
+def _child_runs_a_loop(policy: asyncio.AbstractEventLoopPolicy, conn) -> None:
+    """In the fork child: asyncio.run with the parent's policy, result down ``conn``."""
+    async def main():
+        await asyncio.sleep(0)
+        return type(asyncio.get_running_loop()).__name__
+
+    try:
+        conn.send(("ok", asyncio.run(main())))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports whatever it was
+        conn.send(("error", repr(exc)))
+    finally:
+        conn.close()
+
+
+def _policy(package):
+    return asyncio.DefaultEventLoopPolicy() if package is asyncio else package.EventLoopPolicy()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork(2)")
+def test_a_child_forked_inside_the_running_loop_runs_a_loop_of_its_own(loop_name, loop):
+    """multiprocessing's fork child calls asyncio.run: the parent's running loop is not
+    "running" in the child (asyncio clears its slot with os.register_at_fork)."""
+    package = loop_package(loop_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # policies, from 3.14
+        old = asyncio.get_event_loop_policy()
+        policy = _policy(package)
+        asyncio.set_event_loop_policy(policy)
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    async def main():
+        child = context.Process(target=_child_runs_a_loop, args=(policy, send))
+        child.start()  # fork(2) from inside a callback of the running loop
+        send.close()
+        try:
+            ready = await loop.run_in_executor(None, receive.poll, 10)
+            return receive.recv() if ready else ("error", "no answer from the child")
+        finally:
+            await loop.run_in_executor(None, child.join, 10)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+    try:
+        answer = run(loop, main())
+    finally:
+        receive.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_event_loop_policy(old)
+    assert answer[0] == "ok", answer[1]
+
+
+# -- sock_* retries ----------------------------------------------------------------------
+
+class _SwappingSocket:
+    """A stand-in for a socket whose ``sendto`` refuses (EAGAIN) until the loop swaps
+    in the real one, as asyncio's own test does with a Mock: a retry must look the
+    method up again, not keep calling the first one it found."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.fileno = sock.fileno
+        self.gettimeout = sock.gettimeout
+
+    def sendto(self, data, address):
+        raise BlockingIOError
+
+
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop has no sock_sendto/sock_recvfrom/"
+                                              "sock_recvfrom_into (NotImplementedError)")
+def test_sock_sendto_retries_with_the_sockets_method_of_the_moment(loop):
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sender, receiver:
+        for sock in (sender, receiver):
+            sock.bind(("127.0.0.1", 0))
+            sock.setblocking(False)
+        stand_in = _SwappingSocket(sender)
+        loop.call_soon(setattr, stand_in, "sendto", sender.sendto)
+
+        async def main():
+            sent = await loop.sock_sendto(stand_in, b"\x01" * 4096, receiver.getsockname())
+            return sent, await loop.sock_recvfrom(receiver, 8192)
+
+        sent, (data, address) = run(loop, main(), timeout=5)
+    assert sent == 4096 and data == b"\x01" * 4096
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop has no sock_sendto/sock_recvfrom/"
+                                              "sock_recvfrom_into (NotImplementedError)")
+def test_sock_sendto_waits_for_a_full_receive_queue_to_drain(loop):
+    """A UNIX datagram receiver whose queue is full: sendto(2) says EAGAIN, and
+    sock_sendto completes once the receiver reads."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "receiver")
+        receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with receiver, sender:
+            receiver.bind(path)
+            for sock in (receiver, sender):
+                sock.setblocking(False)
+            queued = 0
+            with pytest.raises(BlockingIOError):
+                for queued in range(1, 100_000):
+                    sender.sendto(b"x" * 1000, path)
+
+            def drain():
+                while True:
+                    try:
+                        receiver.recv(2000)
+                    except BlockingIOError:
+                        return
+
+            async def main():
+                loop.call_later(0.05, drain)
+                return await loop.sock_sendto(sender, b"y" * 1000, path)
+
+            assert run(loop, main(), timeout=5) == 1000
+            assert queued > 1
+
+
+# -- A failed connection leaves no reference cycle --------------------------------------
+
+def test_a_failed_connection_leaves_no_reference_cycle(loop):
+    """After create_connection to a closed port, nothing but us holds the error: not a
+    list of the attempts' errors, not a future, kept alive by the frames of the error's
+    own traceback (asyncio clears those locals in ``finally``).  Happy Eyeballs is
+    left out: asyncio 3.11's staggered_race keeps such a cycle itself."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+
+    async def main():
+        try:
+            await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+        except OSError as exc:
+            return exc
+        return None
+
+    gc.collect()
+    gc.disable()
+    try:
+        error = run(loop, main())
+        holders = [type(holder).__name__ for holder in gc.get_referrers(error)
+                   if holder is not sys._getframe()]
+    finally:
+        gc.enable()
+    assert isinstance(error, ConnectionRefusedError)
+    assert holders == [], f"the error is still held by {holders}"
