@@ -27,6 +27,10 @@
 #     handler with its context, and the next callback runs.  Only
 #     KeyboardInterrupt and SystemExit pass through, out of run_forever.
 #   * Only ``call_soon_threadsafe`` may be called from another thread.
+#   * Instruments watch, at no cost when absent (tinyloop/trace/instrument.py):
+#     each hook site is one test of ``self._instrument``, which is None unless
+#     ``add_instrument`` was called, and they sit in the steps' helpers, so
+#     ``run_once`` reads the same with or without them.
 #
 # The names mirror asyncio's (``call_soon``, ``call_at``, ``add_reader``,
 # ``_run_once`` there, ``run_once`` here), so this file can be read beside
@@ -46,6 +50,8 @@ import types
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from tinyloop.trace import instrument as instruments
 
 __all__ = ["DEBUG_ENV", "Handle", "Loop", "TimerHandle", "get_running_loop"]
 
@@ -217,6 +223,7 @@ class Loop:
         self._thread_id: int | None = None       # the thread in run_forever, or None
         self._closed = False
         self._exception_handler: Callable[[Loop, dict[str, Any]], object] | None = None
+        self._instrument: instruments.InstrumentSet | None = None  # hooks to call, or None
         self._make_self_pipe()
 
     # -- Scheduling ------------------------------------------------------------
@@ -385,14 +392,21 @@ class Loop:
         # exercise run-once: end
 
     def _compute_timeout(self) -> float | None:
-        """Seconds the selector may block: 0, until the nearest timer, or None (forever)."""
+        """Seconds the selector may block: 0, until the nearest timer, or None (forever).
+
+        Its caller waits next, so this is where instruments hear ``before_io_wait``.
+        """
         self._clean_timer_heap()
         if self._ready or self._stopping:
-            return 0
-        if not self._scheduled:
-            return None
-        delay = self._scheduled[0]._when - self.time()
-        return min(max(0.0, delay), MAXIMUM_SELECT_TIMEOUT)
+            timeout: float | None = 0
+        elif not self._scheduled:
+            timeout = None
+        else:
+            delay = self._scheduled[0]._when - self.time()
+            timeout = min(max(0.0, delay), MAXIMUM_SELECT_TIMEOUT)
+        if self._instrument is not None:
+            self._instrument.before_io_wait(timeout)
+        return timeout
 
     def _clean_timer_heap(self) -> None:
         """Drop cancelled timers: from the head always, from the whole heap when they pile up.
@@ -424,6 +438,8 @@ class Loop:
 
     def _process_events(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
         """Queue the reader and/or writer callback of each ready file descriptor."""
+        if self._instrument is not None:
+            self._instrument.after_io_wait(len(events))
         for key, mask in events:
             reader, writer = key.data
             if mask & selectors.EVENT_READ and reader is not None:
@@ -440,6 +456,7 @@ class Loop:
         once more with a zero timeout for a timer that is, to the clock's
         precision, due.
         """
+        queued = len(self._ready)  # (for instruments: how many timers this moves)
         # exercise timer-heap: begin
         end = self.time() + CLOCK_RESOLUTION
         heap = self._scheduled
@@ -451,15 +468,21 @@ class Loop:
             else:
                 self._ready.append(timer)
         # exercise timer-heap: end
+        if self._instrument is not None:
+            self._instrument.timers_due(len(self._ready) - queued, len(self._ready))
 
     def _run_handle(self, handle: Handle) -> None:
-        if not self._debug:
+        if not self._debug and self._instrument is None:
             handle._run()
             return
+        if self._instrument is not None:
+            self._instrument.before_callback(handle)
         start = self.time()
         handle._run()
         duration = self.time() - start
-        if duration >= self.slow_callback_duration:
+        if self._instrument is not None:
+            self._instrument.after_callback(handle)
+        if self._debug and duration >= self.slow_callback_duration:
             self._logger.warning("Executing %r took %.3f seconds", handle, duration)
 
     # -- Running and stopping -----------------------------------------------------
@@ -478,6 +501,8 @@ class Loop:
             raise RuntimeError("cannot run a loop while another loop is running in this thread")
         self._thread_id = threading.get_ident()
         _running.loop = self
+        if self._instrument is not None:
+            self._instrument.before_run(self)
         try:
             # This while loop is our event loop.
             while True:
@@ -488,6 +513,8 @@ class Loop:
             self._stopping = False
             self._thread_id = None
             _running.loop = None
+            if self._instrument is not None:
+                self._instrument.after_run(self)
 
     def stop(self) -> None:
         """Ask :meth:`run_forever` to return after the current iteration.
@@ -509,6 +536,20 @@ class Loop:
 
     def set_debug(self, enabled: bool) -> None:
         self._debug = enabled
+
+    def add_instrument(self, instrument: Any) -> None:
+        """Call ``instrument``'s hooks from now on (see :class:`tinyloop.trace.instrument.Instrument`).
+
+        ``instrument`` is any object with some of the hook methods; adding it
+        twice does nothing.  One whose hook raises is removed and logged.
+        Raises TypeError if it has no hook at all.  The model is trio's
+        ``trio.lowlevel.add_instrument``.
+        """
+        instruments.add_instrument(self, instrument)
+
+    def remove_instrument(self, instrument: Any) -> bool:
+        """Stop calling ``instrument``'s hooks; True if it was installed."""
+        return instruments.remove_instrument(self, instrument)
 
     def close(self) -> None:
         """Drop every callback, and close the self-pipe and the selector.

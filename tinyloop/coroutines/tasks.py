@@ -72,6 +72,8 @@ class Task(Future):
         self._must_cancel = False               # cancel() came while no future could take it
         self._loop.call_soon(self._step)
         _all_tasks.add(self)
+        if self._loop._instrument is not None:  # tinyloop.trace's hooks, if any
+            self._loop._instrument.task_spawned(self)
 
     def get_coro(self) -> Coroutine[Any, Any, Any]:
         return self._coro
@@ -111,6 +113,8 @@ class Task(Future):
             self._must_cancel = False
         self._waiting_on = None
         _current_tasks[self._loop] = self
+        if self._loop._instrument is not None:
+            self._loop._instrument.before_task_step(self)
         try:
             # exercise task-step: begin
             if exc is None:
@@ -136,6 +140,10 @@ class Task(Future):
             self._wait_on(yielded)
         finally:
             del _current_tasks[self._loop]
+            if self._loop._instrument is not None:
+                self._loop._instrument.after_task_step(self, self._waiting_on)
+                if self.done():
+                    self._loop._instrument.task_exited(self)
 
     def _wait_on(self, yielded: Any) -> None:
         """Arrange for the next step, according to what the coroutine yielded."""

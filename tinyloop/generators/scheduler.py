@@ -141,6 +141,8 @@ class Scheduler:
         task = Task(coro)
         self.tasks[task.id] = task
         self.loop.call_soon(self._step, task, None, None)
+        if self.loop._instrument is not None:  # tinyloop.trace's hooks, if any
+            self.loop._instrument.task_spawned(task)
         return task
 
     def run(self, coro: Coroutine) -> Any:
@@ -217,7 +219,17 @@ class Scheduler:
             # Cancelled while a wake-up was already queued: Cancelled wins.
             task._must_cancel = False
             value, exc = None, Cancelled()
-        self._trampoline(task, value, exc)
+        if self.loop._instrument is None:
+            self._trampoline(task, value, exc)
+            return
+        self.loop._instrument.before_task_step(task)
+        try:
+            self._trampoline(task, value, exc)
+        finally:
+            if self.loop._instrument is not None:
+                self.loop._instrument.after_task_step(task, task.trap)
+                if task.done:
+                    self.loop._instrument.task_exited(task)
 
     def _trampoline(self, task: Task, value: Any, exc: BaseException | None) -> None:
         """Run the top of ``task``'s stack: call, return, raise and trap, until it waits or ends."""

@@ -1,0 +1,303 @@
+# tinyloop/trace/recorder.py
+#
+# The flight recorder: an instrument that keeps the loop's last N events as
+# a Chrome trace (chrome.py), which Perfetto, chrome://tracing and
+# timeline.py draw.
+#
+# What it records, on these tracks (Chrome's "threads" of process 1):
+#
+#     tid 1   the loop   spans: run > wait | timers | callbacks > each callback
+#                        (and a loop's own phases, uv's idle and check);
+#                        instants: read, write (bytes and system calls)
+#     tid 2+  one per task, in order of first sight: a span per step, with
+#                        what the step ended waiting on; spawned/exited instants
+#     counters           ready queue, ready descriptors per wait, bytes
+#                        buffered per transport, a generator task's stack depth
+#
+# Rules this file keeps:
+#   * Time is the loop's clock, read when a hook is called (``clock``), in
+#     microseconds since the recorder was made; on a virtual clock a trace is
+#     the same on every run.
+#   * Spans are written as complete X events when they end, so dropping old
+#     events never leaves a begin without its end.  Track names (M events)
+#     are kept apart from the ring and always written.
+#   * Memory is bounded: the events live in a ``deque(maxlen=capacity)``; once
+#     it is full each new event pushes out the oldest, and the trace says how
+#     many were dropped (``otherData.dropped_events``).
+#   * Never raises from a hook for a reason of its own (and if it did, the
+#     loop would remove it: see instrument.py).
+
+from __future__ import annotations
+
+import itertools
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tinyloop.trace import chrome
+from tinyloop.trace.instrument import Instrument, callback_name, task_name
+
+__all__ = ["DEFAULT_CAPACITY", "LOOP_TID", "PID", "Recorder", "record"]
+
+PID = 1                       # one process per trace: the loop's
+LOOP_TID = 1                  # the loop's own track
+DEFAULT_CAPACITY = 100_000    # events kept (about 20 MB of dicts at most)
+
+
+class Recorder(Instrument):
+    """Record a loop's hooks as Chrome Trace Events, keeping the last ``capacity``.
+
+    ``clock`` is the loop's clock (``loop.time``: seconds, monotonic);
+    timestamps are microseconds since the recorder was made.  Default:
+    ``time.perf_counter``.  ``capacity`` (events, >= 1) bounds memory.
+    ``name`` labels the loop's track (default: the loop's class name, at
+    ``before_run``).  Raises ValueError for a capacity below 1.
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None, *,
+                 capacity: int = DEFAULT_CAPACITY, name: str | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1 event, not {capacity}")
+        self._clock = clock if clock is not None else time.perf_counter
+        self._t0 = self._clock()
+        self.capacity = capacity
+        self.events: deque[dict[str, Any]] = deque(maxlen=capacity)  # the ring
+        self.recorded = 0                  # events ever appended, dropped ones included
+        self.name = name
+        self._tracks: dict[int, str] = {LOOP_TID: name or "loop"}   # tid -> name (M events)
+        self._tids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._tids_by_id: dict[int, int] = {}   # for tasks that cannot be weakly referenced
+        self._next_tid = itertools.count(LOOP_TID + 1)
+        # Spans begun and not yet ended: their start times (microseconds).
+        self._run: float | None = None
+        self._wait: tuple[float, float | None] | None = None   # start, timeout asked
+        self._timers: float | None = None
+        self._callbacks: float | None = None
+        self._phases: dict[str, float] = {}
+        self._handles: list[tuple[float, str]] = []           # nested callbacks, innermost last
+        self._steps: dict[int, float] = {}                     # tid -> start of its current step
+
+    # -- reading -------------------------------------------------------------------
+
+    @property
+    def dropped(self) -> int:
+        """How many events the ring has pushed out."""
+        return self.recorded - len(self.events)
+
+    def now(self) -> float:
+        """The clock, in microseconds since the recorder was made (rounded to the nanosecond)."""
+        return round((self._clock() - self._t0) * 1e6, 3)
+
+    def trace(self) -> dict[str, Any]:
+        """The recording as a Trace Event Format JSON object (a dict ready for ``json.dumps``).
+
+        Spans still open (a run stopped by Ctrl-C, a callback that raised
+        KeyboardInterrupt) are closed at the current time, with
+        ``args.unfinished`` set; the recorder itself is not changed.
+        """
+        metadata = [{"name": "process_name", "ph": "M", "pid": PID, "tid": LOOP_TID,
+                     "args": {"name": "tinyloop"}}]
+        for tid, name in self._tracks.items():
+            metadata.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
+                             "args": {"name": name}})
+            metadata.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
+                             "args": {"sort_index": tid}})
+        return {
+            "traceEvents": metadata + list(self.events) + self._unfinished(),
+            "displayTimeUnit": "ms",
+            "otherData": {"recorder": "tinyloop.trace", "capacity": self.capacity,
+                          "recorded_events": self.recorded, "dropped_events": self.dropped},
+        }
+
+    def write(self, path: str | Path) -> Path:
+        """Write :meth:`trace` to ``path`` as JSON; return the path.  Raises OSError if it cannot."""
+        return chrome.write(self.trace(), path)
+
+    def _unfinished(self) -> list[dict[str, Any]]:
+        now = self.now()
+        spans: list[tuple[str, float | None, int]] = [
+            ("run", self._run, LOOP_TID),
+            ("wait", self._wait[0] if self._wait else None, LOOP_TID),
+            ("timers", self._timers, LOOP_TID),
+            ("callbacks", self._callbacks, LOOP_TID),
+        ]
+        spans += [(name, start, LOOP_TID) for name, start in self._phases.items()]
+        spans += [(name, start, LOOP_TID) for start, name in self._handles]
+        spans += [("step", start, tid) for tid, start in self._steps.items()]
+        return [{"name": name, "ph": "X", "ts": start, "dur": round(now - start, 3), "pid": PID,
+                 "tid": tid, "args": {"unfinished": True}}
+                for name, start, tid in spans if start is not None]
+
+    # -- writing events ------------------------------------------------------------
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        self.recorded += 1
+
+    def _span(self, name: str, start: float, end: float, tid: int = LOOP_TID,
+              cat: str = "loop", args: dict[str, Any] | None = None) -> None:
+        event = {"name": name, "cat": cat, "ph": "X", "ts": start, "dur": round(end - start, 3),
+                 "pid": PID, "tid": tid}
+        if args:
+            event["args"] = args
+        self._emit(event)
+
+    def _instant(self, name: str, ts: float, tid: int = LOOP_TID, cat: str = "loop",
+                 args: dict[str, Any] | None = None) -> None:
+        event = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": PID, "tid": tid}
+        if args:
+            event["args"] = args
+        self._emit(event)
+
+    def _counter(self, name: str, ts: float, **series: float) -> None:
+        self._emit({"name": name, "ph": "C", "ts": ts, "pid": PID, "tid": LOOP_TID, "args": series})
+
+    def _tid(self, task: Any) -> int:
+        try:
+            tid = self._tids.get(task)
+        except TypeError:  # not weakly referenceable
+            tid = self._tids_by_id.get(id(task))
+        if tid is None:
+            tid = next(self._next_tid)
+            try:
+                self._tids[task] = tid
+            except TypeError:
+                self._tids_by_id[id(task)] = tid
+            self._tracks[tid] = f"task {task_name(task)}"
+        return tid
+
+    # -- the hooks -----------------------------------------------------------------
+
+    def before_run(self, loop: Any) -> None:
+        if self.name is None:
+            self._tracks[LOOP_TID] = f"loop ({type(loop).__module__}.{type(loop).__name__})"
+        self._run = self.now()
+
+    def after_run(self, loop: Any) -> None:
+        now = self.now()
+        # A callback that raised KeyboardInterrupt never ended: close it here.
+        while self._handles:
+            start, name = self._handles.pop()
+            self._span(name, start, now, cat="callback", args={"unfinished": True})
+        self._end_callbacks(now)
+        if self._run is not None:
+            self._span("run", self._run, now)
+            self._run = None
+
+    def before_io_wait(self, timeout: float | None) -> None:
+        now = self.now()
+        self._end_callbacks(now)
+        self._wait = (now, timeout)
+
+    def after_io_wait(self, events: int) -> None:
+        now = self.now()
+        if self._wait is not None:
+            start, timeout = self._wait
+            self._span("wait", start, now, args={"timeout": timeout, "events": events})
+            self._wait = None
+        self._counter("ready descriptors", now, events=events)
+        self._timers = now
+
+    def timers_due(self, count: int, ready: int) -> None:
+        now = self.now()
+        if self._timers is not None:
+            self._span("timers", self._timers, now, args={"due": count})
+            self._timers = None
+        self._counter("ready queue", now, handles=ready)
+        self._callbacks = now
+
+    def _end_callbacks(self, now: float) -> None:
+        if self._callbacks is not None:
+            self._span("callbacks", self._callbacks, now)
+            self._callbacks = None
+
+    def before_phase(self, name: str) -> None:
+        self._phases[name] = self.now()
+
+    def after_phase(self, name: str) -> None:
+        start = self._phases.pop(name, None)
+        if start is not None:
+            self._span(name, start, self.now())
+
+    def before_callback(self, handle: Any) -> None:
+        # Named now: a callback may cancel its own handle (remove_reader does).
+        self._handles.append((self.now(), callback_name(handle)))
+
+    def after_callback(self, handle: Any) -> None:
+        if self._handles:
+            start, name = self._handles.pop()
+            self._span(name, start, self.now(), cat="callback")
+
+    def task_spawned(self, task: Any) -> None:
+        self._instant("spawned", self.now(), self._tid(task), cat="task")
+
+    def before_task_step(self, task: Any) -> None:
+        self._steps[self._tid(task)] = self.now()
+
+    def after_task_step(self, task: Any, awaiting: Any) -> None:
+        now = self.now()
+        tid = self._tid(task)
+        start = self._steps.pop(tid, None)
+        if start is not None:
+            self._span("step", start, now, tid, cat="task", args={"awaiting": _describe(awaiting)})
+        stack = getattr(task, "stack", None)
+        if isinstance(stack, list):  # the generators scheduler: a stack of generators
+            self._counter(f"stack depth ({task_name(task)})", now, depth=len(stack))
+
+    def task_exited(self, task: Any) -> None:
+        self._instant("exited", self.now(), self._tid(task), cat="task")
+
+    def transport_read(self, transport: Any, nbytes: int, syscalls: int) -> None:
+        self._instant("read", self.now(), cat="transport",
+                      args={"bytes": nbytes, "syscalls": syscalls, "transport": _fd_name(transport)})
+
+    def transport_wrote(self, transport: Any, nbytes: int, syscalls: int, buffered: int) -> None:
+        now = self.now()
+        name = _fd_name(transport)
+        self._instant("write", now, cat="transport",
+                      args={"bytes": nbytes, "syscalls": syscalls, "buffered": buffered,
+                            "transport": name})
+        self._counter(f"buffered ({name})", now, bytes=buffered)
+
+
+def record(loop: Any, capacity: int = DEFAULT_CAPACITY) -> Recorder:
+    """Make a :class:`Recorder` on ``loop``'s clock and install it; return it.
+
+    ``loop`` is any loop with ``add_instrument`` and ``time()`` (Parts II-IV).
+    """
+    recorder = Recorder(loop.time, capacity=capacity)
+    loop.add_instrument(recorder)
+    return recorder
+
+
+def _describe(awaiting: Any) -> str | None:
+    """What a task waits on, short: ``"Future"``, ``"read_wait fd 5"``, None."""
+    if awaiting is None:
+        return None
+    if isinstance(awaiting, tuple) and awaiting and isinstance(awaiting[0], str):
+        args = " ".join(repr(arg) if not isinstance(arg, int) else f"fd {arg}" for arg in awaiting[1:])
+        if awaiting[0] == "sleep":
+            args = " ".join(f"{arg!r} s" for arg in awaiting[1:])
+        return f"{awaiting[0]} {args}".strip()
+    name = type(awaiting).__name__
+    if name in ("Task", "_GatheringFuture"):
+        return f"{name} {task_name(awaiting)}" if name == "Task" else "gather"
+    return name
+
+
+def _fd_name(transport: Any) -> str:
+    """A transport's short name for a counter: ``fd 7`` while its socket is open."""
+    get_extra = getattr(transport, "get_extra_info", None)
+    sock = get_extra("socket") if callable(get_extra) else None
+    fileno = getattr(sock, "fileno", None)
+    if callable(fileno):
+        try:
+            fd = fileno()
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            return f"fd {fd}"
+    return f"transport {id(transport):#x}"
