@@ -6,6 +6,7 @@
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE]     grade a solution
+  python -m tinyloop quiz [NAME] [--list]      predict the order of a program's lines, then see it
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def _check(args: argparse.Namespace) -> int:
     return cli.check(args.exercise, args.file)
 
 
+def _quiz(args: argparse.Namespace) -> int:
+    from tinyloop.quiz import catalog, cli
+    return cli.main(args.name, list_only=args.list, answer=args.answer,
+                    loops=args.loops or catalog.LOOPS, timeout=args.timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tinyloop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("exercise")
     check.add_argument("file", nargs="?", help="the solution (default: ./EXERCISE.py)")
     check.set_defaults(func=_check)
+    quiz = sub.add_parser("quiz", help="predict the order a program prints in, then run it on every loop")
+    quiz.add_argument("name", nargs="?", help="a quiz from --list (default: every quiz, in order)")
+    quiz.add_argument("--list", action="store_true", help="name the quizzes, one a line")
+    quiz.add_argument("--answer", metavar="LETTERS", help='your order, e.g. "b,a,c", instead of asking on stdin')
+    quiz.add_argument("--loop", action="append", dest="loops", metavar="LOOP",
+                      help="run on this loop only (asyncio, uvloop, aio, uv; repeatable; default: all)")
+    quiz.add_argument("--timeout", type=float, default=30.0, help="seconds per loop (default 30)")
+    quiz.set_defaults(func=_quiz)
     return parser
 
 
