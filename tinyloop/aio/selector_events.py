@@ -655,6 +655,8 @@ class _SelectorSocketTransport(_SelectorTransport):
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on socket transport")
             return
+        if self._loop._instrument is not None:  # tinyloop.trace: one recv(2), len(data) bytes
+            self._loop._instrument.transport_read(self, len(data), 1)
         if not data:
             self._read_ready__on_eof()
             return
@@ -686,6 +688,8 @@ class _SelectorSocketTransport(_SelectorTransport):
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on socket transport")
             return
+        if self._loop._instrument is not None:
+            self._loop._instrument.transport_read(self, nbytes, 1)
         if not nbytes:
             self._read_ready__on_eof()
             return
@@ -734,6 +738,9 @@ class _SelectorSocketTransport(_SelectorTransport):
                 logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
             return
+        if self._loop._instrument is not None:  # tinyloop.trace: see _write_observed
+            self._write_observed(data)
+            return
         # exercise transport-write: begin
         if not self._buffer:
             # The common case: nothing is waiting, so try the kernel now.
@@ -755,6 +762,26 @@ class _SelectorSocketTransport(_SelectorTransport):
         self._buffer_size += len(data)
         self._maybe_pause_protocol()
         # exercise transport-write: end
+
+    def _write_observed(self, data: Any) -> None:
+        """:meth:`write` with instruments installed: write, then report what the kernel took.
+
+        Discussion: write()'s fast path returns from the middle, right after
+        its send, so the report is made around it.  What went to the buffer
+        is what the kernel did not take; a send was tried only if the buffer
+        was empty.  The loop's instrument set is swapped out for the one
+        call, so write() takes its plain path (and the socket's own hooks
+        stay one attribute test).
+        """
+        loop, buffered, size = self._loop, self._buffer_size, len(data)
+        instrument, loop._instrument = loop._instrument, None
+        try:
+            self.write(data)
+        finally:
+            if loop._instrument is None:
+                loop._instrument = instrument
+        taken = max(0, size - (self._buffer_size - buffered))  # (a fatal error empties the buffer)
+        instrument.transport_wrote(self, taken, 0 if buffered else 1, self._buffer_size)
 
     def writelines(self, list_of_data: Any) -> None:
         """Write every bytes-like in the iterable, as one send where the kernel takes it."""
@@ -780,6 +807,8 @@ class _SelectorSocketTransport(_SelectorTransport):
                 self._empty_waiter.set_exception(exc)
             return
         self._consume(sent)
+        if self._loop._instrument is not None:  # tinyloop.trace: one send(2)/sendmsg(2)
+            self._loop._instrument.transport_wrote(self, sent, 1, self._buffer_size)
         self._maybe_resume_protocol()
         if self._buffer:
             return

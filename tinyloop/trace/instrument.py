@@ -324,9 +324,19 @@ def callback_name(handle: Any) -> str:
 
 
 def task_name(task: Any) -> str:
-    """A task's name: ``get_name()`` (asyncio, coroutines) or ``name`` (generators), else its repr."""
+    """A task's name: ``get_name()`` (asyncio, coroutines) or ``name`` (generators), else its repr.
+
+    An asyncio task left with its default name (``Task-7``) is named by its
+    coroutine function instead.
+    """
     get_name = getattr(task, "get_name", None)
     name = get_name() if callable(get_name) else getattr(task, "name", None)
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and isinstance(task, asyncio.Task) and str(name).startswith("Task-"):
+        # asyncio's default name counts tasks process-wide; the coroutine's
+        # name says more, and is the same from run to run.
+        coro = task.get_coro()
+        name = getattr(coro, "__qualname__", None) or name
     if name is None:
         return repr(task)
     return str(name).rpartition("<locals>.")[2]  # a nested coroutine function: its own name

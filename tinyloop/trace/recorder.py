@@ -87,6 +87,10 @@ class Recorder(Instrument):
         """How many events the ring has pushed out."""
         return self.recorded - len(self.events)
 
+    def track_name(self, tid: int) -> str:
+        """The name of track ``tid``: ``"loop (...)"`` or ``"task NAME"``.  Raises KeyError."""
+        return self._tracks[tid]
+
     def now(self) -> float:
         """The clock, in microseconds since the recorder was made (rounded to the nanosecond)."""
         return round((self._clock() - self._t0) * 1e6, 3)
@@ -166,7 +170,11 @@ class Recorder(Instrument):
                 self._tids[task] = tid
             except TypeError:
                 self._tids_by_id[id(task)] = tid
-            self._tracks[tid] = f"task {task_name(task)}"
+            name = f"task {task_name(task)}"
+            taken = set(self._tracks.values())
+            if name in taken:  # two tasks of one coroutine function: number them
+                name = next(f"{name}#{n}" for n in itertools.count(2) if f"{name}#{n}" not in taken)
+            self._tracks[tid] = name
         return tid
 
     # -- the hooks -----------------------------------------------------------------

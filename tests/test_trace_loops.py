@@ -1,0 +1,131 @@
+"""The recorder on Part III's and Part IV's loops (tinyloop.aio, tinyloop.uv).
+
+tinyloop.aio inherits Part II's hook sites, so the same asyncio program
+gives an exact sequence on the virtual clock; its transports add the bytes
+and system calls of each read and write.  tinyloop.uv runs on libuv's own
+clock, so its trace is compared with aio's by order, not by time, and
+differs only where KNOWN_DIFFERENCES says it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+from fakes import FakeSelector, VirtualClock
+from test_trace_recorder import validate
+
+from tinyloop.aio.unix_events import SelectorEventLoop
+from tinyloop.trace.recorder import Recorder, record
+
+
+def program(log: list[str]) -> Any:
+    """A small asyncio program: a callback, a timer, two tasks, a bare sleep(0)."""
+
+    async def child(name: str, delay: float) -> str:
+        log.append(f"{name} start")
+        await asyncio.sleep(delay)
+        log.append(f"{name} end")
+        return name
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(log.append, "call_soon")
+        loop.call_later(0.001, log.append, "call_later")
+        one = asyncio.ensure_future(child("one", 0.002))
+        await asyncio.sleep(0)
+        two = asyncio.ensure_future(child("two", 0.001))
+        return list(await asyncio.gather(one, two))
+
+    return main
+
+
+def run_traced(loop: asyncio.AbstractEventLoop, main: Any) -> Recorder:
+    recorder = record(loop)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return recorder
+
+
+def callback_order(recorder: Recorder) -> list[str]:
+    """Loop-track callbacks and task steps, in the order they ended, timings dropped."""
+    out = []
+    for event in recorder.events:
+        if event.get("cat") == "callback":
+            out.append(event["name"])
+        elif event.get("cat") == "task" and event["name"] == "step":
+            out.append(f"step {recorder.track_name(event['tid'])}")
+    return out
+
+
+def test_aio_program_on_the_virtual_clock() -> None:
+    clock = VirtualClock()
+    log: list[str] = []
+    recorder = run_traced(SelectorEventLoop(FakeSelector(clock), clock), program(log))
+    # main queues call_soon, then one's first step: they run in that order.
+    assert log == ["call_soon", "one start", "two start", "call_later", "two end", "one end"]
+    steps = [(e["name"], e["ts"] / 1000, recorder.track_name(e["tid"]), e.get("args", {}).get("awaiting"))
+             for e in recorder.events if e.get("cat") == "task"]
+    assert steps == [
+        ("spawned", 0.0, "task main", None), ("step", 0.0, "task main", None),  # sleep(0): a bare yield
+        ("spawned", 0.0, "task child", None), ("step", 0.0, "task child", "Future"),  # one sleeps 2 ms
+        ("step", 0.0, "task main", "gather"),                                   # creates two, gathers
+        ("spawned", 0.0, "task child#2", None), ("step", 0.0, "task child#2", "Future"),
+        ("step", 1.0, "task child#2", None), ("exited", 1.0, "task child#2", None),
+        ("step", 2.0, "task child", None), ("exited", 2.0, "task child", None),
+        ("step", 2.0, "task main", None), ("exited", 2.0, "task main", None),
+    ]
+    assert callback_order(recorder)[:3] == ["step task main", "Task.step", "list.append"], (
+        "a task step is a callback on the loop track, and its span on the task's track")
+    waits = [e["args"]["timeout"] for e in recorder.events if e["name"] == "wait"]
+    assert waits.count(0.001) == 2, "two waits of 1 ms: for call_later and two's sleep, then one's"
+    validate(recorder.trace())
+
+
+def test_aio_transport_reads_and_writes() -> None:
+    loop = SelectorEventLoop()
+    size = 3 * 1024 * 1024  # more than a socket buffer: some of it must wait in the transport
+
+    async def main() -> int:
+        server = await asyncio.start_server(_echo_count, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # A small send buffer, so the kernel takes only part of the first write.
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+        writer.write(b"x" * size)
+        writer.write_eof()
+        total = int(await reader.read())
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return total
+
+    recorder = record(loop)
+    try:
+        assert loop.run_until_complete(main()) == size
+    finally:
+        loop.close()
+    reads = [e["args"] for e in recorder.events if e["name"] == "read"]
+    writes = [e["args"] for e in recorder.events if e["name"] == "write"]
+    assert all(r["syscalls"] == 1 for r in reads)
+    # The server read all the bytes sent (plus the few of the answer, on the client).
+    assert sum(r["bytes"] for r in reads) >= size
+    assert reads[-1]["bytes"] == 0 or any(r["bytes"] == 0 for r in reads), "EOF is a read of 0 bytes"
+    first = writes[0]
+    assert first["syscalls"] == 1 and 0 < first["bytes"] < size and first["buffered"] == size - first["bytes"]
+    assert sum(w["bytes"] for w in writes) >= size
+    assert any(w["buffered"] == 0 and w["syscalls"] == 1 for w in writes[1:]), "the buffer drains"
+    buffered = [e for e in recorder.events if e["ph"] == "C" and e["name"].startswith("buffered")]
+    assert max(e["args"]["bytes"] for e in buffered) > 0
+    validate(recorder.trace())
+
+
+async def _echo_count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    total = len(await reader.read())
+    writer.write(str(total).encode())
+    await writer.drain()
+    writer.close()
