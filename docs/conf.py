@@ -18,9 +18,11 @@
 #     exercise catalogue, and hiding exercise solutions (book_solutions).
 #   * Numbers and figures come from benchmarks/results/latest.json through the
 #     directives in docs/_ext; nothing measured is typed into a chapter.
-#   * Exercise solutions: collapsed behind a "Reference solution" dropdown by
-#     default; left out of the HTML entirely with `-t teacher` (or
-#     TINYLOOP_BOOK_SOLUTIONS=omit), the copy a teacher publishes for a class.
+#   * Two editions from one source (book_solutions): the reader's (default)
+#     shows every listing whole, with a callout before each exercise region;
+#     the class edition (`-t class`; `-t teacher` or
+#     TINYLOOP_BOOK_SOLUTIONS=omit too) leaves the regions out.  Switching
+#     edition in one output folder re-reads every source (no leak).
 
 from __future__ import annotations
 

@@ -193,14 +193,21 @@ def test_a_page_loads_without_errors(site: str, browser: DevTools, page: str) ->
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 60)
-def test_a_solution_is_closed_until_clicked(site: str, browser: DevTools) -> None:
+def test_a_listing_is_whole_after_its_exercise_callout(site: str, browser: DevTools) -> None:
+    # The reader's edition: a callout names the exercise, then the listing
+    # shows the region in place, its lines highlighted.
     events = browser.load(site + "readiness.html")
     assert not problems(events)
-    state = "Array.from(document.querySelectorAll('details.book-solution')).map(d => d.open)"
-    opened = browser.evaluate(state)
-    assert opened and not any(opened), f"solutions on readiness.html: open={opened}"
-    browser.evaluate("document.querySelector('details.book-solution > summary').click()")
-    assert browser.evaluate(state)[0] is True
+    found = browser.evaluate("""(() => {
+        const box = document.querySelector('div.book-try-first');
+        if (!box) return null;
+        let next = box.nextElementSibling;
+        while (next && !next.querySelector('pre')) next = next.nextElementSibling;
+        return {text: box.innerText, highlighted: next ? next.querySelectorAll('.hll').length : 0};
+    })()""")
+    assert found, "readiness.html has no exercise callout"
+    assert "python -m tinyloop start" in found["text"] and "Try it before you read on" in found["text"], found
+    assert found["highlighted"] > 0, "the listing after the callout highlights no line of the region"
     benchmarks = browser.load(site + "benchmarks.html")
     assert not problems(benchmarks)
     assert browser.evaluate("document.images.length") >= 1, "the benchmarks page has its plot"

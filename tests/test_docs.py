@@ -65,17 +65,20 @@ def test_the_book_builds_with_warnings_as_errors(tmp_path: Path) -> None:
             for exercise in catalog.by_chapter(wanted):
                 assert f"python -m tinyloop start {exercise.name}" in page, (chapter.name, exercise.name)
                 assert f"python -m tinyloop check {exercise.name}" in page, (chapter.name, exercise.name)
-    # Every solution a chapter shows is collapsed: outside the dropdowns, no
-    # page holds a region's telling line, nor any marker comment.
-    shown = 0
-    for page in (tmp_path / "html").glob("*.html"):
-        html = page.read_text(encoding="utf-8")
-        shown += html.count("Reference solution: exercise")
-        visible = _squeeze(page_text(_DETAILS.sub(" ", html)))
-        assert "#exercise" not in visible, f"{page.name} shows a marker comment"
-        for name, line in solution_lines().items():
-            assert _squeeze(line) not in visible, f"{page.name} shows exercise {name}'s solution"
-    assert shown >= len(solution_lines()) - 1, "the chapters show (nearly) every region, collapsed"
+    # The reader's edition shows every listing whole: each region's telling
+    # line is on a page, after a callout that names the command starting it,
+    # and no marker comment reaches a page.
+    texts = {page.name: _squeeze(page_text(page.read_text(encoding="utf-8")))
+             for page in (tmp_path / "html").glob("*.html")}
+    for name, text in texts.items():
+        assert "#exercise" not in text, f"{name} shows a marker comment"
+    lines = solution_lines()
+    shown = {name for name, line in lines.items() if any(_squeeze(line) in t for t in texts.values())}
+    assert len(shown) >= len(lines) - 1, f"regions not shown whole: {sorted(set(lines) - shown)}"
+    for name in shown:
+        assert any(_squeeze(f"Exercise {name}") in t and _squeeze(f"python -m tinyloop start {name}") in t
+                   and _squeeze("Try it before you read on") in t for t in texts.values()), \
+            f"exercise {name}: no callout before its listing"
     # The API reference has a page for every package, found without naming it.
     import pkgutil
 
@@ -112,18 +115,63 @@ def solution_lines() -> dict[str, str]:
     return lines
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT + 30)
-def test_a_teachers_build_leaves_the_solutions_out(tmp_path: Path) -> None:
-    result = sphinx_build(copy_book(tmp_path), tmp_path / "out", "-t", "teacher")
-    assert result.returncode == 0, result.stdout + result.stderr
-    for page in (tmp_path / "out" / "html").glob("*.html"):
+def assert_class_edition(html_dir: Path) -> None:
+    """No page of the build in ``html_dir`` holds a line of any solution."""
+    for page in html_dir.glob("*.html"):
         html = page.read_text(encoding="utf-8")
-        assert "Reference solution: exercise" not in html, page.name
+        assert "book-try-first" not in html, f"{page.name} has an exercise callout"
         text = _squeeze(page_text(html))
         for name, line in solution_lines().items():
             assert _squeeze(line) not in text, f"{page.name} shows exercise {name}'s solution"
-    readiness = page_text((tmp_path / "out" / "html" / "readiness.html").read_text(encoding="utf-8"))
+    readiness = page_text((html_dir / "readiness.html").read_text(encoding="utf-8"))
     assert "# exercise partial-writes: left out of this book" in readiness
+
+
+def solutions_shown(html_dir: Path) -> set[str]:
+    """The exercises whose solution line some page of ``html_dir`` shows."""
+    texts = [_squeeze(page_text(page.read_text(encoding="utf-8"))) for page in html_dir.glob("*.html")]
+    return {name for name, line in solution_lines().items() if any(_squeeze(line) in t for t in texts)}
+
+
+@pytest.mark.timeout(3 * BUILD_TIMEOUT + 30)
+def test_the_two_editions_built_in_turn_into_one_folder_do_not_leak(tmp_path: Path) -> None:
+    # A reader's build, then a class build into the same folder (same
+    # doctrees): Sphinx must re-read the sources, not rewrite the pages from
+    # the reader's cached doctrees (that leaked all the solutions once).
+    # Then the reader's edition again, which must bring them back.
+    chapters = copy_book(tmp_path)
+    out = tmp_path / "out"
+    for step, extra in (("reader", ()), ("class", ("-t", "class")), ("reader again", ())):
+        result = sphinx_build(chapters, out, *extra)
+        assert result.returncode == 0, f"{step}: " + result.stdout + result.stderr
+        if step == "class":
+            assert_class_edition(out / "html")
+        else:
+            assert len(solutions_shown(out / "html")) >= len(solution_lines()) - 1, step
+
+
+@pytest.mark.parametrize("tags, env, expected", [
+    ((), {}, "reader"), (("class",), {}, "class"), (("teacher",), {}, "class"),
+    ((), {"TINYLOOP_BOOK_SOLUTIONS": "omit"}, "class"), ((), {"TINYLOOP_BOOK_SOLUTIONS": ""}, "reader"),
+])
+def test_the_edition_follows_the_tags_and_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tags: tuple[str, ...], env: dict[str, str], expected: str) -> None:
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import book_solutions
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    from types import SimpleNamespace
+
+    from sphinx.util.tags import Tags
+    monkeypatch.delenv("TINYLOOP_BOOK_SOLUTIONS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    app = SimpleNamespace(tags=Tags(list(tags)))
+    config = SimpleNamespace(book_edition="reader")
+    book_solutions._choose_edition(app, config)
+    assert config.book_edition == expected
+    assert app.tags.has(expected)
 
 
 # The option lines of literalinclude that name what they include.

@@ -1,19 +1,21 @@
 # docs/_ext/book_solutions.py
 #
-# Exercise solutions out of sight.  An exercise is a region of the reference
-# source between two marker comments (tinyloop/exercises/markers.py), and
-# the chapter that sets it also shows the code around it.  This extension
-# makes ``literalinclude`` aware of the regions:
+# Two editions of the book from one source.  An exercise is a region of the
+# reference source between two marker comments (tinyloop/exercises/markers.py),
+# and those regions are the chapters' central listings.  This extension makes
+# ``literalinclude`` aware of them:
 #
 #   * the marker comments themselves never reach the page;
-#   * in the default build, the lines of a region are cut out of the listing
-#     and shown in its place collapsed, behind a "Reference solution"
-#     dropdown (sphinx-design's, an HTML <details>: closed without any
-#     JavaScript), so a student sees the answer only by a deliberate click;
-#   * in a teacher's build, ``sphinx-build -t teacher`` (or the environment
-#     switch TINYLOOP_BOOK_SOLUTIONS=omit), the region is left out of the
-#     HTML entirely: one comment line says where it was and which command
-#     writes the starter.  That is the copy a teacher publishes for a class.
+#   * the reader's edition (the default build) shows every listing whole: a
+#     region stays in its listing, its lines highlighted, and a callout
+#     before the listing names the exercise, the one command that starts it
+#     (``python -m tinyloop start NAME``) and asks the reader to try it
+#     before reading on;
+#   * the class edition (``sphinx-build -t class``; ``-t teacher``, its old
+#     name, and the environment switch TINYLOOP_BOOK_SOLUTIONS=omit are
+#     accepted too) leaves each region out of the HTML entirely: one comment
+#     line says where it was and which command writes the starter.  That is
+#     the copy a teacher publishes for a class.
 #
 # Rules this file keeps:
 #   * Regions are found by the same regular expression as the checker's
@@ -21,6 +23,18 @@
 #     (:pyobject:, :start-after:), a region shown is a region handled.
 #   * Everything else ``literalinclude`` does is Sphinx's own: this is a
 #     subclass that post-processes its result, not a reimplementation.
+#   * The edition is the config value ``book_edition``, set from the tags and
+#     the environment when the configuration is read, and it rebuilds the
+#     environment when it changes.  Sphinx re-reads no unchanged source on a
+#     tag change alone (it only rewrites the pages from the cached doctrees),
+#     so without this a class build into a folder that held a reader's build
+#     kept every solution and said "0 changed".
+#
+# Discussion: why highlight the region instead of boxing it apart?  A region
+# is a whole block inside a function (the body of run_once's loop, the
+# transport's write): split out, the code around it reads as two fragments.
+# Kept in place, the listing is the function as it runs, and the highlight
+# shows which lines the exercise asks for.
 
 from __future__ import annotations
 
@@ -29,14 +43,20 @@ import re
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.config import Config
+from sphinx.errors import ConfigError
 from sphinx.directives.code import LiteralInclude
 
 from tinyloop.exercises.markers import MARKER
 
-__all__ = ["ENV", "SolutionAwareLiteralInclude", "omit_solutions", "setup", "split_regions"]
+__all__ = ["EDITIONS", "ENV", "SolutionAwareLiteralInclude", "edition", "omit_solutions",
+           "setup", "split_regions"]
 
 # The environment switch, for a build command one cannot add -t to.
 ENV = "TINYLOOP_BOOK_SOLUTIONS"
+# The editions, and the tags that ask for the class edition ("teacher" is its old name).
+EDITIONS = ("reader", "class")
+CLASS_TAGS = ("class", "teacher")
 _MARKER_LINE = re.compile(rf"^(?P<indent>[ \t]*){MARKER.pattern}[ \t]*$")
 
 
@@ -68,66 +88,106 @@ def split_regions(text: str) -> list[tuple[str | None, str, str]]:
     return [p for p in pieces if p[2].strip()]
 
 
+def edition(app: Sphinx) -> str:
+    """The edition this build makes: ``"class"`` or ``"reader"`` (see the module header)."""
+    return str(app.config.book_edition)
+
+
 def omit_solutions(app: Sphinx) -> bool:
-    """Whether this build leaves solutions out: ``-t teacher`` or TINYLOOP_BOOK_SOLUTIONS=omit."""
-    return app.tags.has("teacher") or os.environ.get(ENV, "") == "omit"
+    """Whether this build leaves solutions out: the class edition."""
+    return edition(app) == "class"
+
+
+def _choose_edition(app: Sphinx, config: Config) -> None:
+    """config-inited: the edition from ``-t class``/``-t teacher``, TINYLOOP_BOOK_SOLUTIONS or ``-D``."""
+    wanted = os.environ.get(ENV, "")
+    if any(app.tags.has(tag) for tag in CLASS_TAGS) or wanted == "omit":
+        config.book_edition = "class"
+    if config.book_edition not in EDITIONS:
+        raise ConfigError(f"book_edition must be one of {', '.join(EDITIONS)}, "
+                          f"not {config.book_edition!r}")
+    # The tag is set either way, so a chapter may say `{only} class` too.
+    app.tags.add(config.book_edition)
 
 
 class SolutionAwareLiteralInclude(LiteralInclude):
-    """``literalinclude`` that hides exercise regions (see the module header)."""
+    """``literalinclude`` that knows exercise regions (see the module header)."""
 
     def run(self) -> list[nodes.Node]:
         result = super().run()
-        for index, node in enumerate(result):
+        out: list[nodes.Node] = []
+        for node in result:
             blocks = [node] if isinstance(node, nodes.literal_block) else list(
                 node.findall(nodes.literal_block))
             for block in blocks:
                 if "# exercise " not in block.astext():
                     continue
-                replacement = self._split(block)
+                callouts, code = self._edition(block)
+                out.extend(callouts)  # before the listing (and its caption)
                 if block is node:
-                    result[index:index + 1] = replacement
+                    node = code
                 else:
-                    block.replace_self(replacement)
-        return result
-
-    def _split(self, block: nodes.literal_block) -> list[nodes.Node]:
-        out: list[nodes.Node] = []
-        omit = omit_solutions(self.env.app)
-        for name, indent, code in split_regions(block.astext()):
-            if name is None:
-                out.append(self._code(block, code))
-            elif omit:
-                note = (f"{indent}# exercise {name}: left out of this book; "
-                        f"`python -m tinyloop start {name}` writes the starter\n")
-                out.append(self._code(block, note))
-            else:
-                out.extend(self._dropdown(block, name, code))
+                    block.replace_self(code)
+            out.append(node)
         return out
 
+    def _edition(self, block: nodes.literal_block) -> tuple[list[nodes.Node], nodes.literal_block]:
+        """The callouts to put before the listing, and the listing in this edition."""
+        pieces = split_regions(block.astext())
+        names = list(dict.fromkeys(name for name, _, _ in pieces if name is not None))
+        if omit_solutions(self.env.app):
+            lines = []
+            for name, indent, code in pieces:
+                lines.append(code if name is None else
+                             f"{indent}# exercise {name}: left out of this book; "
+                             f"`python -m tinyloop start {name}` writes the starter\n")
+            return [], self._code(block, "".join(lines), [])
+        # The reader's edition: the listing whole, its regions highlighted,
+        # a callout before it.
+        text, highlighted, line = "", [], 1
+        for name, _, code in pieces:
+            count = code.count("\n") + (0 if code.endswith("\n") else 1)
+            if name is not None:
+                highlighted.extend(range(line, line + count))
+            text += code if code.endswith("\n") else code + "\n"
+            line += count
+        return [self._callout(name) for name in names], self._code(block, text, highlighted)
+
     @staticmethod
-    def _code(block: nodes.literal_block, code: str) -> nodes.literal_block:
+    def _code(block: nodes.literal_block, code: str, highlighted: list[int]) -> nodes.literal_block:
         piece = nodes.literal_block(code, code)
         for key in ("language", "highlight_args", "source", "force", "linenos", "classes"):
             if key in block:
                 piece[key] = block[key]
+        args = dict(piece.get("highlight_args", {}))
+        args.pop("hl_lines", None)  # the listing's own :emphasize-lines: counted the markers
+        if highlighted:
+            args["hl_lines"] = highlighted
+        piece["highlight_args"] = args
+        if block.get("ids"):
+            piece["ids"] = block["ids"]
         piece.line = block.line
         return piece
 
-    def _dropdown(self, block: nodes.literal_block, name: str, code: str) -> list[nodes.Node]:
-        # sphinx-design's own directive builds the dropdown; only its body is ours.
-        text = (f":::{{dropdown}} Reference solution: exercise {name} (try it first)\n"
-                ":class-container: book-solution\n\n"
-                "SOLUTION-PLACEHOLDER\n:::\n")
-        made = self.parse_text_to_nodes(text)
-        for para in made[0].findall(nodes.paragraph):
-            if para.astext() == "SOLUTION-PLACEHOLDER":
-                para.replace_self(self._code(block, code))
-                break
-        return made
+    @staticmethod
+    def _callout(name: str) -> nodes.Element:
+        box = nodes.admonition(classes=["book-try-first"])
+        box += nodes.title("", f"Exercise {name}")
+        command = f"python -m tinyloop start {name}"
+        box += nodes.paragraph(
+            "", "", nodes.Text("The highlighted lines below are the solution of exercise "),
+            nodes.literal(name, name), nodes.Text(". Try it before you read on: "),
+            nodes.literal(command, command),
+            nodes.Text(" writes the file with those lines cut out, and "),
+            nodes.literal(f"python -m tinyloop check {name}", f"python -m tinyloop check {name}"),
+            nodes.Text(" grades it."))
+        return box
 
 
 def setup(app: Sphinx) -> dict[str, object]:
     app.setup_extension("sphinx_design")
+    # rebuild="env": a build of the other edition re-reads every source.
+    app.add_config_value("book_edition", "reader", "env", types=[str])
+    app.connect("config-inited", _choose_edition)
     app.add_directive("literalinclude", SolutionAwareLiteralInclude, override=True)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
