@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tinyloop.quiz import catalog, cli, runner
+from tinyloop.quiz import catalog, cli, runner, steps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,3 +150,44 @@ def test_a_loop_that_is_not_installed_is_skipped_with_one_line(monkeypatch, caps
     assert status == runner.UNAVAILABLE
     err = capsys.readouterr().err
     assert err.startswith("uvloop is not installed here: ") and err.count("\n") == 1
+
+
+def test_a_traced_run_shows_each_printed_line_inside_the_callback_that_printed_it(tmp_path):
+    # aio on the virtual clock: the same trace on every run.
+    quiz = catalog.get("io_vs_ready")
+    trace = tmp_path / "trace.json"
+    assert runner.main(["--trace", str(trace), "--virtual-clock", "aio", str(quiz.path)]) == 0
+    lines = steps.steps(json.loads(trace.read_text()))
+    assert lines == [
+        "wait -> 0 ready",
+        "  step main -> awaits Future",
+        "    | main waits",
+        "wait -> 1 ready",            # the socket is ready; the reader queues behind call_soon's print
+        "  print",
+        "    | call_soon",
+        "  on_readable",
+        "    | reader",
+        "wait -> 0 ready",
+        "  step main -> done",
+        "wait -> 0 ready",
+        "  _run_until_complete_cb",
+    ]
+
+
+def test_the_virtual_clock_gives_the_same_trace_twice(tmp_path):
+    quiz = catalog.get("sleep_zero")
+    traces = []
+    for name in ("one.json", "two.json"):
+        assert runner.main(["--trace", str(tmp_path / name), "--virtual-clock", "aio", str(quiz.path)]) == 0
+        traces.append(json.loads((tmp_path / name).read_text()))
+    assert traces[0] == traces[1]
+    with pytest.raises(ValueError, match="aio"):
+        runner.run("asyncio", str(quiz.path), virtual_clock=True)
+
+
+def test_the_command_shows_the_traces_side_by_side():
+    quiz = catalog.get("sleep_zero")
+    done = _quiz_command(quiz.name, "--answer", quiz.letters(quiz.order), "--loop", "aio", "--loop", "asyncio")
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = done.stdout.split("What each loop did")[1]
+    assert "step worker -> yields" in shown and "    | A 1" in shown

@@ -6,7 +6,10 @@ their order (``--answer "b,a,c"``, or a line on stdin; an empty line or end
 of input skips), run the program on every loop (tinyloop/quiz/runner.py, a
 subprocess each, with a timeout), grade the answer against asyncio's order,
 and where the loops disagree show their orders side by side with the
-KNOWN_DIFFERENCES entry that explains it.
+KNOWN_DIFFERENCES entry that explains it.  Each run is recorded
+(``runner --trace``) on the loops that have instrument hooks, and the
+traces are shown side by side as text (tinyloop/quiz/steps.py): the
+iterations, the callbacks each ran, and where each line was printed.
 
 Rules this file keeps:
   * What a loop prints is observed, never assumed: the orders shown are the
@@ -20,10 +23,12 @@ Rules this file keeps:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +37,7 @@ from pathlib import Path
 from typing import IO
 
 import tinyloop
-from tinyloop.quiz import runner
+from tinyloop.quiz import runner, steps
 from tinyloop.quiz.catalog import KNOWN_DIFFERENCES, LOOPS, QUIZZES, Quiz, get
 
 __all__ = ["Outcome", "list_quizzes", "main", "parse_answer", "run_on", "run_on_loops"]
@@ -46,13 +51,15 @@ class Outcome:
 
     ``lines`` is what it printed, in order, when it ran to the end; else
     None and ``problem`` says why in one line (not installed, timed out,
-    failed with its last line of stderr).
+    failed with its last line of stderr).  ``steps`` is its trace as
+    text (tinyloop/quiz/steps.py), or None when the loop has no hooks.
     """
 
     loop: str
     lines: tuple[str, ...] | None
     problem: str = ""
     unavailable: bool = False
+    steps: tuple[str, ...] | None = None
 
 
 def run_on(quiz: Quiz, loop: str, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
@@ -64,18 +71,21 @@ def run_on(quiz: Quiz, loop: str, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
     env = dict(os.environ)
     root = str(Path(tinyloop.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "tinyloop.quiz.runner", loop, str(quiz.path)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return Outcome(loop, None, f"timed out after {timeout:g} s")
+    with tempfile.TemporaryDirectory(prefix="tinyloop-quiz-") as scratch:
+        trace = Path(scratch) / "trace.json"
+        command = [sys.executable, "-m", "tinyloop.quiz.runner", "--trace", str(trace), loop, str(quiz.path)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return Outcome(loop, None, f"timed out after {timeout:g} s")
+        recorded = tuple(steps.steps(json.loads(trace.read_text()))) if trace.exists() else None
     if done.returncode == runner.UNAVAILABLE:
         return Outcome(loop, None, done.stderr.strip().splitlines()[-1] if done.stderr.strip()
                        else f"{loop} is not installed here", unavailable=True)
     if done.returncode != 0:
         last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no message"
         return Outcome(loop, None, f"failed (exit status {done.returncode}): {last}")
-    return Outcome(loop, tuple(done.stdout.splitlines()))
+    return Outcome(loop, tuple(done.stdout.splitlines()), steps=recorded)
 
 
 def run_on_loops(quiz: Quiz, loops: Sequence[str] = LOOPS,
@@ -134,6 +144,23 @@ def _columns(quiz: Quiz, outcomes: dict[str, Outcome], out: IO[str]) -> None:
                              for o in ran).rstrip(), file=out)
 
 
+def _side_by_side(outcomes: dict[str, Outcome], out: IO[str], width: int = 34) -> None:
+    traced = [outcome for outcome in outcomes.values() if outcome.steps]
+    if not traced:
+        return
+    untraced = [outcome.loop for outcome in outcomes.values() if outcome.lines is not None and not outcome.steps]
+    print("What each loop did (its trace: iterations, callbacks, | printed lines)"
+          + (f"; {', '.join(untraced)} cannot be traced here:" if untraced else ":"), file=out)
+    print("  " + "".join(f"{o.loop:<{width}}" for o in traced).rstrip(), file=out)
+    for row in range(max(len(o.steps or ()) for o in traced)):
+        cells = [(o.steps or ())[row] if row < len(o.steps or ()) else "" for o in traced]
+        print("  " + "".join(f"{_clip(cell, width - 2):<{width}}" for cell in cells).rstrip(), file=out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def _report(quiz: Quiz, answer: tuple[str, ...] | None, outcomes: dict[str, Outcome],
             out: IO[str]) -> bool | None:
     """Print the grade and the loops' orders; return True/False for a given answer, None if skipped."""
@@ -169,6 +196,7 @@ def _report(quiz: Quiz, answer: tuple[str, ...] | None, outcomes: dict[str, Outc
     elif orders:
         names = ", ".join(outcome.loop for outcome in outcomes.values() if outcome.lines is not None)
         print(f"Every loop that ran ({names}) prints {quiz.letters(next(iter(orders)))}.", file=out)
+    _side_by_side(outcomes, out)
     print(textwrap.fill("Why: " + quiz.why, width=88), file=out)
     return right
 
