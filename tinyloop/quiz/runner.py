@@ -91,6 +91,7 @@ class VirtualTimeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid
         self.clock = clock
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        """The descriptors ready now; none ready moves the clock by ``timeout`` s (None: wait for I/O)."""
         events = super().select(None if timeout is None else 0)
         if not events and timeout:
             self.clock.now += max(0.0, timeout)
