@@ -26,6 +26,13 @@
 #     bool, e.g. a Python version test) limits a mark to where it holds.
 #   * Every loop is closed after its test, its async generators and default
 #     executor shut down first, as asyncio.run does.
+#   * No blocking call in the loop's thread: every test of a row runs under
+#     blockbuster (``no_blocking_calls``, the fixture its authors advise),
+#     which raises BlockingError when code running inside a loop calls a
+#     blocking function (time.sleep, a read on a blocking descriptor, ...).
+#     It runs on the reference rows too: a test that blocks there is a wrong
+#     test.  What it allows beyond blockbuster's own list is below, each with
+#     its reason.
 
 from __future__ import annotations
 
@@ -144,6 +151,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "differs(reason, loops=..., when=True): a known difference from asyncio; "
                    "xfail(strict) on those rows (default: the tinyloop rows); listed in "
                    "KNOWN_DIFFERENCES.md")
+    config.addinivalue_line(
+        "markers", "blocks(reason): the test blocks the loop's thread on purpose (a slow "
+                   "callback); it runs without blockbuster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -162,6 +172,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def loop_name(request: pytest.FixtureRequest) -> str:
     skip_if_unavailable(request.param)
     return request.param
+
+
+# What the loops may do in their own thread that blockbuster flags, beyond
+# what it allows asyncio already: (function, file, the functions on the
+# stack where it is allowed).  asyncio's entries name asyncio's files
+# (blockbuster matches "asyncio/unix_events.py"); ours are the same calls
+# in tinyloop's files.
+ALLOWED_BLOCKING = [
+    # Popen's one short read of its error pipe: it returns once the child
+    # has called exec (the pipe is close-on-exec) or has failed to, with the
+    # errno.  asyncio makes the same read in the loop's thread, and
+    # blockbuster allows it there (base_events.subprocess_exec); uvloop forks
+    # in C and reads nothing.  We allow exactly that read, Popen's, as
+    # chapters/asyncio.md explains.
+    ("os.read", "subprocess.py", {"_execute_child"}),
+    # A UNIX server's socket file: create_unix_server removes a stale one
+    # and close removes its own, as asyncio does (blockbuster allows asyncio's
+    # create_unix_server and _stop_serving the same calls).
+    ("os.stat", "tinyloop/aio/unix_events.py", {"create_unix_server", "_stop_serving"}),
+    ("os.unlink", "tinyloop/aio/unix_events.py", {"create_unix_server", "_stop_serving"}),
+    ("os.remove", "tinyloop/aio/unix_events.py", {"create_unix_server"}),
+    # sendfile(2) on a non-blocking socket: it sends what the socket takes
+    # now, but may wait for the disk to read the file's pages, as asyncio's
+    # (allowed in its sendfile and _sock_sendfile_native_impl).  Ours goes
+    # through the sock_* machinery: the first try, then the retries.
+    ("os.sendfile", "tinyloop/aio/selector_events.py", {"_sock_call", "_sock_retry"}),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_blocking_calls(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test of a row runs under blockbuster: a blocking call inside a loop fails it."""
+    if "loop_name" not in request.fixturenames or request.node.get_closest_marker("blocks"):
+        yield
+        return
+    import blockbuster
+
+    with blockbuster.blockbuster_ctx() as detector:
+        for name, filename, functions in ALLOWED_BLOCKING:
+            detector.functions[name].can_block_in(filename, functions)
+        yield
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 import warnings
 
 import pytest
@@ -40,6 +41,11 @@ def _child_runs_a_loop(policy: asyncio.AbstractEventLoopPolicy, conn) -> None:
         conn.send(("error", repr(exc)))
     finally:
         conn.close()
+
+
+def _answer(receive) -> tuple[str, str]:
+    """The child's answer, or an error after 10 s (in a thread: these calls block)."""
+    return receive.recv() if receive.poll(10) else ("error", "no answer from the child")
 
 
 def _policy(package):
@@ -64,8 +70,7 @@ def test_a_child_forked_inside_the_running_loop_runs_a_loop_of_its_own(loop_name
         child.start()  # fork(2) from inside a callback of the running loop
         send.close()
         try:
-            ready = await loop.run_in_executor(None, receive.poll, 10)
-            return receive.recv() if ready else ("error", "no answer from the child")
+            return await loop.run_in_executor(None, _answer, receive)
         finally:
             await loop.run_in_executor(None, child.join, 10)
             if child.is_alive():
@@ -181,3 +186,28 @@ def test_a_failed_connection_leaves_no_reference_cycle(loop):
         gc.enable()
     assert isinstance(error, ConnectionRefusedError)
     assert holders == [], f"the error is still held by {holders}"
+
+
+# -- No blocking call in the loop's thread (conftest.no_blocking_calls) ------------------
+
+def test_the_suite_catches_a_blocking_call_in_the_loops_thread(loop):
+    """blockbuster is on for every row: time.sleep inside a coroutine raises."""
+    import blockbuster
+
+    async def main():
+        time.sleep(0.001)
+
+    with pytest.raises(blockbuster.BlockingError):
+        run(loop, main())
+
+
+def test_starting_a_child_makes_only_the_allowed_read(loop):
+    """A child started from the loop: Popen's short read of its error pipe is the one
+    blocking call allowed (conftest.ALLOWED_BLOCKING says why); nothing else blocks."""
+    async def main():
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "print('hello')", stdout=asyncio.subprocess.PIPE)
+        out, _ = await process.communicate()
+        return out, process.returncode
+
+    assert run(loop, main()) == (b"hello\n", 0)

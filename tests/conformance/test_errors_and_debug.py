@@ -129,6 +129,7 @@ async def _slow_coroutine():
     time.sleep(0.06)
 
 
+@pytest.mark.blocks(reason="a slow callback is one that blocks")
 def test_a_slow_callback_is_logged_by_name_in_debug_mode(loop, caplog):
     loop.set_debug(True)
     loop.slow_callback_duration = 0.03
@@ -141,6 +142,7 @@ def test_a_slow_callback_is_logged_by_name_in_debug_mode(loop, caplog):
     assert "_slow_callback" in slow[0] and "seconds" in slow[0]
 
 
+@pytest.mark.blocks(reason="a slow callback is one that blocks")
 def test_a_slow_task_step_is_logged_naming_the_task(loop, caplog):
     loop.set_debug(True)
     loop.slow_callback_duration = 0.03
@@ -151,6 +153,7 @@ def test_a_slow_task_step_is_logged_naming_the_task(loop, caplog):
     assert slow and any("_slow_coroutine" in message for message in slow)
 
 
+@pytest.mark.blocks(reason="a slow callback is one that blocks")
 def test_no_slow_callback_log_outside_debug_mode(loop, caplog):
     loop.set_debug(False)
     loop.slow_callback_duration = 0.01

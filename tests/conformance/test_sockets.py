@@ -277,7 +277,8 @@ def test_a_cancelled_sock_call_leaves_no_reader_behind(loop, pair, listener, udp
             if operation == "recvfrom":
                 udp_pair[1].sendto(b"x", udp_pair[0].getsockname())
             elif operation == "accept":
-                socket.create_connection(listener.getsockname()).close()
+                await loop.run_in_executor(  # a blocking connect, off the loop's thread
+                    None, lambda: socket.create_connection(listener.getsockname()).close())
             else:
                 b.send(b"x")
             return await asyncio.wait_for(woke, 5)

@@ -572,7 +572,12 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                           f"{timeout} seconds.", RuntimeWarning, stacklevel=2)
             executor.shutdown(wait=False)
         else:
-            thread.join()
+            # The thread's last act was to wake us, and it ends a moment
+            # later.  asyncio joins it here, blocking the loop's thread for
+            # that moment; we look (is_alive takes the thread's lock without
+            # waiting) and let the loop run between looks.
+            while thread.is_alive():
+                await asyncio.sleep(0.001)
 
     # -- Names (in the executor: getaddrinfo(3) blocks) ------------------------------
 
