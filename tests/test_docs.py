@@ -174,6 +174,55 @@ def test_the_edition_follows_the_tags_and_the_environment(
     assert app.tags.has(expected)
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
+def test_a_fresh_clone_without_the_extension_builds_the_book(tmp_path: Path) -> None:
+    # What a machine without libuv has: the tracked files (no _loop*.so), the
+    # book built by `python -m tinyloop book`.  It must pass -W -n, print the
+    # page to open, and say on tinyloop.uv's pages that the extension is not
+    # built, instead of failing on `import tinyloop.uv._loop`.
+    from conftest import child_env, source_copy
+    tree = source_copy(tmp_path / "clone")
+    assert not list((tree / "tinyloop" / "uv").glob("_loop*.so"))
+    done = subprocess.run([sys.executable, "-m", "tinyloop", "book"], cwd=tree, env=child_env(tree),
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    index = tree / "docs" / "_build" / "html" / "index.html"
+    assert f"open {index.as_uri()}" in done.stdout, done.stdout
+    page = page_text((index.parent / "api" / "tinyloop.uv.loop.html").read_text(encoding="utf-8"))
+    assert "built without tinyloop.uv’s C extension" in page or "built without tinyloop.uv's C extension" in page
+    assert "tinyloop.uv.loop.Loop" in page or "class tinyloop.uv.loop. Loop" in page, \
+        "the Python class is still documented from its source"
+
+
+def test_the_book_command_says_how_to_install_sphinx(tmp_path: Path) -> None:
+    # Sphinx is a dev dependency: without it the command says what to install.
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import importlib.util, sys\n"
+                       "_find = importlib.util.find_spec\n"
+                       "importlib.util.find_spec = lambda name, *a: None if name == 'sphinx' else _find(name, *a)\n")
+    done = subprocess.run([sys.executable, "-m", "tinyloop", "book"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install -e '.[dev]'" in done.stderr
+
+
+def test_the_book_is_served_on_localhost_only(tmp_path: Path) -> None:
+    import threading
+    import urllib.request
+
+    from tinyloop import book
+    (tmp_path / "index.html").write_text("<p>the book</p>", encoding="utf-8")
+    server = book.serve(tmp_path, 0)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/", timeout=10) as reply:
+            assert b"the book" in reply.read()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # The option lines of literalinclude that name what they include.
 _PYOBJECT = re.compile(r"^(\s*:pyobject:\s*)(\S+)\s*$", re.MULTILINE)
 _START_MARKER = re.compile(r"^(\s*:start-(?:after|at):\s*)(\"?)(.+?)\2\s*$", re.MULTILINE)

@@ -6,6 +6,7 @@
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE]     grade a solution
+  python -m tinyloop book [--serve] [--class]  build the book (and serve it on 127.0.0.1)
   python -m tinyloop quiz [NAME] [--list]      predict the order of a program's lines, then see it
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from tinyloop import stages
@@ -98,6 +100,12 @@ def _quiz(args: argparse.Namespace) -> int:
                     loops=args.loops or catalog.LOOPS, timeout=args.timeout)
 
 
+def _book(args: argparse.Namespace) -> int:
+    from tinyloop import book
+    return book.main(args.out, "class" if args.class_edition else "reader",
+                     args.port if args.serve else None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tinyloop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("exercise")
     check.add_argument("file", nargs="?", help="the solution (default: ./EXERCISE.py)")
     check.set_defaults(func=_check)
+    book = sub.add_parser("book", help="build the book from this checkout, print where to open it")
+    book.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
+    book.add_argument("--port", type=int, default=8080, help="port for --serve; 0 picks a free one (default 8080)")
+    book.add_argument("--class", dest="class_edition", action="store_true",
+                      help="the class edition (exercise solutions left out) in docs/_build/class")
+    book.add_argument("--out", type=Path, help="output folder (default docs/_build/html)")
+    book.set_defaults(func=_book)
     quiz = sub.add_parser("quiz", help="predict the order a program prints in, then run it on every loop")
     quiz.add_argument("name", nargs="?", help="a quiz from --list (default: every quiz, in order)")
     quiz.add_argument("--list", action="store_true", help="name the quizzes, one a line")
