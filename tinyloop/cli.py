@@ -3,6 +3,8 @@
 
   python -m tinyloop list                      the stages, with their chapters
   python -m tinyloop serve STAGE [--host H] [--port P] [--workers N]
+  python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
+  python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE]     grade a solution
@@ -79,6 +81,11 @@ def _worker_count(text: str) -> int:
     return count
 
 
+def _trace(args: argparse.Namespace) -> int:
+    from tinyloop.trace import command
+    return command.main(args)
+
+
 def _exercises(args: argparse.Namespace) -> int:
     from tinyloop.exercises import cli
     return cli.list_exercises()
@@ -120,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="processes sharing the port through SO_REUSEPORT, restarted if they die "
                             "(default 1: this process serves, as without the option)")
     serve.set_defaults(func=_serve)
+    trace = sub.add_parser("trace", help="record a stage under load, or an asyncio script, as a trace "
+                                         "(Chrome Trace Event JSON) and an HTML timeline")
+    from tinyloop.trace import command as trace_command
+    trace_command.add_arguments(trace)
+    trace.set_defaults(func=_trace)
 
     sub.add_parser("exercises", help="list the exercises").set_defaults(func=_exercises)
     start = sub.add_parser("start", help="write an exercise's starter file")

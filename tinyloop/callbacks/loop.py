@@ -225,6 +225,8 @@ class Loop:
         self._exception_handler: Callable[[Loop, dict[str, Any]], object] | None = None
         self._instrument: instruments.InstrumentSet | None = None  # hooks to call, or None
         self._make_self_pipe()
+        if instruments.FOR_NEW_LOOPS:  # `python -m tinyloop trace` records a loop it did not make
+            instruments.install_for_new_loop(self)
 
     # -- Scheduling ------------------------------------------------------------
 

@@ -28,15 +28,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["HOOKS", "Instrument", "InstrumentSet", "add_instrument", "callback_name",
-           "remove_instrument", "task_name"]
+__all__ = ["FOR_NEW_LOOPS", "HOOKS", "Instrument", "InstrumentSet", "add_instrument",
+           "callback_name", "for_new_loops", "install_for_new_loop", "remove_instrument",
+           "task_name"]
 
 logger = logging.getLogger("tinyloop.trace")
 
@@ -186,7 +188,8 @@ class InstrumentSet:
             except Exception:
                 logger.exception("instrument %r raised in %s; it is removed from %r",
                                  instrument, hook, self._loop)
-                remove_instrument(self._loop, instrument)
+                # The loop's method: tinyloop.uv also clears its C flag there.
+                self._loop.remove_instrument(instrument)
 
     # One method per hook; see Instrument for what each receives.
 
@@ -279,6 +282,33 @@ def remove_instrument(loop: Any, instrument: Any) -> bool:
     if not instruments:
         loop._instrument = None
     return True
+
+
+# Instruments that every loop made from now on starts with: how a command
+# traces a stage's server, which makes its own loop (see for_new_loops).
+FOR_NEW_LOOPS: list[Any] = []
+
+
+@contextlib.contextmanager
+def for_new_loops(*instruments: Any) -> Iterator[None]:
+    """Install ``instruments`` on every loop of Parts II-IV made inside the ``with`` block.
+
+    Like the ``instruments=`` argument of ``trio.run``, for code that makes
+    its own loop (``serve(listener)``, ``tinyloop.aio.run``).  Loops made
+    before or after the block are left alone.
+    """
+    FOR_NEW_LOOPS.extend(instruments)
+    try:
+        yield
+    finally:
+        for instrument in instruments:
+            FOR_NEW_LOOPS.remove(instrument)
+
+
+def install_for_new_loop(loop: Any) -> None:
+    """Add the instruments of :func:`for_new_loops` to ``loop``; its ``__init__`` calls this."""
+    for instrument in FOR_NEW_LOOPS:
+        loop.add_instrument(instrument)   # the loop's method (tinyloop.uv sets its C flag)
 
 
 def _asyncio_task(handle: Any) -> Any:

@@ -77,6 +77,9 @@ class Recorder(Instrument):
         self._timers: float | None = None
         self._callbacks: float | None = None
         self._phases: dict[str, float] = {}
+        # A loop that reports phases (tinyloop.uv) gets its spans from them:
+        # no "timers"/"callbacks" spans of Part II's four steps.
+        self._phased = False
         self._handles: list[tuple[float, str]] = []           # nested callbacks, innermost last
         self._steps: dict[int, float] = {}                     # tid -> start of its current step
 
@@ -136,28 +139,37 @@ class Recorder(Instrument):
                 for name, start, tid in spans if start is not None]
 
     # -- writing events ------------------------------------------------------------
+    #
+    # span/instant/counter are public for recorders of loops without hooks
+    # (outside.py, the readiness servers' probe in command.py): times are
+    # microseconds from now(), tid LOOP_TID or a task's track.
 
     def _emit(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         self.recorded += 1
 
-    def _span(self, name: str, start: float, end: float, tid: int = LOOP_TID,
-              cat: str = "loop", args: dict[str, Any] | None = None) -> None:
+    def span(self, name: str, start: float, end: float, tid: int = LOOP_TID,
+             cat: str = "loop", args: dict[str, Any] | None = None) -> None:
+        """Record a complete span (an X event) from ``start`` to ``end`` µs on track ``tid``."""
         event = {"name": name, "cat": cat, "ph": "X", "ts": start, "dur": round(end - start, 3),
                  "pid": PID, "tid": tid}
         if args:
             event["args"] = args
         self._emit(event)
 
-    def _instant(self, name: str, ts: float, tid: int = LOOP_TID, cat: str = "loop",
-                 args: dict[str, Any] | None = None) -> None:
+    def instant(self, name: str, ts: float, tid: int = LOOP_TID, cat: str = "loop",
+                args: dict[str, Any] | None = None) -> None:
+        """Record an instant (an i event, thread scope) at ``ts`` µs on track ``tid``."""
         event = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": PID, "tid": tid}
         if args:
             event["args"] = args
         self._emit(event)
 
-    def _counter(self, name: str, ts: float, **series: float) -> None:
+    def counter(self, name: str, ts: float, **series: float) -> None:
+        """Record counter ``name``'s values (a C event) at ``ts`` µs: ``series`` maps names to numbers."""
         self._emit({"name": name, "ph": "C", "ts": ts, "pid": PID, "tid": LOOP_TID, "args": series})
+
+    _span, _instant, _counter = span, instant, counter
 
     def _tid(self, task: Any) -> int:
         try:
@@ -207,15 +219,19 @@ class Recorder(Instrument):
             self._span("wait", start, now, args={"timeout": timeout, "events": events})
             self._wait = None
         self._counter("ready descriptors", now, events=events)
-        self._timers = now
+        if not self._phased:
+            self._timers = now
 
     def timers_due(self, count: int, ready: int) -> None:
         now = self.now()
-        if self._timers is not None:
+        if self._phased:
+            self._instant("timers due", now, args={"due": count})
+        elif self._timers is not None:
             self._span("timers", self._timers, now, args={"due": count})
             self._timers = None
         self._counter("ready queue", now, handles=ready)
-        self._callbacks = now
+        if not self._phased:
+            self._callbacks = now
 
     def _end_callbacks(self, now: float) -> None:
         if self._callbacks is not None:
@@ -223,6 +239,7 @@ class Recorder(Instrument):
             self._callbacks = None
 
     def before_phase(self, name: str) -> None:
+        self._phased = True
         self._phases[name] = self.now()
 
     def after_phase(self, name: str) -> None:

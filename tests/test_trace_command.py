@@ -1,0 +1,231 @@
+"""``python -m tinyloop trace``: a stage under load, any asyncio script, and the HTML timeline.
+
+Each command runs in a child process, as a reader runs it, with its output
+in a temporary folder; every JSON file it writes must pass the Trace Event
+Format check, and the timeline must render in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_trace_recorder import validate
+
+from tinyloop import stages
+from tinyloop.trace import timeline
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 90
+
+
+def tinyloop(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tinyloop", *args], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def load(path: Path) -> dict:
+    trace = json.loads(path.read_text())
+    validate(trace)
+    return trace
+
+
+LOOP_STAGES = ["callbacks", "generators", "yieldfrom", "coroutines", "aio", "aio-streams", "uv"]
+
+
+@pytest.mark.timeout(TIMEOUT * 2)
+@pytest.mark.parametrize("stage", LOOP_STAGES)
+def test_trace_a_stage_under_load(stage: str, tmp_path: Path) -> None:
+    if stages.get(stage).unavailable():
+        pytest.skip(stages.get(stage).unavailable())
+    result = tinyloop("trace", stage, "--out", str(tmp_path), "--requests", "6", "--concurrency", "2",
+                      "--compute-ms", "30")
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {tmp_path / stage}.json" in result.stderr
+    trace = load(tmp_path / f"{stage}.json")
+    events = trace["traceEvents"]
+    names = {e["name"] for e in events}
+    # Part II's four steps on every loop but uv, which reports libuv's phases.
+    steps = {"idle", "check"} if stage == "uv" else {"timers", "callbacks", "ready queue"}
+    assert {"run", "wait", "ready descriptors"} | steps <= names, names
+    callbacks = [e for e in events if e.get("cat") == "callback"]
+    assert callbacks, "the loop ran callbacks"
+    # The /compute?ms=30 handler held the loop for 30 ms inside one callback.
+    assert max(e["dur"] for e in callbacks) >= 30_000, "the slow handler shows as one long callback"
+    waits = [e for e in events if e["name"] == "wait" and "events" in e["args"]]
+    assert sum(e["args"]["events"] for e in waits) >= 3, "requests made descriptors ready"
+    if stage in ("generators", "yieldfrom", "coroutines", "aio-streams"):
+        tracks = [e["args"]["name"] for e in events if e["name"] == "thread_name"]
+        assert len([t for t in tracks if t.startswith("task ")]) >= 2, f"a track per task: {tracks}"
+    if stage.startswith("aio"):
+        reads = [e for e in events if e["name"] == "read"]
+        assert sum(e["args"]["bytes"] for e in reads) > 6 * 16, "the transport's reads are recorded"
+    html = (tmp_path / f"{stage}.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<svg" in html and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_trace_a_readiness_server_from_outside(tmp_path: Path) -> None:
+    result = tinyloop("trace", "epoll", "--out", str(tmp_path), "--requests", "4")
+    assert result.returncode == 0, result.stderr
+    events = load(tmp_path / "epoll.json")["traceEvents"]
+    waits = [e for e in events if e["name"] == "wait" and "events" in e["args"]]
+    assert len(waits) >= 4 and sum(e["args"]["events"] for e in waits) >= 4
+    assert any(e["name"] == "handle events" for e in events)
+
+
+def test_a_baseline_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = tinyloop("trace", "blocking", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "no event loop" in result.stderr
+
+
+def test_an_unknown_stage_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = tinyloop("trace", "nosuch", "--out", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "unknown stage" in result.stderr
+
+
+def test_an_unwritable_folder_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = tinyloop("trace", "callbacks", "--out", str(blocker / "traces"))
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cannot write traces into" in result.stderr
+
+
+def test_the_default_folder_is_ignored_by_git() -> None:
+    result = subprocess.run(["git", "check-ignore", "-q", "traces/callbacks.json"], cwd=ROOT)
+    assert result.returncode == 0, "traces/ must be in .gitignore: a user's run leaves git status clean"
+
+
+SCRIPT = """
+import asyncio, sys
+
+async def worker(n):
+    await asyncio.sleep(0.001 * n)
+    return n
+
+async def main():
+    results = await asyncio.gather(*(worker(n) for n in range(3)))
+    print("results", results, flush=True)
+    if sys.argv[1:] == ["fail"]:
+        raise ValueError("the script's own error")
+    if sys.argv[1:] == ["hang"]:
+        print("ready", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("loop", ["aio", "uv", "asyncio", "uvloop"])
+def test_trace_a_script_on_each_loop(loop: str, tmp_path: Path) -> None:
+    if loop == "uv" and stages.get("uv").unavailable():
+        pytest.skip(stages.get("uv").unavailable())
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    result = tinyloop("trace", "--loop", loop, str(script), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "results [0, 1, 2]" in result.stdout
+    events = load(tmp_path / f"prog-{loop}.json")["traceEvents"]
+    tracks = sorted(e["args"]["name"] for e in events if e["name"] == "thread_name")
+    assert "task main" in tracks and tracks.count("task main") == 1
+    assert {"task worker", "task worker#2", "task worker#3"} <= set(tracks), tracks
+    steps = [e for e in events if e["name"] == "step"]
+    assert len(steps) >= 7, "main twice or more, each worker twice"
+    assert (tmp_path / f"prog-{loop}.html").exists()
+
+
+def test_a_script_that_raises_gets_one_line_and_a_valid_trace(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    result = tinyloop("trace", "--loop", "aio", "--out", str(tmp_path), str(script), "--", "fail")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("tinyloop: prog.py") or
+             "raised" in line]
+    assert lines == [f"tinyloop: {script} raised ValueError: the script's own error"], result.stderr
+    events = load(tmp_path / "prog-aio.json")["traceEvents"]
+    assert any(e["name"] == "exited" for e in events), "what ran before the error is in the trace"
+
+
+def test_ctrl_c_writes_what_was_recorded(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "trace", "--loop", "aio", "--out",
+                             str(tmp_path), str(script), "hang"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in (proc.stdout.readline() if proc.stdout else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the script did not start"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    events = load(tmp_path / "prog-aio.json")["traceEvents"]
+    assert any(e["name"] == "step" for e in events)
+
+
+# -- the timeline in a browser ----------------------------------------------------------------
+
+
+def test_the_timeline_draws_every_track_and_span() -> None:
+    trace = {"traceEvents": [
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "loop"}},
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "task main"}},
+        {"name": "run", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"name": "wait", "ph": "X", "ts": 0, "dur": 40, "pid": 1, "tid": 1, "args": {"events": 1}},
+        {"name": "on_readable", "cat": "callback", "ph": "X", "ts": 50, "dur": 20, "pid": 1, "tid": 1},
+        {"name": "step", "ph": "X", "ts": 55, "dur": 10, "pid": 1, "tid": 2},
+        {"name": "spawned", "ph": "i", "s": "t", "ts": 1, "pid": 1, "tid": 2},
+        {"name": "ready queue", "ph": "C", "ts": 45, "pid": 1, "tid": 1, "args": {"handles": 3}},
+    ]}
+    svg = timeline.render_svg(trace)
+    assert svg.count('class="span"') == 4 and svg.count('class="instant"') == 1
+    assert ">loop<" in svg and ">task main<" in svg and "ready queue (max 3)" in svg
+    assert "<title>on_readable  at 0.050 ms  for 20.0 µs</title>" in svg
+
+
+@pytest.fixture(scope="module")
+def devtools(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("websocket", reason="websocket-client is in the dev extra")
+    from tests.test_browser import DevTools, find_browser
+    tools = DevTools(find_browser(), tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+@pytest.mark.timeout(TIMEOUT * 2)
+def test_the_timeline_opens_in_headless_chromium(tmp_path: Path, devtools) -> None:
+    from tests.test_browser import problems
+    result = tinyloop("trace", "coroutines", "--out", str(tmp_path), "--requests", "4", "--compute-ms", "10")
+    assert result.returncode == 0, result.stderr
+    trace = load(tmp_path / "coroutines.json")
+    spans = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    events = devtools.load((tmp_path / "coroutines.html").as_uri())
+    assert not problems(events), "\n".join(problems(events))
+    drawn = devtools.evaluate("document.querySelectorAll('svg.timeline rect.span').length")
+    assert drawn == spans, f"{drawn} spans drawn of {spans} in the trace"
+    box = devtools.evaluate("(() => { const b = document.querySelector('svg.timeline').getBoundingClientRect();"
+                            " return [b.width, b.height]; })()")
+    assert box[0] >= 1000 and box[1] >= 100, f"the timeline is laid out: {box}"
+    tracks = devtools.evaluate("Array.from(document.querySelectorAll('svg.timeline text.name'))"
+                               ".map(t => t.textContent)")
+    assert tracks[0].startswith("loop (") and any(t.startswith("task ") for t in tracks), tracks
+    requests = [e for e in events if e.get("method") == "Network.requestWillBeSent"]
+    assert len(requests) == 1, "the page loads nothing but itself"
