@@ -22,8 +22,9 @@ cdef struct CheckState:
     # What the check handle reads without taking the GIL: whether any I/O
     # callback ran in this iteration (else there is nothing for it to do),
     # and the loop it belongs to (a borrowed pointer).
-    int io_ran
+    int io_ran           # how many I/O callbacks ran (0: none)
     void* loop
+    bint instrumented    # an instrument is installed: report the wait and the phase
 
 
 cdef class Handle:
@@ -71,6 +72,12 @@ cdef class UVLoop:
     cdef public bint _stopping
     cdef public bint _closed
     cdef public bint _debug
+    cdef public object _instrument     # tinyloop.trace's InstrumentSet, or None
+    # The C-level test on the hot paths: True while _instrument is not None,
+    # so a loop with no instrument makes no Python call to find out.
+    cdef bint _instrumented
+    cdef uv.uv_prepare_t* _prepare     # made at the first add_instrument: reports the wait
+    cdef _sync_instrumented(self)
 
     cdef object _last_error            # KeyboardInterrupt/SystemExit from a callback
 

@@ -45,6 +45,7 @@ import sys
 import threading
 
 from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
+from tinyloop.trace import instrument as _instruments
 
 cdef object _MAIN_THREAD = threading.main_thread().ident
 # The longest one uv_timer_t is armed for, in seconds: Part II's cap on one
@@ -86,8 +87,39 @@ include "tcp.pyx"
 cdef void _on_idle(uv.uv_idle_t* handle) noexcept with gil:
     cdef UVLoop loop = <UVLoop>handle.data
     try:
+        if loop._instrumented:
+            loop._instrument.before_phase("idle")
         loop._run_ready()
         loop._flush_writes()
+        if loop._instrumented:
+            loop._instrument.after_phase("idle")
+    except BaseException as exc:
+        loop._stash_error(exc)
+
+
+cdef _flush_observed(TCPTransport transport):
+    # tinyloop.trace: one turn's writes, sent by _flush in one uv_try_write
+    # (one writev(2), skipped by libuv while earlier writes still queue);
+    # what the kernel did not take waits in libuv's write queue.
+    cdef Py_ssize_t size = transport._pending_size
+    cdef size_t queued = 0
+    if transport._handle is not NULL:
+        queued = uv.uv_stream_get_write_queue_size(<uv.uv_stream_t*>transport._handle)
+    transport._flush()
+    if size and transport._loop._instrument is not None:
+        left = transport.get_write_buffer_size()
+        transport._loop._instrument.transport_wrote(
+            transport, max(0, size - (left - <Py_ssize_t>queued)), 0 if queued else 1, left)
+
+
+cdef void _on_prepare(uv.uv_prepare_t* handle) noexcept with gil:
+    # Started only while an instrument is installed (_sync_instrumented):
+    # libuv polls next, for uv_backend_timeout ms (-1: until an event).
+    cdef UVLoop loop = <UVLoop>handle.data
+    cdef int timeout = uv.uv_backend_timeout(loop.uvloop)
+    try:
+        if loop._instrumented:
+            loop._instrument.before_io_wait(None if timeout < 0 else timeout / 1000.0)
     except BaseException as exc:
         loop._stash_error(exc)
 
@@ -100,11 +132,32 @@ cdef void _on_check(uv.uv_check_t* handle) noexcept nogil:
     # iteration with no I/O callback (a busy ready queue) has nothing to do
     # here, and skips taking the GIL at all.
     cdef CheckState* state = <CheckState*>handle.data
-    if not state.io_ran:
+    cdef int io_ran = state.io_ran
+    if not io_ran and not state.instrumented:
         return
     state.io_ran = 0
     with gil:
-        _after_io(<UVLoop>state.loop)
+        if state.instrumented:
+            _after_io_observed(<UVLoop>state.loop, io_ran)
+        else:
+            _after_io(<UVLoop>state.loop)
+
+
+cdef void _after_io_observed(UVLoop loop, int io_callbacks) noexcept:
+    # tinyloop.trace: the poll phase is over.  Its I/O callbacks ran inside
+    # it, as libuv read the ready list, so the wait's span holds them; the
+    # count is how many there were (a ready descriptor's, a read's, a
+    # finished write's).
+    try:
+        instrument = loop._instrument
+        if instrument is not None:
+            instrument.after_io_wait(io_callbacks)
+            instrument.before_phase("check")
+        _after_io(loop)
+        if loop._instrument is not None:
+            loop._instrument.after_phase("check")
+    except BaseException as exc:
+        loop._stash_error(exc)
 
 
 cdef void _after_io(UVLoop loop) noexcept:
@@ -211,6 +264,39 @@ cdef class UVLoop:
         if self.uvloop is not NULL:
             self._close_uv()
 
+    # -- Instruments (tinyloop.trace) ----------------------------------------------------
+
+    def add_instrument(self, instrument):
+        """Part II's ``add_instrument``; then the C flag the hot paths test is set."""
+        _instruments.add_instrument(self, instrument)
+        self._sync_instrumented()
+
+    def remove_instrument(self, instrument):
+        """Part II's ``remove_instrument``; with the last one gone the C flag is cleared."""
+        removed = _instruments.remove_instrument(self, instrument)
+        self._sync_instrumented()
+        return removed
+
+    cdef _sync_instrumented(self):
+        # Discussion: the Python attribute says whether instruments are
+        # installed; the C flags copy it, so the idle, check, timer and I/O
+        # callbacks test a C int and, with no instrument, make no Python call.
+        # The prepare handle, which reports the wait, runs only while needed,
+        # and unreferenced, so it never keeps uv_run alive.
+        self._instrumented = self._check_state.instrumented = self._instrument is not None
+        if self.uvloop is NULL:
+            return
+        if self._instrumented and self._prepare is NULL:
+            self._prepare = <uv.uv_prepare_t*>self._alloc_handle(sizeof(uv.uv_prepare_t))
+            uv.uv_prepare_init(self.uvloop, self._prepare)
+            self._prepare.data = <void*>self
+            uv.uv_unref(<uv.uv_handle_t*>self._prepare)
+        if self._prepare is not NULL:
+            if self._instrumented:
+                uv.uv_prepare_start(self._prepare, _on_prepare)
+            else:
+                uv.uv_prepare_stop(self._prepare)
+
     # -- Time ----------------------------------------------------------------------
 
     def time(self):
@@ -299,8 +385,8 @@ cdef class UVLoop:
                 handle = <Handle>item
                 if handle._cancelled:
                     continue
-                if self._debug:
-                    self._run_handle(handle)   # Part II's: times it, names slow ones
+                if self._debug or self._instrumented:
+                    self._run_handle(handle)   # Part II's: times it, names slow ones, calls instruments
                 else:
                     handle._run_c()
             elif not item._cancelled:          # a Part III handle (signals queue them)
@@ -595,7 +681,10 @@ cdef class UVLoop:
             queued, self._to_flush = self._to_flush, []
             for transport in queued:
                 transport._queued = False
-                transport._flush()
+                if self._instrumented:
+                    _flush_observed(transport)
+                else:
+                    transport._flush()
         return 0
 
     # -- Closing -------------------------------------------------------------------------------
@@ -618,6 +707,9 @@ cdef class UVLoop:
         _close_handle(<uv.uv_handle_t*>self._check)
         _close_handle(<uv.uv_handle_t*>self._timer)
         _close_handle(<uv.uv_handle_t*>self._async)
+        if self._prepare is not NULL:
+            _close_handle(<uv.uv_handle_t*>self._prepare)
+            self._prepare = NULL
         # Anything else still open is a transport nobody closed (it warns),
         # or a handle of ours we lost track of (a bug: counted in `leaked`).
         cdef int leaked = 0

@@ -26,7 +26,7 @@
 cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept with gil:
     cdef UVPoll poll = <UVPoll>handle.data
     cdef Handle reader, writer
-    poll.loop._check_state.io_ran = 1
+    poll.loop._check_state.io_ran += 1   # a count: tinyloop.trace reports it
     try:
         if status < 0:
             # An error on the descriptor (e.g. EBADF): wake both sides, as
@@ -35,12 +35,18 @@ cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept with g
         if events & (uv.UV_READABLE | uv.UV_DISCONNECT):
             reader = poll.reader
             if reader is not None and not reader._cancelled:
-                reader._run_c()
+                if poll.loop._instrumented:
+                    poll.loop._run_handle(reader)   # Part II's: calls the instruments
+                else:
+                    reader._run_c()
         if events & uv.UV_WRITABLE:
             # The reader may have removed the writer (or closed the poll).
             writer = poll.writer
             if writer is not None and not writer._cancelled:
-                writer._run_c()
+                if poll.loop._instrumented:
+                    poll.loop._run_handle(writer)
+                else:
+                    writer._run_c()
     except BaseException as exc:
         poll.loop._stash_error(exc)
 

@@ -78,7 +78,7 @@ cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
     cdef _WriteRequest request = <_WriteRequest>req.data
     Py_DECREF(request)         # libuv's reference, taken in _flush
     cdef TCPTransport transport = request.transport
-    transport._loop._check_state.io_ran = 1
+    transport._loop._check_state.io_ran += 1
     request.transport = None
     request.data = None
     try:
@@ -101,11 +101,32 @@ cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf
     if stream.data is NULL:
         return
     cdef TCPTransport transport = <TCPTransport>stream.data
-    transport._loop._check_state.io_ran = 1
+    transport._loop._check_state.io_ran += 1
     try:
-        transport._on_read(nread, buf)
+        if transport._loop._instrumented:
+            _read_observed(transport, nread, buf)
+        else:
+            transport._on_read(nread, buf)
     except BaseException as exc:
         transport._loop._stash_error(exc)
+
+
+cdef _read_observed(TCPTransport transport, ssize_t nread, const uv.uv_buf_t* buf):
+    # tinyloop.trace: the read is a callback of the poll phase, named by the
+    # protocol method it calls, and one recv(2) of nread bytes (0 at EOF).
+    if nread == 0:
+        transport._on_read(nread, buf)   # EAGAIN: nothing read, nothing to report
+        return
+    instrument = transport._loop._instrument
+    protocol = transport._protocol
+    callback = protocol.buffer_updated if transport._has_user_buffer else protocol.data_received
+    instrument.before_callback(callback)
+    try:
+        if nread > 0 or nread == uv.UV_EOF:
+            instrument.transport_read(transport, nread if nread > 0 else 0, 1)
+        transport._on_read(nread, buf)
+    finally:
+        instrument.after_callback(callback)
 
 
 cdef void _on_tcp_close(uv.uv_handle_t* handle) noexcept with gil:

@@ -75,8 +75,14 @@ cdef inline TimerHandle _pop_top(UVLoop loop):
 
 cdef void _on_timer(uv.uv_timer_t* handle) noexcept with gil:
     cdef UVLoop loop = <UVLoop>handle.data
+    cdef Py_ssize_t queued
     try:
-        loop._fire_timers()
+        if not loop._instrumented:
+            loop._fire_timers()
+        else:  # tinyloop.trace: how many timers this moved to the ready queue
+            queued = len(loop._ready)
+            loop._fire_timers()
+            loop._instrument.timers_due(len(loop._ready) - queued, len(loop._ready))
     except BaseException as exc:
         loop._stash_error(exc)
 
