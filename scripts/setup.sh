@@ -96,6 +96,25 @@ install_browser() {
     say "no Chromium: tests/test_browser.py will be skipped (install chromium to run it)"
 }
 
+# --- tmux, for the live panel's test -------------------------------------------
+# tests/test_trace_stats.py runs `serve --stats` in tmux and reads the screen
+# with capture-pane.  Optional: without tmux that test is skipped (it says so).
+install_tmux() {
+    command -v tmux >/dev/null 2>&1 && return 0
+    if command -v apt-get >/dev/null 2>&1; then
+        say "installing tmux with apt-get (for tests/test_trace_stats.py)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q tmux >/dev/null 2>&1 ||
+            { as_root apt-get update -q >/dev/null 2>&1 &&
+              as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q tmux >/dev/null 2>&1; } || true
+    elif command -v dnf >/dev/null 2>&1; then
+        as_root dnf install -y -q tmux >/dev/null 2>&1 || true
+    elif command -v brew >/dev/null 2>&1; then
+        brew install tmux >/dev/null 2>&1 || true
+    fi
+    command -v tmux >/dev/null 2>&1 ||
+        say "no tmux: tests/test_trace_stats.py will be skipped (install tmux to run it)"
+}
+
 # --- real services for Part V ------------------------------------------------
 # benchmarks/realworld/services.py starts nginx and PostgreSQL from the system
 # packages.  Optional: without them their tests and benchmark rows are
@@ -204,6 +223,7 @@ build_uv() {
 
 install_system_packages
 install_browser
+install_tmux
 install_services
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"

@@ -2,7 +2,7 @@
 """tinyloop's command line.
 
   python -m tinyloop list                      the stages, with their chapters
-  python -m tinyloop serve STAGE [--host H] [--port P] [--workers N]
+  python -m tinyloop serve STAGE [--host H] [--port P] [--workers N] [--stats]
   python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
   python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
   python -m tinyloop exercises                 the exercises, by chapter
@@ -43,6 +43,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.workers > 1:
         return _serve_workers(args, module)
+    if args.stats:
+        from tinyloop.trace import stats
+        return stats.serve_with_stats(args.stage, module, args.host, args.port)
     stop_on_sigterm()
     try:
         sock = listen(args.host, args.port)
@@ -126,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=_worker_count, default=1, metavar="N",
                        help="processes sharing the port through SO_REUSEPORT, restarted if they die "
                             "(default 1: this process serves, as without the option)")
+    serve.add_argument("--stats", action="store_true",
+                       help="show a live panel of the loop: iterations/s, time in wait, timers and "
+                            "callbacks, ready queue, slowest callbacks (needs rich)")
     serve.set_defaults(func=_serve)
     trace = sub.add_parser("trace", help="record a stage under load, or an asyncio script, as a trace "
                                          "(Chrome Trace Event JSON) and an HTML timeline")

@@ -46,6 +46,9 @@ __all__ = ["LOOPS", "ReadinessProbe", "add_arguments", "main", "scripted_load"]
 DEFAULT_OUT = "traces"
 LOOPS = ("aio", "uv", "asyncio", "uvloop")
 NO_LOOP = ("blocking", "threaded")   # Part 0: a thread per client, nothing to trace
+# The chapters whose stages run on a loop with hooks (Parts II-IV); Part I's
+# readiness servers are traced through ReadinessProbe instead.
+HOOKED_CHAPTERS = ("callbacks", "generators", "coroutines", "asyncio", "libuv")
 LOAD_TIMEOUT = 30.0                  # seconds for the whole scripted load
 
 
@@ -118,7 +121,7 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
             signal.pthread_kill(main_thread, signal.SIGINT)  # the server's way to stop
 
     status = 0
-    probe = ReadinessProbe(recorder) if stage.loop is None else None
+    probe = ReadinessProbe(recorder) if stage.chapter not in HOOKED_CHAPTERS else None
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = threading.Thread(target=load, name="tinyloop-trace-load", daemon=True)
     try:

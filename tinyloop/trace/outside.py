@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import selectors
 from collections.abc import Callable
 from typing import Any
@@ -176,7 +177,8 @@ class TracedAsyncioLoop(_Outside, asyncio.SelectorEventLoop):  # type: ignore[mi
 
 def traced_uvloop_class() -> type:
     """uvloop's Loop, recordable from outside (see this module's header).  Raises ImportError without uvloop."""
-    import uvloop
+    # uvloop is optional (the dev extra): imported by name, only here.
+    uvloop = importlib.import_module("uvloop")
 
     class TracedUvloop(_Outside, uvloop.Loop):  # type: ignore[misc, valid-type]
         def add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> None:
