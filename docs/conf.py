@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",  # before book_autodoc, so the stdlib's names link first
+    "sphinx.ext.extlinks",
     "sphinx_copybutton",
     "sphinx_design",
     "book_autodoc",
@@ -51,6 +54,7 @@ extensions = [
     "book_catalog",
     "book_bench",
     "book_echo",
+    "book_facts",  # {book-fact}: numbers measured when the book is built (the Python, libuv)
 ]
 
 root_doc = "index"
@@ -106,3 +110,23 @@ nitpick_ignore_regex = [
     ("py:exc", r"(KeyError|ValueError|OSError|BlockingIOError|ConnectionError|KeyboardInterrupt|"
                r"NotImplementedError|ImportError|RuntimeError|TimeoutError|StopIteration)"),
 ]
+
+# Sources, linked.  The standard library by intersphinx from an inventory
+# shipped in the repository, so the build stays offline: docs/_inventories/
+# python-3.11.inv is the objects.inv of Debian's python3.11-doc package
+# (`apt-get download python3.11-doc`, then `dpkg-deb -x` and copy
+# usr/share/doc/python3.11/html/objects.inv); the links go to docs.python.org.
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3.11/", str(DOCS / "_inventories" / "python-3.11.inv")),
+}
+intersphinx_timeout = 1
+# {cpython}`Lib/asyncio/events.py` links CPython's file at the tag of the
+# Python that builds the book (the one the chapters' listings run on);
+# {libuv}`design.html` a page of libuv's documentation; {manpage}`epoll(7)`
+# the Linux man page; {rfc} and {pep} are Sphinx's own.
+extlinks = {
+    "cpython": (f"https://github.com/python/cpython/blob/v{platform.python_version()}/%s", "%s"),
+    "libuv": ("https://docs.libuv.org/en/v1.x/%s", "%s"),
+}
+extlinks_detect_hardcoded_links = False
+manpages_url = "https://man7.org/linux/man-pages/man{section}/{page}.{section}.html"

@@ -456,3 +456,203 @@ def test_the_api_reference_lists_the_package_itself() -> None:
     # package (tinyloop/aio, say) gets its pages with no edit to the book.
     text = (CHAPTERS / "api.md").read_text(encoding="utf-8")
     assert re.search(r"autosummary::\n\s+:toctree: api\n\s+:recursive:\n\n\s+tinyloop\n", text), text
+
+
+# ---------------------------------------------------------------------------
+# The chapters' claims, each checked against its source: the running
+# CPython, the committed results the prose argues from.  A claim that stops
+# being true fails here, and the prose must change with it.
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _pythons() -> list[Path]:
+    """Every CPython 3.11+ interpreter this machine has (pyenv's, then the PATH's), one per minor version."""
+    found: dict[str, Path] = {}
+    for candidate in sorted((Path.home() / ".pyenv" / "versions").glob("3.1[1-9]*/bin/python")):
+        found.setdefault(".".join(candidate.parent.parent.name.split(".")[:2]), candidate)
+    for minor in ("3.11", "3.12", "3.13"):
+        on_path = shutil.which(f"python{minor}")
+        if on_path:
+            found.setdefault(minor, Path(on_path))
+    return [found[minor] for minor in sorted(found)]
+
+
+def test_abstract_event_loop_has_the_same_public_methods_on_every_supported_python() -> None:
+    # asyncio.md: "{book-fact}`loop-methods` public methods ... 3.11, 3.12 and 3.13 have the same set".
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import book_facts
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    here = book_facts.abstract_loop_methods()
+    assert "{book-fact}`loop-methods`" in (CHAPTERS / "asyncio.md").read_text(encoding="utf-8")
+    code = ("import asyncio; print(' '.join(sorted(n for n, v in vars(asyncio.AbstractEventLoop).items() "
+            "if callable(v) and not n.startswith('_'))))")
+    pythons = _pythons()
+    if len(pythons) < 2:
+        pytest.skip("needs two or more of CPython 3.11, 3.12, 3.13 to compare (pyenv or pythonX.Y on PATH)")
+    for python in pythons:
+        done = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == here, f"{python}: AbstractEventLoop's public methods differ"
+
+
+class _Recorder:
+    """A protocol that records its calls, and whether pause_writing came inside write()."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.in_write = False
+
+    def connection_made(self, transport: object) -> None:
+        self.calls.append("connection_made")
+
+    def pause_writing(self) -> None:
+        self.calls.append("pause_writing inside write()" if self.in_write else "pause_writing later")
+
+    def resume_writing(self) -> None:
+        self.calls.append("resume_writing")
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> None:
+        pass
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.calls.append("connection_lost")
+
+
+def _loops() -> list[tuple[str, object]]:
+    import asyncio
+
+    import tinyloop.aio
+    return [("asyncio", asyncio.new_event_loop), ("tinyloop.aio", tinyloop.aio.new_event_loop)]
+
+
+@pytest.mark.parametrize("name, factory", _loops(), ids=lambda v: v if isinstance(v, str) else "")
+def test_write_calls_pause_writing_before_it_returns(name: str, factory: object) -> None:
+    # asyncio.md: "when a write() takes the buffer over the high-water mark,
+    # write() calls the protocol's pause_writing() before it returns" (and
+    # the write() docstring of tinyloop/aio/selector_events.py).
+    import socket
+    loop = factory()
+    ours, theirs = socket.socketpair()
+    try:
+        async def main() -> list[str]:
+            protocol = _Recorder()
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, ours)
+            transport.set_write_buffer_limits(high=1024)
+            protocol.in_write = True
+            for _ in range(64):  # the peer never reads, so the kernel's buffer fills and ours grows
+                transport.write(b"x" * 65536)
+                if protocol.calls[-1].startswith("pause_writing"):
+                    break
+            protocol.in_write = False
+            transport.abort()
+            return protocol.calls
+        calls = loop.run_until_complete(main())
+    finally:
+        loop.close()
+        theirs.close()
+    assert "pause_writing inside write()" in calls, f"{name}: {calls}"
+
+
+@pytest.mark.parametrize("name, factory", _loops(), ids=lambda v: v if isinstance(v, str) else "")
+def test_happy_eyeballs_is_opt_in(name: str, factory: object) -> None:
+    # asyncio.md: "It is opt-in, in asyncio and here alike ... whose default is None".
+    import inspect
+    loop = factory()
+    try:
+        parameter = inspect.signature(loop.create_connection).parameters["happy_eyeballs_delay"]
+    finally:
+        loop.close()
+    assert parameter.default is None, f"{name}: happy_eyeballs_delay defaults to {parameter.default!r}"
+
+
+@pytest.mark.parametrize("name, factory, reported", [(*loop, loop[0] == "tinyloop.aio") for loop in _loops()],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_only_a_reset_closes_quietly_in_tinyloop_where_cpython_silences_every_oserror(
+        name: str, factory: object, reported: bool) -> None:
+    # asyncio.md: tinyloop reports any OSError but a reset or a broken pipe;
+    # CPython's _fatal_error stays quiet about every OSError.
+    import errno
+    import socket
+    loop = factory()
+    ours, theirs = socket.socketpair()
+    handled: list[dict] = []
+    loop.set_exception_handler(lambda loop, context: handled.append(context))
+    try:
+        async def main() -> None:
+            transport, _ = await loop.connect_accepted_socket(_Recorder, ours)
+            transport._fatal_error(OSError(errno.ENOBUFS, "No buffer space available"), "test")
+            await asyncio.sleep(0)
+        import asyncio
+        loop.run_until_complete(main())
+        quiet_reset: list[dict] = []
+        loop.set_exception_handler(lambda loop, context: quiet_reset.append(context))
+        other, peer = socket.socketpair()
+
+        async def reset() -> None:
+            transport, _ = await loop.connect_accepted_socket(_Recorder, other)
+            transport._fatal_error(ConnectionResetError(errno.ECONNRESET, "reset"), "test")
+            await asyncio.sleep(0)
+        loop.run_until_complete(reset())
+        peer.close()
+    finally:
+        loop.close()
+        theirs.close()
+    assert bool(handled) is reported, f"{name}: ENOBUFS reported={bool(handled)}"
+    assert not quiet_reset, f"{name}: a reset reached the exception handler"
+
+
+def test_the_batching_row_is_told_as_the_committed_run_shows_it() -> None:
+    # libuv.md: under plain wrk, the `uv` step's CPU per request is below
+    # `uv/no-batching`'s "in every one of the interleaved repetitions, but
+    # the two min–max ranges overlap"; pipelined, "the two steps' ranges overlap too".
+    data = json.loads((RESULTS / "uv_changes.json").read_text(encoding="utf-8"))
+    runs = {(r["load"], r["rep"], r["step"]): r["cpu_us"] for r in data["runs"] if r["status"] == "ok"}
+    reps = sorted({rep for load, rep, step in runs if load == "wrk"})
+    assert reps and all(runs[("wrk", rep, "uv")] < runs[("wrk", rep, "uv/no-batching")] for rep in reps)
+    rows = {(r["load"], r["step"]): r["cpu_us"] for r in data["rows"]}
+    for load in ("wrk", "wrk-pipeline"):
+        batched, unbatched = rows[(load, "uv")], rows[(load, "uv/no-batching")]
+        assert batched["max"] >= unbatched["min"], f"{load}: the ranges no longer overlap; say so in libuv.md"
+    text = (CHAPTERS / "libuv.md").read_text(encoding="utf-8")
+    assert "in\nevery one of the interleaved repetitions" in text or \
+        "every one of the interleaved repetitions" in " ".join(text.split())
+
+
+def test_the_echo_prose_agrees_with_the_committed_run() -> None:
+    # asyncio.md and libuv.md: at 1 KiB, the C loops' CPU per message is
+    # about the C floor's and below aio's; the messages/s column has wide
+    # ranges (uvloop's spans more than a factor of two) and puts uvloop and
+    # the C floor below asyncio.
+    one_kib = json.loads((RESULTS / "echo.json").read_text(encoding="utf-8"))["results"]["1024"]
+    cpu = {name: row["cpu_us_per_msg"] for name, row in one_kib.items()}
+    for c_loop in ("uv-protocol", "uvloop-protocol", "c-epoll"):
+        assert cpu[c_loop] < cpu["aio-protocol"], c_loop
+        assert abs(cpu[c_loop] - cpu["c-epoll"]) / cpu["c-epoll"] < 0.15, f"{c_loop} is not near the floor"
+    low, high = one_kib["uvloop-protocol"]["spread"]["msgs_per_s"]
+    assert high / low > 2
+    rate = {name: row["msgs_per_s"] for name, row in one_kib.items()}
+    assert rate["uvloop-protocol"] < rate["asyncio-protocol"] and rate["c-epoll"] < rate["asyncio-protocol"]
+
+
+def test_the_aio_changes_listing_shows_the_rows_the_prose_argues_from() -> None:
+    # asyncio.md includes aio_changes.txt's first lines and argues from the
+    # stars: transport starred, transport-same-loop and write-now not, every
+    # per-operation row starred, and no-tuple's collector counts.
+    text = (CHAPTERS / "asyncio.md").read_text(encoding="utf-8")
+    match = re.search(r"aio_changes\.txt\n:language: text\n:lines: 1-(\d+)\n", text)
+    assert match, "asyncio.md must include aio_changes.txt by :lines:"
+    shown = (RESULTS / "aio_changes.txt").read_text(encoding="utf-8").splitlines()[:int(match.group(1))]
+    rows = {line.split()[0]: line for line in shown if line.strip() and line.split()[0] in {
+        "transport", "transport-same-loop", "write-now", "debug-checks", "no-tuple", "no-tuple/1000"}}
+    assert set(rows) == {"transport", "transport-same-loop", "write-now", "debug-checks", "no-tuple",
+                         "no-tuple/1000"}, "a row the prose names is cut off"
+    assert any(line.startswith("* the two min-max ranges overlap") for line in shown), "the stars' key is cut off"
+    starred = {name for name, line in rows.items() if re.search(r"\d\*\s", line)}
+    assert "transport" in starred and not {"transport-same-loop", "write-now"} & starred
+    assert {"debug-checks", "no-tuple", "no-tuple/1000"} <= starred

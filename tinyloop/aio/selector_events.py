@@ -722,8 +722,13 @@ class _SelectorSocketTransport(_SelectorTransport):
     def write(self, data: Any) -> None:
         """Send ``data`` (bytes-like) now if the kernel takes it; buffer the rest.
 
-        Never blocks and never calls the protocol directly.  Raises TypeError
-        for a non-bytes-like, RuntimeError after write_eof() or during sendfile.
+        Never blocks.  Calls the protocol's pause_writing() before returning
+        when the buffer crosses the high-water mark (flow control, as
+        CPython's transports do: Lib/asyncio/transports.py,
+        _FlowControlMixin._maybe_pause_protocol); a send error reaches the
+        protocol later, as connection_lost() scheduled by call_soon.  Raises
+        TypeError for a non-bytes-like, RuntimeError after write_eof() or
+        during sendfile.
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
