@@ -374,3 +374,107 @@ def test_the_format_check_finds_broken_events() -> None:
                                              "args": {"n": "1"}}]})
     assert chrome.problems({"events": []})
     assert chrome.problems({"traceEvents": [{"name": "x", "ph": "i", "ts": 0, "pid": "1", "tid": 1}]})
+
+
+# -- transports of Part II (coroutines streams) --------------------------------------------
+
+
+def test_coroutines_streams_report_reads_and_writes_with_their_system_calls() -> None:
+    from tinyloop.coroutines.streams import StreamReader, StreamWriter
+
+    loop = Loop()
+    recorder = record(loop)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+
+    async def reader() -> bytes:
+        return await StreamReader(a, loop=loop).read(100)
+
+    async def writer() -> None:
+        StreamWriter(b, loop=loop).write(b"hello")
+
+    async def main() -> bytes:
+        task = tasks.create_task(reader())   # its first recv finds nothing: EAGAIN
+        await tasks.sleep(0)
+        tasks.create_task(writer())
+        return await task
+
+    try:
+        assert tasks.run(main(), loop=loop) == b"hello"
+    finally:
+        a.close()
+        b.close()
+    io = [(e["name"], e["args"]["bytes"], e["args"]["syscalls"]) for e in recorder.events
+          if e["name"] in ("read", "write")]
+    assert io == [("write", 5, 1), ("read", 5, 2)], "the read took two recv(2): EAGAIN, then the data"
+    validate(recorder.trace())
+
+
+# -- the cost when nobody listens ------------------------------------------------------------
+
+
+def _calls_into_trace(run: Any) -> list[str]:
+    """The functions of tinyloop/trace/ that Python called while ``run()`` ran."""
+    called: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and "tinyloop/trace/" in frame.f_code.co_filename.replace("\\", "/"):
+            called.append(frame.f_code.co_name)
+
+    import sys
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+def test_no_instrument_no_call_on_part_ii_loops() -> None:
+    def run() -> None:
+        loop, clock, selector = fake_loop()
+        Scheduler(loop).run(generator_program()())
+
+        async def main() -> None:
+            await tasks.sleep(0.001)
+            await tasks.gather(tasks.sleep(0), tasks.sleep(0.002))
+
+        loop2, _, _ = fake_loop()
+        tasks.run(main(), loop=loop2)
+
+    assert _calls_into_trace(run) == [], "with no instrument, a hook site is an attribute test only"
+
+
+def test_no_instrument_no_call_on_uv() -> None:
+    from tinyloop import stages
+    if stages.get("uv").unavailable():
+        pytest.skip(stages.get("uv").unavailable())
+    import asyncio
+
+    from tinyloop.uv import new_event_loop
+
+    async def echo() -> bytes:
+        server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.write(b"ping\n")
+        answer = await reader.readline()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return answer
+
+    def run() -> None:
+        loop = new_event_loop()
+        try:
+            assert loop.run_until_complete(echo()) == b"ping\n"
+        finally:
+            loop.close()
+
+    assert _calls_into_trace(run) == [], "uv's hot paths test a C flag, and call nothing"
+
+
+async def _echo(reader: Any, writer: Any) -> None:
+    writer.write(await reader.readline())
+    await writer.drain()
+    writer.close()

@@ -135,9 +135,11 @@ class StreamReader:
 
     async def _fill(self) -> None:
         """One recv into the buffer, waiting for readiness first if it would block."""
+        calls = 0  # recv(2) calls, the ones that would block included (for tinyloop.trace)
         while True:
             if self._closed:
                 raise ConnectionAbortedError("the stream was closed")
+            calls += 1
             try:
                 data = self._sock.recv(READ_SIZE)
             except BlockingIOError:
@@ -147,6 +149,8 @@ class StreamReader:
                 finally:
                     self._waiter = None
                 continue
+            if self._loop._instrument is not None:
+                self._loop._instrument.transport_read(self, len(data), calls)
             if data:
                 self._buffer += data
             else:
@@ -293,6 +297,8 @@ class StreamWriter:
             except OSError as error:
                 self._fail(error)
                 return
+            if self._loop._instrument is not None:  # tinyloop.trace: one send(2)
+                self._loop._instrument.transport_wrote(self, sent, 1, len(data) - sent)
             data = memoryview(data)[sent:]
             if not data:
                 return
@@ -315,6 +321,8 @@ class StreamWriter:
             self._fail(error)
             return
         del self._buffer[:sent]
+        if self._loop._instrument is not None:
+            self._loop._instrument.transport_wrote(self, sent, 1, len(self._buffer))
         # exercise flow-control: begin
         if self._paused and len(self._buffer) <= self._low_water:
             self._paused = False

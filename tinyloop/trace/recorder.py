@@ -316,7 +316,7 @@ def _describe(awaiting: Any) -> str | None:
 def _fd_name(transport: Any) -> str:
     """A transport's short name for a counter: ``fd 7`` while its socket is open."""
     get_extra = getattr(transport, "get_extra_info", None)
-    sock = get_extra("socket") if callable(get_extra) else None
+    sock = get_extra("socket") if callable(get_extra) else getattr(transport, "_sock", None)
     fileno = getattr(sock, "fileno", None)
     if callable(fileno):
         try:
