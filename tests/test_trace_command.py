@@ -229,3 +229,25 @@ def test_the_timeline_opens_in_headless_chromium(tmp_path: Path, devtools) -> No
     assert tracks[0].startswith("loop (") and any(t.startswith("task ") for t in tracks), tracks
     requests = [e for e in events if e.get("method") == "Network.requestWillBeSent"]
     assert len(requests) == 1, "the page loads nothing but itself"
+
+
+def test_a_stage_under_load_stays_within_its_ring_buffer(tmp_path: Path) -> None:
+    result = tinyloop("trace", "aio", "--out", str(tmp_path), "--requests", "200", "--concurrency", "4",
+                      "--capacity", "300")
+    assert result.returncode == 0, result.stderr
+    trace = load(tmp_path / "aio.json")
+    kept = [e for e in trace["traceEvents"] if e["ph"] != "M" and not e.get("args", {}).get("unfinished")]
+    assert len(kept) == 300, "the ring keeps exactly its capacity"
+    dropped = trace["otherData"]["dropped_events"]
+    assert dropped > 300 and f"{dropped} older dropped" in result.stderr
+    assert trace["otherData"]["recorded_events"] == dropped + 300
+
+
+def test_a_script_imports_its_neighbours_as_under_python(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import asyncio, helper\nasync def main():\n    print('value', helper.VALUE)\n"
+                      "asyncio.run(main())\n")
+    result = tinyloop("trace", "--loop", "asyncio", "--out", str(tmp_path), str(script))
+    assert result.returncode == 0, result.stderr
+    assert "value 42" in result.stdout

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,7 @@ class ReadinessProbe:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
+        """While the ``with`` block runs, ``select``'s three waits are the wrapped ones."""
         import select
         originals = {name: getattr(select, name) for name in ("select", "poll", "epoll") if hasattr(select, name)}
         probe = self
@@ -289,6 +291,7 @@ def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
     status = 0
     asyncio.set_event_loop_policy(policy)
     sys.argv = [str(script), *argv]
+    sys.path.insert(0, str(script.resolve().parent))  # as `python SCRIPT` does
     try:
         with for_new_loops(recorder):
             runpy.run_path(str(script), run_name="__main__")
@@ -301,6 +304,8 @@ def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
         status = 1
     finally:
         sys.argv = old_argv
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(script.resolve().parent))
         asyncio.set_event_loop_policy(old_policy)
     name = f"{script.stem}-{loop_name}"
     written = _write(recorder, out, name, f"{script.name} on {loop_name}",
