@@ -121,12 +121,13 @@ def aio(session: nox.Session) -> None:
         session.skip("no other CPython >= 3.11 found on PATH or under pyenv: nothing to run")
     session.install("-e", ".", *_requirements())
     aio_tests = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
-    pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    # On 2 pytest-xdist workers, as scripts/test.sh runs the main suite.
+    pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
     # Tests marked slow (tornado's own suite on each loop, Part IV's debug
     # and AddressSanitizer builds: minutes each) run in the main pytest run
     # only (scripts/test.sh runs it without -m, so CI runs them), to keep
     # the whole command under half an hour on 2 cores; `nox -- -m slow`
     # runs them here (the last -m wins).
-    session.run(*pytest, "tests/conformance", *aio_tests, "tests/test_uv_loop.py", "-m", "not slow",
-                *session.posargs)
-    session.run(*pytest, "tests/test_servers.py", "-k", "aio or uv", *session.posargs)
+    # One run, so the two workers share the whole list.
+    session.run(*pytest, "tests/conformance", *aio_tests, "tests/test_uv_loop.py", "tests/test_servers.py",
+                "-m", "not slow", "-k", "not test_servers or aio or uv", *session.posargs)

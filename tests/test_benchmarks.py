@@ -32,6 +32,10 @@ from tinyloop import stages  # noqa: E402
 
 QUICK_RUN_TIMEOUT = 80  # seconds; the run below takes about 15
 
+# One worker runs this module under pytest-xdist, so the module's --quick run (its
+# fixture) is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("benchmarks-quick-run")
+
 
 def sample(name: str) -> str:
     return (DATA / name).read_text()

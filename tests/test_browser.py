@@ -35,6 +35,8 @@ from tests.test_docs import BUILD_TIMEOUT, sphinx_build, CHAPTERS
 
 websocket = pytest.importorskip("websocket", reason="websocket-client is in the dev extra")
 
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one whole-book build, shared by the module
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 PAGES = ("index.html", "readiness.html", "benchmarks.html")
 LOAD_TIMEOUT = 20.0  # seconds for one page to load and settle

@@ -133,6 +133,7 @@ def solutions_shown(html_dir: Path) -> set[str]:
     return {name for name, line in solution_lines().items() if any(_squeeze(line) in t for t in texts)}
 
 
+@pytest.mark.slow  # a whole-book build: about a minute on 2 cores (scripts/test.sh's slow step)
 @pytest.mark.timeout(3 * BUILD_TIMEOUT + 30)
 def test_the_two_editions_built_in_turn_into_one_folder_do_not_leak(tmp_path: Path) -> None:
     # A reader's build, then a class build into the same folder (same
@@ -174,6 +175,7 @@ def test_the_edition_follows_the_tags_and_the_environment(
     assert app.tags.has(expected)
 
 
+@pytest.mark.slow  # a whole-book build: about a minute on 2 cores (scripts/test.sh's slow step)
 @pytest.mark.timeout(BUILD_TIMEOUT + 60)
 def test_a_fresh_clone_without_the_extension_builds_the_book(tmp_path: Path) -> None:
     # What a machine without libuv has: the tracked files (no _loop*.so), the
@@ -244,6 +246,7 @@ def _break_first(pattern: re.Pattern[str], chapters: Path) -> str:
     pytest.fail(f"no chapter has a listing matching {pattern.pattern!r}")
 
 
+@pytest.mark.slow  # a whole-book build: about a minute on 2 cores (scripts/test.sh's slow step)
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
 def test_a_renamed_function_breaks_the_build(tmp_path: Path) -> None:
     chapters = copy_book(tmp_path)
@@ -254,6 +257,7 @@ def test_a_renamed_function_breaks_the_build(tmp_path: Path) -> None:
     assert f"{name}_renamed_away" in output
 
 
+@pytest.mark.slow  # a whole-book build: about a minute on 2 cores (scripts/test.sh's slow step)
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
 def test_a_renamed_marker_breaks_the_build(tmp_path: Path) -> None:
     chapters = copy_book(tmp_path)
@@ -263,6 +267,7 @@ def test_a_renamed_marker_breaks_the_build(tmp_path: Path) -> None:
     assert "pattern not found" in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # a whole-book build: about a minute on 2 cores (scripts/test.sh's slow step)
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
 def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
     # A fresh clone has no benchmarks/results/latest.json: the build passes

@@ -34,6 +34,10 @@ from test_docs import BUILD_TIMEOUT, page_text, sphinx_build  # noqa: E402
 MISSING = "uvloop-protocol"  # the loop the tiny run pretends is not installed
 
 
+# One worker runs this module under pytest-xdist: its module fixture's run is made once.
+pytestmark = pytest.mark.xdist_group("echo-run")
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     """echo.py's main on 1 KiB, one short repetition, asyncio and aio (MISSING skipped):

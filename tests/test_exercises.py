@@ -445,6 +445,7 @@ def test_check_exit_codes(commands, capsys):
 
 # --- every exercise in the book ---------------------------------------------------
 
+@pytest.mark.slow  # three checker runs per exercise, 10-45 s each (scripts/test.sh's slow step)
 @pytest.mark.parametrize("exercise", catalog.exercises(), ids=lambda e: e.name)
 def test_the_starter_fails_and_the_reference_passes(exercise, tmp_path):
     starter = write(tmp_path, f"{exercise.name}.py", markers.starter(exercise))

@@ -30,6 +30,10 @@ REQUESTS = 200
 STAGES = ["select", "poll", "epoll"]
 
 
+# One worker runs this module under pytest-xdist: its module fixture's run is made once.
+pytestmark = pytest.mark.xdist_group("idle-run")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     """One run of the script: three stages at 0 and IDLE idle connections; ``(json, table text)``."""

@@ -87,6 +87,7 @@ def idle_cpu(server, seconds=0.6):
     return server.cpu_seconds() - before
 
 
+@pytest.mark.alone  # a CPU-time threshold: run without a neighbour
 def test_idle_keep_alive_connections_cost_no_cpu(server):
     # Each client asks for an 8 MiB echo and waits before reading it, so the
     # server's send buffer (at most 4 MiB by default, see tcp(7) tcp_wmem)

@@ -143,6 +143,7 @@ def cpu_per_request(server: ServerProcess, sock: socket.socket, buffer: bytearra
     return (server.cpu_seconds() - before) / requests
 
 
+@pytest.mark.alone  # compares CPU per request: another test beside it would move the ratio
 @pytest.mark.parametrize("stage", stage_params([name for name in STAGE_NAMES if name not in NOT_O_READY]))
 def test_idle_connections_do_not_slow_a_busy_client(stage: str, descriptors_for_idle: None) -> None:
     idle: list[socket.socket] = []

@@ -23,7 +23,7 @@ import pytest
 from benchmarks.realworld import notfaster_apps, notfaster_bench, services
 from benchmarks.realworld.notfaster_apps import APPS, DSN_ENV, PATH, ROWS_ENV
 
-pytestmark = pytest.mark.timeout(120)  # pytest-timeout: a stack that hangs fails the test
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("postgres-notfaster")]  # pytest-timeout: a stack that hangs fails the test
 
 ROWS = 50
 BY_NAME = {app.name: app for app in APPS}
