@@ -55,6 +55,7 @@ extensions = [
     "book_bench",
     "book_echo",
     "book_facts",  # {book-fact}: numbers measured when the book is built (the Python, libuv)
+    "book_trace",   # {trace-figure} and {quiz}: figures drawn from traces, the "predict the order" quizzes
 ]
 
 root_doc = "index"

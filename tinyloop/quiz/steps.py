@@ -23,8 +23,9 @@ def steps(trace: dict[str, Any]) -> list[str]:
 
     ``wait -> N ready`` opens an iteration (uv: a phase name in brackets),
     ``timers: N due`` when some were, each callback on a line of its own
-    (a task's step with the task's name and what it then awaited), and
-    ``| LINE`` for each line the program printed.  Returns [] for a trace
+    (a task's step with the task's name and what it then awaited), a
+    transport's reads and writes (bytes and system calls), and ``| LINE``
+    for each line the program printed.  Returns [] for a trace
     with no loop events.
     """
     events = [event for event in trace.get("traceEvents", []) if event.get("ph") in ("X", "i")]
@@ -46,6 +47,13 @@ def steps(trace: dict[str, Any]) -> list[str]:
                 lines.append(f"timers: {args['due']} due")
         elif name.startswith("print: "):
             lines.append(f"    | {name[len('print: '):]}")
+        elif event.get("cat") == "transport" and name in ("read", "write"):
+            calls = args.get("syscalls", "?")
+            if name == "read":
+                lines.append(f"    read {args.get('bytes', '?')} bytes in {calls} recv")
+            else:
+                lines.append(f"    write {args.get('bytes', '?')} bytes in {calls} send, "
+                             f"{args.get('buffered', '?')} left buffered")
         elif event.get("cat") == "callback":
             lines.append("  " + _callback(event, task_steps, tasks))
         elif event.get("cat") == "loop" and name not in ("run", "callbacks"):

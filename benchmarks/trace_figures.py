@@ -1,0 +1,707 @@
+# benchmarks/trace_figures.py
+"""The book's figures drawn from traces: what each one records, and the command that makes it.
+
+    python -m benchmarks.trace_figures                 every figure, into benchmarks/results/local/traces/
+    python -m benchmarks.trace_figures callbacks-stall one figure (the names: --list)
+    python -m benchmarks.trace_figures --reference     the recorded ones, into benchmarks/results/traces/
+
+Each figure is one Chrome trace (tinyloop.trace's recorder) and, beside it,
+the HTML timeline tinyloop.trace.timeline draws.  A figure comes from one of
+two sources:
+
+  * ``build``: a small program run on the virtual clock, so the trace is the
+    same on every run and on every machine, and the book draws it while it
+    builds (docs/_ext/book_trace.py calls ``trace_of``).  The clock moves
+    when the loop would sleep, and 10 µs at each reading: a span's width
+    counts what happened inside it, not how long it took.  Readiness comes
+    from tests/fakes.py's scripted selector, or, where real sockets carry
+    real bytes, from the kernel, asked without waiting
+    (tinyloop.quiz.runner.VirtualTimeSelector).
+  * ``reference``: recorded on this machine, in real time, against a
+    stage's real server (``python -m tinyloop trace``'s trace_stage and
+    ReadinessProbe).  Timings differ from run to run, so the book draws the
+    committed file, benchmarks/results/traces/NAME.json, which only
+    ``--reference`` rewrites (as for the benchmarks' results).
+
+Rules this file keeps:
+  * Everything a run writes goes to benchmarks/results/local/ (ignored by
+    git) unless --reference is given.
+  * A figure records a stage's own code wherever it can (its server, its
+    protocol); where the chapter's point is the loop itself, a program of a
+    few lines whose callbacks are named for what they stand for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "benchmarks" / "results" / "traces"
+LOCAL = ROOT / "benchmarks" / "results" / "local" / "traces"
+TICK = 1e-5  # seconds the virtual clock moves at each reading
+
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))  # tests/fakes.py: the virtual clock and the scripted selector
+
+__all__ = ["FIGURES", "Figure", "get", "main", "select_tracks", "trace_of", "window"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: its name, chapter, source (``build`` or ``reference``), and what to draw.
+
+    ``make()`` returns the trace (a Trace Event Format dict).  ``tracks``
+    lists the track names to draw, by prefix (empty: all); ``counters`` the
+    counters, by prefix (None: all); ``crop(trace)`` gives the (start, end)
+    in µs to draw (None: the whole trace).
+    """
+
+    name: str
+    chapter: str
+    source: str
+    make: Callable[[], dict[str, Any]]
+    summary: str
+    tracks: tuple[str, ...] = ()
+    counters: tuple[str, ...] | None = None
+    crop: Callable[[dict[str, Any]], tuple[float | None, float | None]] | None = None
+    awaits: bool = False
+    text: bool = False   # the book prints the drawn trace as text below it too (tinyloop.quiz.steps)
+
+    def drawn(self, trace: dict[str, Any]) -> dict[str, Any]:
+        """What the book draws of ``trace``: its tracks and counters, cut to its crop; with
+        ``awaits``, each task step named for what it ended awaiting (``args.awaiting``), so a
+        printed page shows what only a hover would.
+        """
+        if self.crop is not None:
+            trace = window(trace, *self.crop(trace))
+        if self.awaits:
+            trace = {**trace, "traceEvents": [
+                {**event, "name": f"→ {event['args']['awaiting']}", "cat": "step"}  # (cat: keeps its colour)
+                if event.get("name") == "step" and (event.get("args") or {}).get("awaiting") else event
+                for event in trace["traceEvents"]]}
+        return select_tracks(trace, self.tracks, self.counters)
+
+    @property
+    def command(self) -> str:
+        """The command that makes this figure's trace (and, for a reference one, rewrites it)."""
+        extra = " --reference" if self.source == "reference" else ""
+        return f"python -m benchmarks.trace_figures {self.name}{extra}"
+
+    @property
+    def reference_file(self) -> Path:
+        return REFERENCE / f"{self.name}.json"
+
+
+# -- the virtual clock -------------------------------------------------------------------
+
+
+def _ticking_clock() -> Any:
+    """tests/fakes.py's VirtualClock, moving TICK seconds at each reading."""
+    from fakes import VirtualClock
+
+    class TickingClock(VirtualClock):
+        def __call__(self) -> float:
+            now = self.now
+            self.now += TICK
+            return now
+
+    return TickingClock()
+
+
+def _part2_loop(selector_kind: str = "fake") -> tuple[Any, Any, Any]:
+    """Part II's loop on the virtual clock, with a recorder: (loop, selector, recorder)."""
+    from tinyloop.callbacks.loop import Loop
+    from tinyloop.trace.recorder import record
+    clock = _ticking_clock()
+    if selector_kind == "fake":
+        from fakes import FakeSelector
+        selector = FakeSelector(clock)
+    else:
+        from tinyloop.quiz.runner import VirtualTimeSelector
+        selector = VirtualTimeSelector(clock)
+    loop = Loop(selector=selector, clock=clock)
+    return loop, selector, record(loop)
+
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\n\r\n"
+LAST_REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n\r\n"
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    sock.setblocking(True)
+    sock.settimeout(5)
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# -- build: made while the book builds ---------------------------------------------------
+
+
+def callbacks_iteration() -> dict[str, Any]:
+    """Part II's loop, two iterations: soon, I/O and a timer due at once; then a later timer."""
+    from fakes import READ
+    loop, selector, recorder = _part2_loop()
+    a, b = socket.socketpair()
+    try:
+        def call_soon_cb() -> None:
+            pass
+
+        def on_readable() -> None:
+            loop.remove_reader(a)
+
+        def call_later_0() -> None:
+            pass
+
+        def later_300us() -> None:
+            loop.stop()
+
+        loop.add_reader(a, on_readable)
+        selector.set_ready(a, READ, once=True)
+        loop.call_later(0, call_later_0)
+        loop.call_later(0.0003, later_300us)
+        loop.call_soon(call_soon_cb)
+        loop.run_forever()
+    finally:
+        loop.close()
+        a.close()
+        b.close()
+    return recorder.trace()
+
+
+def coroutines_tasks() -> dict[str, Any]:
+    """Chapter II's tasks: main starts two, one sleeps, one awaits a future a timer resolves."""
+    from tinyloop.coroutines import tasks
+    from tinyloop.coroutines.futures import Future
+    loop, _, recorder = _part2_loop()
+
+    async def sleeper() -> str:
+        await tasks.sleep(0.00005)
+        return "slept"
+
+    async def waiter(future: Future) -> str:
+        return await future
+
+    async def main() -> None:
+        future = Future(loop=loop)
+        loop.call_later(0.0001, future.set_result, "resolved")
+        first = tasks.create_task(sleeper())
+        second = tasks.create_task(waiter(future))
+        await first
+        await second
+
+    try:
+        tasks.run(main(), loop=loop)
+    finally:
+        loop.close()
+    return recorder.trace()
+
+
+def generators_stack() -> dict[str, Any]:
+    """Two tasks of the generator-stack scheduler: one calls three levels deep and back, waiting at
+    each level; the other waits at the top.  The counter is each task's stack of generators.
+    """
+    from tinyloop.generators.scheduler import Scheduler
+    from tinyloop.generators.traps import sleep, spawn
+    loop, _, recorder = _part2_loop()
+
+    def inner() -> Any:
+        yield sleep(0.0002)
+
+    def middle() -> Any:
+        yield sleep(0.0002)
+        yield inner()
+        yield sleep(0.0002)
+
+    def outer() -> Any:
+        yield sleep(0.0002)
+        yield middle()
+        yield sleep(0.0002)
+
+    def ticker() -> Any:
+        for _ in range(4):
+            yield sleep(0.0003)
+
+    def main() -> Any:
+        yield spawn(ticker())
+        yield sleep(0.0002)
+        yield outer()
+        yield sleep(0.0002)
+
+    try:
+        Scheduler(loop).run(main())
+    finally:
+        loop.close()
+    return recorder.trace()
+
+
+def _aio_request(payload: bytes, responses: int) -> dict[str, Any]:
+    """The aio stage's HTTPProtocol on one connection, the client's ``payload`` already in its buffer.
+
+    The loop runs only the server's side, until the protocol closes the
+    connection (the last request says ``Connection: close``); the client's
+    answers are read after it stopped.
+    """
+    from tinyloop.aio.server import HTTPProtocol
+    from tinyloop.aio.unix_events import SelectorEventLoop
+    from tinyloop.quiz.runner import VirtualTimeSelector
+    from tinyloop.trace.recorder import record
+    clock = _ticking_clock()
+    loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
+    server, client = socket.socketpair()
+    closed = loop.create_future()
+
+    class Protocol(HTTPProtocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            closed.set_result(None)
+
+    try:
+        recorder = record(loop)
+        client.sendall(payload)
+        loop.run_until_complete(loop.connect_accepted_socket(Protocol, server))
+        loop.run_until_complete(closed)
+        answer = _read_all(client)
+        assert answer.count(b"HTTP/1.1 200") == responses, answer[:200]
+    finally:
+        client.close()
+        loop.close()
+    return recorder.trace()
+
+
+def asyncio_request() -> dict[str, Any]:
+    """One request's path through tinyloop.aio: readable -> _read_ready -> data_received -> write -> send."""
+    return _aio_request(LAST_REQUEST, 1)
+
+
+def realworld_pipelined() -> dict[str, Any]:
+    """24 pipelined requests in one send, on tinyloop.aio: one read, one parse pass, one write."""
+    return _aio_request(REQUEST * 23 + LAST_REQUEST, 24)
+
+
+# -- reference: recorded on this machine, committed --------------------------------------
+
+
+def _trace_stage(stage: str, **load: Any) -> dict[str, Any]:
+    """``python -m tinyloop trace STAGE`` (trace_stage) into a scratch folder; its JSON."""
+    from tinyloop.trace.command import trace_stage
+    with tempfile.TemporaryDirectory(prefix="tinyloop-figure-") as scratch:
+        status = trace_stage(stage, Path(scratch), **load)
+        if status != 0:
+            raise RuntimeError(f"trace_stage({stage!r}, {load}) failed with status {status}")
+        return json.loads((Path(scratch) / f"{stage}.json").read_text())
+
+
+def callbacks_stall() -> dict[str, Any]:
+    """The callbacks stage, three keep-alive clients, the first request a 50 ms handler."""
+    return _trace_stage("callbacks", requests=9, concurrency=3, compute_ms=50)
+
+
+def libuv_request() -> dict[str, Any]:
+    """tinyloop.uv serving one request: uv_run's phases, the callbacks, the read and the write."""
+    return _trace_stage("uv", requests=1, concurrency=1)
+
+
+IDLE = 1000
+
+
+def _readiness(stage: str) -> dict[str, Any]:
+    """A readiness stage with IDLE idle connections (held by a child process) and a short load."""
+    from tinyloop import stages
+    from tinyloop.serving import listen
+    from tinyloop.trace.command import ReadinessProbe
+    from tinyloop.trace.recorder import Recorder
+    module = stages.load(stage)
+    recorder = Recorder(time.monotonic)
+    sock = listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_IDLE, str(port), str(IDLE)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    main_thread = threading.get_ident()
+    outcome: dict[str, Any] = {}
+
+    def load() -> None:
+        # The child opens the idle connections, then sends the load: no
+        # client code competes with the server for this process's GIL.
+        try:
+            assert holder.stdout is not None
+            outcome["idle"] = int(holder.stdout.readline() or 0)
+            line = holder.stdout.readline().split()
+            if len(line) != 3:
+                raise RuntimeError("the load did not run: " + " ".join(line))
+            t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
+            outcome["ok"] = int(line[0])
+            outcome["load_start"], outcome["load_end"] = ((float(t) - t0) * 1e6 for t in line[1:])
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            signal.pthread_kill(main_thread, signal.SIGINT)
+
+    probe = ReadinessProbe(recorder)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        with probe.installed():
+            loader.start()
+            try:
+                module.serve(sock)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sock.close()
+        loader.join(timeout=10)
+        if holder.stdin:
+            holder.stdin.close()
+        holder.wait(timeout=10)
+    if "error" in outcome:
+        raise RuntimeError(f"the load on {stage} failed: {outcome['error']!r}")
+    if outcome.get("idle") != IDLE:
+        raise RuntimeError(f"only {outcome.get('idle')} of {IDLE} idle connections were opened")
+    trace = recorder.trace()
+    trace["otherData"].update(figure=f"{stage}: {IDLE} idle connections, 10 requests over 2 busy ones",
+                              load_start=outcome["load_start"], load_end=outcome["load_end"])
+    return trace
+
+
+# The child that holds the idle connections (each sends one request, reads its
+# answer and stays open) and then sends the load: it prints how many it holds,
+# then the load's answers and its start and end (time.monotonic), and exits
+# when stdin closes.
+_HOLD_IDLE = """
+import sys, time
+from benchmarks.idle import open_idle, raise_fd_limit, close_all
+from tinyloop.trace.command import scripted_load
+port, count = int(sys.argv[1]), int(sys.argv[2])
+raise_fd_limit(count + 64)
+socks = open_idle(("127.0.0.1", port), count, 10.0)
+print(len(socks), flush=True)
+time.sleep(0.2)
+start = time.monotonic()
+ok = scripted_load("127.0.0.1", port, 10, 2)
+print(ok, start, time.monotonic(), flush=True)
+sys.stdin.read()
+close_all(socks)
+"""
+
+
+def readiness_idle() -> dict[str, Any]:
+    """select, then epoll, each beside 1,000 idle connections, on one time axis from its first request.
+
+    Each stage's recording is cut to its load (the idle connections are
+    open and silent by then) and moved to a track of its own; its counter
+    is renamed for it.
+    """
+    merged: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 1,
+                                     "args": {"name": "tinyloop"}}]
+    other: dict[str, Any] = {"recorder": "tinyloop.trace", "recorded_events": 0, "dropped_events": 0}
+    for tid, stage in enumerate(("select", "epoll"), start=1):
+        trace = _readiness(stage)
+        data = trace["otherData"]
+        # From just before the first request arrives (the first wait of the
+        # load that returns something) to the load's end.
+        first = min(event["ts"] + event["dur"] for event in trace["traceEvents"]
+                    if event.get("name") == "wait" and event.get("ph") == "X"
+                    and event["ts"] + event["dur"] > data["load_start"] and event["args"]["events"])
+        start = first - 200.0
+        cut = window(trace, start, data["load_end"], carry=False)  # (the setup's counts would mislead)
+        for event in cut["traceEvents"]:
+            if event.get("ph") == "M":
+                continue
+            event = {**event, "tid": tid, "ts": round(event["ts"] - start, 3)}
+            if event.get("ph") == "C":
+                event["name"] = f"{event['name']}: {stage}"
+            merged.append(event)
+        merged += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                    "args": {"name": f"{stage} server, {IDLE:,} idle"}},
+                   {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}}]
+        other["recorded_events"] += data["recorded_events"]
+        other["dropped_events"] += data["dropped_events"]
+        other[stage] = data["figure"]
+    return {"traceEvents": merged, "displayTimeUnit": "ms", "otherData": other}
+
+
+def baselines_clients() -> dict[str, Any]:
+    """The blocking and threaded stages, three clients at once: a track per client, a track per server thread.
+
+    These servers have no loop and no hooks.  The recording wraps the
+    stage's ``serve_client`` (called once per connection) to time each
+    connection on the thread that served it, and times each client from
+    its connect to its last answer.  Both stages' times start at 0, at the
+    moment their three clients start.
+    """
+    from tinyloop.trace.recorder import Recorder
+    recorder = Recorder(time.monotonic)
+    tracks: dict[str, int] = {}
+    for stage in ("blocking", "threaded"):
+        _serve_three_clients(stage, recorder, tracks)
+    trace = recorder.trace()
+    # The recorder names only its loop's and its tasks' tracks; these are
+    # named here, with M events (the format's way to name a track).
+    order = sorted(tracks, key=lambda name: (not name.startswith("blocking"), "server" in name, name))
+    trace["traceEvents"] += [
+        event for index, name in enumerate(order) for event in (
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tracks[name], "args": {"name": name}},
+            {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tracks[name],
+             "args": {"sort_index": 100 + index}})]
+    return trace
+
+
+CLIENT_REQUESTS = 2        # per client, on one keep-alive connection
+CLIENT_COMPUTE_MS = 20     # each a /compute?ms=20: the handler holds its thread (and the GIL) 20 ms
+
+
+def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> None:
+    import http.client
+    from tinyloop import stages
+    from tinyloop.serving import listen
+    module = stages.load(stage)
+    original = module.serve_client   # each stage's own global: threaded imports it from blocking
+    lock = threading.Lock()
+    offset = 0.0
+
+    def track(name: str) -> int:
+        with lock:
+            return tracks.setdefault(name, 100 + len(tracks))
+
+    def timed(sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        start = recorder.now()
+        try:
+            original(sock, *args, **kwargs)
+        finally:
+            tid = track(f"{stage}: server, {threading.current_thread().name.split(' ')[0]}")
+            recorder.span("serve_client", start - offset, recorder.now() - offset, tid=tid, cat="connection")
+
+    sock = listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    main_thread = threading.get_ident()
+    errors: list[BaseException] = []
+
+    def client(number: int) -> None:
+        start = recorder.now()
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            for _ in range(CLIENT_REQUESTS):
+                connection.request("GET", f"/compute?ms={CLIENT_COMPUTE_MS}")
+                connection.getresponse().read()
+            connection.close()
+        except BaseException as error:
+            errors.append(error)
+        tid = track(f"{stage}: client {number + 1}")
+        recorder.span(f"{CLIENT_REQUESTS} requests", start - offset, recorder.now() - offset, tid=tid,
+                      cat="client")
+
+    def load() -> None:
+        nonlocal offset
+        offset = recorder.now()
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(3)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(timeout=30)
+        time.sleep(0.05)
+        signal.pthread_kill(main_thread, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    module.serve_client = timed
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        loader.start()
+        try:
+            module.serve(sock)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        module.serve_client = original
+        signal.signal(signal.SIGINT, previous)
+        sock.close()
+        loader.join(timeout=30)
+    if errors:
+        raise RuntimeError(f"a client of {stage} failed: {errors[0]!r}")
+
+
+def window(trace: dict[str, Any], start: float | None = None, end: float | None = None, *,
+           carry: bool = True) -> dict[str, Any]:
+    """A copy of ``trace`` cut to [``start``, ``end``] µs (None: open): events outside dropped, spans
+    crossing an edge shortened to it (with ``args.clipped``), counters kept from their last value
+    before ``start`` (unless ``carry`` is false), and tracks left empty no longer named.
+    """
+    low = -float("inf") if start is None else start
+    high = float("inf") if end is None else end
+    kept: list[dict[str, Any]] = []
+    before: dict[str, dict[str, Any]] = {}   # each counter's last value before the window
+    for event in trace["traceEvents"]:
+        ph = event.get("ph")
+        if ph == "M":
+            kept.append(event)
+            continue
+        begin, finish = event["ts"], event["ts"] + event.get("dur", 0)
+        if ph == "C" and begin < low:
+            before[event["name"]] = event
+            continue
+        if finish < low or begin > high:
+            continue
+        if ph == "X" and (begin < low or finish > high):
+            begin, finish = max(begin, low), min(finish, high)
+            event = {**event, "ts": begin, "dur": round(finish - begin, 3),
+                     "args": {**(event.get("args") or {}), "clipped": True}}
+        kept.append(event)
+    if carry:
+        kept += [{**event, "ts": low} for event in before.values()]
+    used = {event["tid"] for event in kept if event.get("ph") != "M"}
+    kept = [event for event in kept if event.get("ph") != "M" or event.get("name") == "process_name"
+            or event["tid"] in used]
+    return {**trace, "traceEvents": kept}
+
+
+def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[float | None, float | None]:
+    """From ``margin`` µs before the first wait that returned something: the recording's idle start cut."""
+    waits = sorted((e for e in trace["traceEvents"] if e.get("name") == "wait" and e.get("ph") == "X"
+                    and (e.get("args") or {}).get("events")), key=lambda e: e["ts"])
+    return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
+
+
+def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
+    """From the wait that reported the request's bytes to the end of the iteration that wrote the answer."""
+    events = trace["traceEvents"]
+    reads = [e["ts"] for e in events if e.get("name") == "read" and e.get("ph") == "i"]
+    writes = [e["ts"] for e in events if e.get("name") == "write" and e.get("ph") == "i"]
+    if not reads or not writes:
+        return None, None
+    waits = [e for e in events if e.get("name") == "wait" and e.get("ph") == "X" and e["ts"] < min(reads)]
+    ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "callbacks" and e.get("ph") == "X"
+            and e["ts"] <= max(writes) <= e["ts"] + e["dur"]]
+    start = max((e["ts"] for e in waits), default=None)
+    return (None if start is None else start - 5), (max(ends) + 5 if ends else None)
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("baselines-clients", "baselines", "reference", baselines_clients,
+           "three clients, two 20 ms requests each: the blocking server serves them one after "
+           "another, the threaded one all at once", tracks=("blocking", "threaded")),
+    Figure("readiness-idle", "readiness", "reference", readiness_idle,
+           "select against epoll beside 1,000 idle connections: each wait, the work between two, "
+           "and the descriptors each wait returned"),
+    Figure("callbacks-iteration", "callbacks", "build", callbacks_iteration,
+           "two iterations of Part II's loop: wait, timers, callbacks",
+           tracks=("loop",), counters=("ready queue",)),
+    Figure("callbacks-stall", "callbacks", "reference", callbacks_stall,
+           "a 50 ms handler holds the loop: three clients' requests wait behind it",
+           tracks=("loop",), counters=("ready descriptors",), crop=_after_first_wait),
+    Figure("generators-stack", "generators", "build", generators_stack,
+           "the trampoline's stack of generators over time, for two tasks",
+           counters=("stack depth",)),
+    Figure("coroutines-tasks", "coroutines", "build", coroutines_tasks,
+           "task steps, and the future each step ends awaiting", counters=(), awaits=True, text=True),
+    Figure("asyncio-request", "asyncio", "build", asyncio_request,
+           "one request's path through tinyloop.aio's transport and protocol", counters=(),
+           crop=_request_path, text=True),
+    Figure("libuv-request", "libuv", "reference", libuv_request,
+           "tinyloop.uv serving one request: uv_run's phases per iteration"),
+    Figure("realworld-pipelined", "realworld", "build", realworld_pipelined,
+           "24 pipelined requests: one read, one parse pass, one write", counters=(),
+           crop=_request_path, text=True),
+)
+
+
+def get(name: str) -> Figure:
+    """The figure called ``name``; KeyError naming the figures otherwise."""
+    for figure in FIGURES:
+        if figure.name == name:
+            return figure
+    raise KeyError(f"no trace figure {name!r}; the figures are {', '.join(f.name for f in FIGURES)}")
+
+
+def trace_of(figure: Figure) -> dict[str, Any] | None:
+    """The trace the book draws: made now for a ``build`` figure, read from its committed file for a reference one.
+
+    None for a reference figure whose file has not been recorded.
+    """
+    if figure.source == "build":
+        return figure.make()
+    if not figure.reference_file.exists():
+        return None
+    return json.loads(figure.reference_file.read_text())
+
+
+def select_tracks(trace: dict[str, Any], tracks: tuple[str, ...] = (),
+                  counters: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A copy of ``trace`` with only the tracks whose names start with one of ``tracks`` (all if empty)
+    and the counters whose names start with one of ``counters`` (all if None).
+    """
+    events = trace["traceEvents"]
+    names = {event["tid"]: event["args"]["name"] for event in events
+             if event.get("ph") == "M" and event.get("name") == "thread_name"}
+    keep = {tid for tid, name in names.items() if not tracks or name.startswith(tracks)}
+    kept = []
+    for event in events:
+        if event.get("ph") == "C":
+            if counters is None or event["name"].startswith(counters):
+                kept.append(event)
+        elif event.get("ph") == "M" and event.get("name") == "process_name":
+            kept.append(event)
+        elif event.get("tid") in keep:
+            kept.append(event)
+    return {**trace, "traceEvents": kept}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_figures", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="figures to make (default: all; see --list)")
+    parser.add_argument("--list", action="store_true", help="name the figures, with chapter and source")
+    parser.add_argument("--reference", action="store_true",
+                        help="write the recorded (reference) figures into benchmarks/results/traces/")
+    args = parser.parse_args(argv)
+    if args.list:
+        for figure in FIGURES:
+            print(f"{figure.name:<22} {figure.chapter:<11} {figure.source:<10} {figure.summary}")
+        return 0
+    try:
+        chosen = [get(name) for name in args.names] if args.names else list(FIGURES)
+    except KeyError as error:
+        print(error.args[0], file=sys.stderr)
+        return 2
+    if args.reference:
+        chosen = [figure for figure in chosen if figure.source == "reference"]
+    from tinyloop.trace import chrome, timeline
+    out = REFERENCE if args.reference else LOCAL
+    status = 0
+    for figure in chosen:
+        try:
+            trace = figure.make()
+        except Exception as error:  # one figure's failure does not lose the others
+            print(f"{figure.name}: failed: {type(error).__name__}: {error}", file=sys.stderr)
+            status = 1
+            continue
+        problems = chrome.problems(trace)
+        if problems:
+            print(f"{figure.name}: not a valid trace: {problems[:3]}", file=sys.stderr)
+            status = 1
+            continue
+        path = chrome.write(trace, out / f"{figure.name}.json")
+        if not args.reference:
+            timeline.write_html(trace, out / f"{figure.name}.html", title=figure.summary,
+                                command=figure.command)
+        print(f"{figure.name}: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return status
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    raise SystemExit(main())

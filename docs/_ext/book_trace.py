@@ -1,0 +1,218 @@
+# docs/_ext/book_trace.py
+#
+# The book's figures drawn from traces, and its "predict the order" quizzes.
+#
+#   {trace-figure} NAME        (the directive's body is the caption)
+#       The trace of figure NAME (benchmarks/trace_figures.py: FIGURES),
+#       drawn by tinyloop.trace.timeline.render_svg into the page as an
+#       inline SVG, with the caption, the command that makes the trace, and
+#       where it came from.  A ``build`` figure is traced while the book
+#       builds, on the virtual clock, so it is the same on every build; a
+#       ``reference`` figure is drawn from its committed file under
+#       benchmarks/results/traces/ (``... --reference`` records it again).
+#       Options: :tracks: and :counters: (comma lists of name prefixes)
+#       narrow what the figure's own defaults draw.
+#
+#   {quiz} NAME
+#       A quiz of tinyloop/quiz/: its question, its program (a
+#       literalinclude of the file), the lines to order, and behind a
+#       dropdown the answer on each loop, the known difference where the
+#       loops disagree, the reason, and the run's trace on tinyloop.aio
+#       (virtual clock: the same on every build) as text and as a timeline.
+#
+# Rules:
+#   * Offline and deterministic: nothing here touches the network, and a
+#     build figure depends only on the code it traces.
+#   * A reference figure whose file is missing is a note with the command
+#     that records it (as book_bench does for missing results), not an
+#     error; an unknown figure or quiz name is an error (a warning under -W).
+#   * Drawing is tinyloop.trace.timeline's; this file only chooses what to
+#     draw and puts it on the page.
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+__all__ = ["QuizDirective", "TraceFigureDirective", "setup"]
+
+
+def _prefixes(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _svg_block(trace: dict[str, Any]) -> nodes.raw:
+    from tinyloop.trace import timeline
+    svg = timeline.render_svg(trace)
+    # Drawn at its own size (legible labels), scrolled sideways where the column is narrower.
+    return nodes.raw("", f'<div class="book-trace" style="overflow-x: auto">{svg}</div>', format="html")
+
+
+def _source_line(label: str, code: str, tail: str = "") -> nodes.paragraph:
+    line = nodes.paragraph(classes=["book-trace-command"])
+    line += nodes.Text(label)
+    line += nodes.literal(code, code)
+    if tail:
+        line += nodes.Text(tail)
+    return line
+
+
+class TraceFigureDirective(SphinxDirective):
+    """``{trace-figure} NAME``: a figure of benchmarks/trace_figures.py, drawn from its trace."""
+
+    required_arguments = 1
+    has_content = True
+    option_spec = {"tracks": directives.unchanged, "counters": directives.unchanged}
+
+    def run(self) -> list[nodes.Node]:
+        from benchmarks import trace_figures
+        try:
+            figure = trace_figures.get(self.arguments[0])
+        except KeyError as error:
+            raise self.error(error.args[0]) from None
+        # The figure changes when the code it traces does: Sphinx rebuilds the page.
+        self.env.note_dependency(str(ROOT / "benchmarks" / "trace_figures.py"))
+        if figure.source == "reference":
+            self.env.note_dependency(str(figure.reference_file))
+        trace = trace_figures.trace_of(figure)
+        if trace is None:
+            note = nodes.note()
+            note += nodes.paragraph(text=f"This figure is drawn from a recorded trace, "
+                                         f"{figure.reference_file.relative_to(ROOT)}, which is not here yet.")
+            note += _source_line("Record it with ", figure.command, ".")
+            return [note]
+        full = trace
+        trace = figure.drawn(trace)
+        if "tracks" in self.options or "counters" in self.options:
+            trace = trace_figures.select_tracks(
+                trace, _prefixes(self.options.get("tracks", "")),
+                _prefixes(self.options["counters"]) if "counters" in self.options else None)
+        node = nodes.figure(classes=["book-trace-figure"], ids=[f"trace-{figure.name}"])
+        node += _svg_block(trace)
+        if figure.text:
+            from tinyloop.quiz import steps
+            cut = figure.crop(full) if figure.crop else (None, None)
+            text = "\n".join(steps.steps(trace_figures.window(full, *cut)))
+            node += nodes.literal_block(text, text, classes=["book-trace-steps"], language="text")
+        caption_text = " ".join(self.content) if self.content else figure.summary
+        caption = nodes.caption(caption_text, "")
+        caption += self.parse_inline(caption_text, lineno=self.lineno)[0]
+        node += caption
+        legend = nodes.legend()
+        if figure.source == "build":
+            legend += _source_line(
+                "Traced while the book builds, on the virtual clock (10 µs per clock reading: widths "
+                "show what ran, not how long): ", figure.command, ".")
+        else:
+            other = trace.get("otherData", {})
+            recorded = f"{other.get('recorded_events', '?')} events" + (
+                f", the oldest {other['dropped_events']} dropped by the ring buffer"
+                if other.get("dropped_events") else "")
+            legend += _source_line(
+                f"Recorded in real time on the reference machine ({recorded}), committed as "
+                f"{figure.reference_file.relative_to(ROOT)}; re-recorded by ", figure.command, ".")
+        node += legend
+        return [node]
+
+
+def quiz_trace(name: str) -> dict[str, Any]:
+    """The trace of quiz ``name``'s program on tinyloop.aio, on the virtual clock (a subprocess)."""
+    from tinyloop.quiz import catalog
+    quiz = catalog.get(name)
+    with tempfile.TemporaryDirectory(prefix="book-quiz-") as scratch:
+        path = Path(scratch) / "trace.json"
+        subprocess.run([sys.executable, "-m", "tinyloop.quiz.runner", "--trace", str(path),
+                        "--virtual-clock", "aio", str(quiz.path)],
+                       check=True, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        return json.loads(path.read_text())
+
+
+class QuizDirective(SphinxDirective):
+    """``{quiz} NAME``: a quiz, with its answer, reason and trace behind a dropdown."""
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from tinyloop.quiz import catalog, steps
+        try:
+            quiz = catalog.get(self.arguments[0])
+        except KeyError as error:
+            raise self.error(error.args[0]) from None
+        self.env.note_dependency(str(quiz.path))
+        self.env.note_dependency(str(ROOT / "tinyloop" / "quiz" / "catalog.py"))
+        doc_dir = Path(self.env.doc2path(self.env.docname)).parent
+        relative = Path(os.path.relpath(quiz.path, doc_dir)).as_posix()
+        choices = "\n".join(f"- **{letter}**) `{line}`" for letter, line in quiz.choices.items())
+        per_loop = []
+        for loop in catalog.LOOPS:
+            per_loop.append(f"- {loop}: **{quiz.letters(quiz.expected(loop))}**")
+        differences = "\n".join(
+            f"\n{' and '.join(d.loops)} {'differ' if len(d.loops) > 1 else 'differs'}: a known difference (`{catalog.KNOWN_DIFFERENCES}`, "
+            f"under \"{d.section}\"): \"{d.quote}\"\n" for d in quiz.differences)
+        trace = quiz_trace(quiz.name)
+        text = "\n".join(steps.steps(trace))
+        # Drawn up to the last printed line (and a little after): the rest is the sleep that ends main.
+        from benchmarks import trace_figures
+        printed = [event["ts"] for event in trace["traceEvents"] if event.get("name", "").startswith("print: ")]
+        svg = _svg_block(trace_figures.window(trace, max(printed, default=0) + 30))
+        lines = [
+            f"**{quiz.title}** (`python -m tinyloop quiz {quiz.name}`)",
+            "",
+            f"```{{literalinclude}} {relative}",
+            ":language: python",
+            ":lines: 2-",
+            "```",
+            "",
+            "Which of these lines does it print, and in which order?",
+            "",
+            choices,
+            "",
+            ":::{dropdown} Answer",
+            "",
+            f"asyncio prints **{quiz.letters(quiz.order)}**: "
+            + ", then ".join(f"`{line}`" for line in quiz.order) + ".",
+            "",
+            *per_loop,
+            differences,
+            quiz.why,
+            "",
+            "Its run on tinyloop.aio, traced on the virtual clock (each wait, each callback, and "
+            "`|` where a line was printed):",
+            "",
+            "```text",
+            text,
+            "```",
+            "",
+            "@@SVG@@",
+            "",
+            ":::",
+        ]
+        container = nodes.container(classes=["book-quiz"], ids=[f"quiz-{quiz.name}"])
+        parsed = self.parse_text_to_nodes("\n".join(lines))
+        container.extend(parsed)
+        for paragraph in list(container.findall(nodes.paragraph)):
+            if paragraph.astext() == "@@SVG@@":
+                paragraph.replace_self(svg)
+        return [container]
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    app.add_directive("trace-figure", TraceFigureDirective)
+    app.add_directive("quiz", QuizDirective)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+

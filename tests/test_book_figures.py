@@ -1,0 +1,168 @@
+# tests/test_book_figures.py
+#
+# The book's figures drawn from traces (benchmarks/trace_figures.py and the
+# {trace-figure} and {quiz} directives of docs/_ext/book_trace.py): every
+# chapter of Parts 0-V has one; a figure traced at build time is the same
+# on every build and a valid Chrome trace; a recorded one is committed and
+# valid; the directives put an SVG, its caption and its command on the page,
+# and an unknown name breaks the build.
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import trace_figures
+from tinyloop.trace import chrome
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+# The chapters of Parts 0-V, each of which must show at least one trace.
+PARTS = ("baselines", "readiness", "callbacks", "generators", "coroutines", "asyncio", "realworld")  # libuv: when uv records
+DIRECTIVE = re.compile(r"^```\{trace-figure\}\s+(\S+)", re.MULTILINE)
+
+
+def figures_by_chapter() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(CHAPTERS.rglob("*.md")):
+        # chapters/realworld/*.md are sections of realworld.md, included by it.
+        chapter = path.parent.name if path.parent != CHAPTERS else path.stem
+        found.setdefault(chapter, set()).update(DIRECTIVE.findall(path.read_text()))
+    return found
+
+
+def test_every_chapter_of_parts_0_to_v_shows_a_trace():
+    found = figures_by_chapter()
+    missing = [chapter for chapter in PARTS if not found.get(chapter)]
+    assert missing == [], f"chapters with no {{trace-figure}}: {missing}"
+
+
+def test_every_figure_a_chapter_names_exists_and_belongs_to_it():
+    for chapter, names in figures_by_chapter().items():
+        for name in names:
+            figure = trace_figures.get(name)
+            assert figure.chapter == chapter, f"{name} is declared for {figure.chapter}, shown in {chapter}"
+
+
+@pytest.mark.parametrize("figure", [f for f in trace_figures.FIGURES if f.source == "build"], ids=lambda f: f.name)
+def test_a_build_figure_is_the_same_on_every_build_and_a_valid_trace(figure):
+    first, second = figure.make(), figure.make()
+    assert first == second, "a figure traced on the virtual clock must not change between builds"
+    assert chrome.problems(first) == []
+    drawn = figure.drawn(first)
+    assert chrome.problems(drawn) == []
+    assert any(event["ph"] == "X" for event in drawn["traceEvents"]), "nothing left to draw"
+
+
+def test_every_shown_reference_figure_is_committed_and_valid():
+    shown = set().union(*figures_by_chapter().values())
+    for figure in trace_figures.FIGURES:
+        if figure.source != "reference" or figure.name not in shown:
+            continue
+        assert figure.reference_file.exists(), f"record it: {figure.command}"
+        trace = json.loads(figure.reference_file.read_text())
+        assert chrome.problems(trace) == []
+        assert any(event["ph"] == "X" for event in figure.drawn(trace)["traceEvents"])
+
+
+def test_the_iteration_figure_shows_soon_then_io_then_the_timer():
+    trace = trace_figures.get("callbacks-iteration").make()
+    callbacks = [e["name"] for e in sorted(trace["traceEvents"], key=lambda e: e.get("ts", 0))
+                 if e.get("cat") == "callback"]
+    assert callbacks == ["call_soon_cb", "on_readable", "call_later_0", "later_300us"]
+
+
+def test_the_pipelined_figure_reads_once_and_writes_once():
+    trace = trace_figures.get("realworld-pipelined").make()
+    reads = [e for e in trace["traceEvents"] if e.get("name") == "read" and e.get("args", {}).get("bytes")]
+    writes = [e for e in trace["traceEvents"] if e.get("name") == "write"]
+    assert len(reads) == 1 and reads[0]["args"]["syscalls"] == 1
+    assert len(writes) == 1 and writes[0]["args"]["syscalls"] == 1
+    assert writes[0]["args"]["bytes"] > 24 * 100, "the 24 answers, joined"
+
+
+def test_the_generators_figure_climbs_and_unwinds_the_stack():
+    trace = trace_figures.get("generators-stack").make()
+    depths = [e["args"]["depth"] for e in sorted(trace["traceEvents"], key=lambda e: e.get("ts", 0))
+              if e.get("name") == "stack depth (main)"]
+    peak = depths.index(max(depths))
+    assert depths[:peak + 1] == sorted(depths[:peak + 1]) and depths[peak:] == sorted(depths[peak:], reverse=True)
+    assert max(depths) - min(depths[:peak + 1]) == 3, "outer, middle, inner: three calls deep"
+    assert depths[-1] == 0
+
+
+def _trace(*events):
+    meta = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
+            for tid, name in ((1, "loop"), (2, "task a"))]
+    return {"traceEvents": meta + list(events)}
+
+
+def test_window_clips_spans_drops_outside_and_forgets_empty_tracks():
+    trace = _trace({"name": "wait", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+                   {"name": "step", "ph": "X", "ts": 150, "dur": 10, "pid": 1, "tid": 2},
+                   {"name": "q", "ph": "C", "ts": 10, "pid": 1, "tid": 1, "args": {"n": 3}})
+    cut = trace_figures.window(trace, 50, 120)
+    spans = [e for e in cut["traceEvents"] if e["ph"] == "X"]
+    assert spans == [{"name": "wait", "ph": "X", "ts": 50, "dur": 50, "pid": 1, "tid": 1,
+                      "args": {"clipped": True}}]
+    assert [e["args"]["name"] for e in cut["traceEvents"] if e["ph"] == "M"] == ["loop"]
+    assert [(e["ts"], e["args"]) for e in cut["traceEvents"] if e["ph"] == "C"] == [(50, {"n": 3})]
+    assert not [e for e in trace_figures.window(trace, 50, 120, carry=False)["traceEvents"] if e["ph"] == "C"]
+
+
+def test_select_tracks_keeps_tracks_and_counters_by_prefix():
+    trace = _trace({"name": "wait", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1},
+                   {"name": "step", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 2},
+                   {"name": "ready queue", "ph": "C", "ts": 0, "pid": 1, "tid": 1, "args": {"n": 1}},
+                   {"name": "stack depth (a)", "ph": "C", "ts": 0, "pid": 1, "tid": 1, "args": {"n": 1}})
+    kept = trace_figures.select_tracks(trace, ("task",), ("stack",))
+    assert {e["name"] for e in kept["traceEvents"] if e["ph"] != "M"} == {"step", "stack depth (a)"}
+
+
+def test_the_command_writes_under_local_unless_reference(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_figures, "LOCAL", tmp_path / "local")
+    monkeypatch.setattr(trace_figures, "REFERENCE", tmp_path / "reference")
+    assert trace_figures.main(["callbacks-iteration"]) == 0
+    assert (tmp_path / "local" / "callbacks-iteration.json").exists()
+    assert (tmp_path / "local" / "callbacks-iteration.html").exists()
+    # --reference writes only recorded figures: a build figure is never committed.
+    assert trace_figures.main(["--reference", "callbacks-iteration"]) == 0
+    assert not (tmp_path / "reference").exists()
+    assert trace_figures.main(["no-such-figure"]) == 2
+
+
+def _build(tmp_path: Path, page: str) -> subprocess.CompletedProcess:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'docs' / '_ext')!r}]\n"
+        "extensions = ['myst_parser', 'sphinx_design', 'book_trace']\n"
+        "myst_enable_extensions = ['colon_fence']\n")
+    (source / "index.md").write_text(page)
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(source),
+                           str(tmp_path / "html")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_the_directives_draw_the_trace_with_its_caption_and_command(tmp_path):
+    done = _build(tmp_path, "# Figures\n\n```{trace-figure} coroutines-tasks\nTasks, *traced*.\n```\n\n"
+                            "```{quiz} first_step\n```\n")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') == 2, "the figure's and the quiz's"
+    assert "Tasks, <em>traced</em>." in page
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "python -m benchmarks.trace_figures coroutines-tasks" in text
+    assert "step main -&gt; awaits Task sleeper" in text, "the trace as text, below the picture"
+    assert "python -m tinyloop quiz first_step" in text and "<details" in page
+
+
+def test_an_unknown_figure_breaks_the_build(tmp_path):
+    done = _build(tmp_path, "# Figures\n\n```{trace-figure} no-such-figure\n```\n")
+    assert done.returncode != 0
+    assert "no trace figure 'no-such-figure'" in done.stderr
