@@ -251,3 +251,15 @@ def test_a_script_imports_its_neighbours_as_under_python(tmp_path: Path) -> None
     result = tinyloop("trace", "--loop", "asyncio", "--out", str(tmp_path), str(script))
     assert result.returncode == 0, result.stderr
     assert "value 42" in result.stdout
+
+
+def test_side_by_side_on_two_loops(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    result = tinyloop("trace", "--loop", "asyncio", "--loop", "aio", "--out", str(tmp_path), str(script))
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "prog-side-by-side.html").read_text()
+    assert page.count("<svg") == 2 and "<h2>asyncio</h2>" in page and "<h2>aio</h2>" in page
+    assert "Not recorded on asyncio: transport reads and writes" in page
+    load(tmp_path / "prog-asyncio.json")
+    load(tmp_path / "prog-aio.json")

@@ -59,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs="*", help="the script's own arguments (with --loop; options of "
                                                 "trace go before SCRIPT, and a script argument that "
                                                 "starts with - after --)")
-    parser.add_argument("--loop", choices=LOOPS, help="trace SCRIPT, an asyncio program, on this loop")
+    parser.add_argument("--loop", choices=LOOPS, action="append",
+                        help="trace SCRIPT, an asyncio program, on this loop; given more than once, "
+                             "the script runs on each, and a page shows their timelines side by side")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                         help=f"folder for the .json and .html (default: ./{DEFAULT_OUT}, which git ignores)")
     parser.add_argument("--requests", type=_positive, default=20, metavar="N",
@@ -84,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         return _fail(f"cannot write traces into {out}: {problem}", 1)
     if args.loop:
-        return trace_script(args.loop, Path(args.target), args.args, out, args.capacity)
+        return trace_scripts(args.loop, Path(args.target), args.args, out, args.capacity)
     if args.args:
         return _fail(f"unexpected arguments {' '.join(args.args)!r} (a script's arguments need --loop)", 2)
     return trace_stage(args.target, out, requests=args.requests, concurrency=args.concurrency,
@@ -269,13 +271,42 @@ class ReadinessProbe:
 # -- any asyncio program -------------------------------------------------------------------
 
 
+def trace_scripts(loop_names: list[str], script: Path, argv: list[str], out: Path,
+                  capacity: int = DEFAULT_CAPACITY) -> int:
+    """:func:`trace_script` on each loop of ``loop_names``; with two or more, also a side-by-side page.
+
+    Returns the first non-zero status, else 0.  The page,
+    ``out/SCRIPT-side-by-side.html``, stacks the loops' timelines, each with
+    what its recording cannot show.
+    """
+    from tinyloop.trace.outside import CANNOT_RECORD
+    statuses, sections = [], []
+    for loop_name in dict.fromkeys(loop_names):  # each once, in the order given
+        traces: list[dict[str, Any]] = []
+        statuses.append(trace_script(loop_name, script, argv, out, capacity, keep=traces))
+        if traces:
+            note = CANNOT_RECORD.get(loop_name)
+            sections.append((loop_name, traces[0], f"Not recorded on {loop_name}: {note}." if note else ""))
+    if len(sections) > 1:
+        loops = " ".join(f"--loop {name}" for name, _, _ in sections)
+        try:
+            path = timeline.write_side_by_side(sections, out / f"{script.stem}-side-by-side.html",
+                                               title=f"tinyloop trace: {script.name}, side by side",
+                                               command=f"python -m tinyloop trace {loops} {script}")
+        except OSError as error:
+            return _fail(f"cannot write the trace into {out}: {error.strerror or error}", 1)
+        print(f"tinyloop: wrote {path}", file=sys.stderr)
+    return next((status for status in statuses if status), 0)
+
+
 def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
-                 capacity: int = DEFAULT_CAPACITY) -> int:
+                 capacity: int = DEFAULT_CAPACITY, *, keep: list[dict[str, Any]] | None = None) -> int:
     """Run ``script`` as ``__main__`` with asyncio's loops made by ``loop_name``; write its trace.
 
     aio and uv are recorded through their hooks.  stdlib asyncio and uvloop
     have none: they are recorded from outside (tinyloop/trace/outside.py,
-    which says what that misses).
+    which says what that misses).  The trace is also appended to ``keep``
+    when given.
     """
     import asyncio
     import runpy
@@ -310,6 +341,8 @@ def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
     name = f"{script.stem}-{loop_name}"
     written = _write(recorder, out, name, f"{script.name} on {loop_name}",
                      f"python -m tinyloop trace --loop {loop_name} {script}")
+    if keep is not None:
+        keep.append(recorder.trace())
     return written if written else status
 
 

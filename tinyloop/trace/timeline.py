@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_html", "render_svg", "write_html"]
+__all__ = ["render_html", "render_svg", "write_html", "write_side_by_side"]
 
 LABEL_WIDTH = 230      # px, the track names' column
 PLOT_WIDTH = 1400      # px, the time axis
@@ -212,6 +212,30 @@ def render_html(trace: dict[str, Any], *, title: str = "tinyloop trace", command
         f'<p id="trace-summary" hidden data-summary="{html.escape(json.dumps({"events": counted, **other}))}">'
         "</p></body></html>\n"
     )
+
+
+def write_side_by_side(sections: list[tuple[str, dict[str, Any], str]], path: str | Path, *,
+                       title: str, command: str | None = None) -> Path:
+    """Write one page with several timelines, one under the other; return its path.
+
+    ``sections`` holds ``(heading, trace, note)`` triples: each trace is
+    drawn by :func:`render_svg` under its heading, with the note (what that
+    recording cannot show) below.  Raises OSError if it cannot be written.
+    """
+    made_by = f"<p>Made by <code>{html.escape(command)}</code>.</p>" if command else ""
+    parts = []
+    for heading, trace, note in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        if note:
+            parts.append(f'<p class="note">{html.escape(note)}</p>')
+        parts.append(f'<div class="scroll">{render_svg(trace)}</div>')
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>{made_by}" + "".join(parts) + "</body></html>\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def write_html(trace: dict[str, Any], path: str | Path, **kwargs: Any) -> Path:
