@@ -72,10 +72,11 @@ def test_trace_a_stage_under_load(stage: str, tmp_path: Path) -> None:
         'xmlns="http://www.w3.org/2000/svg"', "")
 
 
-def test_trace_a_readiness_server_from_outside(tmp_path: Path) -> None:
-    result = tinyloop("trace", "epoll", "--out", str(tmp_path), "--requests", "4")
+@pytest.mark.parametrize("stage", ["select", "poll", "epoll", "epoll-et", "kqueue"])
+def test_trace_a_readiness_server_from_outside(stage: str, tmp_path: Path) -> None:
+    result = tinyloop("trace", stage, "--out", str(tmp_path), "--requests", "4")
     assert result.returncode == 0, result.stderr
-    events = load(tmp_path / "epoll.json")["traceEvents"]
+    events = load(tmp_path / f"{stage}.json")["traceEvents"]
     waits = [e for e in events if e["name"] == "wait" and "events" in e["args"]]
     assert len(waits) >= 4 and sum(e["args"]["events"] for e in waits) >= 4
     assert any(e["name"] == "handle events" for e in events)

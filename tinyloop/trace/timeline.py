@@ -140,9 +140,10 @@ def render_svg(trace: dict[str, Any] | list[Any], *, max_spans: int = 50_000) ->
     for name, series_events in sorted(counters.items()):
         series_events.sort(key=lambda e: e["ts"])
         keys = sorted({key for e in series_events for key in e["args"]})
-        peak = max((v for e in series_events for v in e["args"].values()), default=0) or 1
+        highest = max((v for e in series_events for v in e["args"].values()), default=0)
+        peak = highest or 1  # the chart's scale: an all-zero series lies on its baseline
         body.append(f'<g class="counter"><text x="6" y="{y + 14}" class="name">'
-                    f'{html.escape(name)} (max {peak:g})</text>')
+                    f'{html.escape(name)} (max {highest:g})</text>')
         for key in keys:
             points = []
             last = None
