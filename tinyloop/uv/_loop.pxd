@@ -100,6 +100,10 @@ cdef class UVLoop:
     # libuv handles we have opened and not yet seen closed.
     cdef readonly Py_ssize_t _live_handles
 
+    # Set in a fork child if uv_loop_fork failed: run_once raises it.
+    cdef object _fork_error
+    cdef _after_fork_in_child(self)
+
     cdef inline void _arm_idle(self) noexcept
     cdef int _run_ready(self) except -1
     cdef _stash_error(self, BaseException exc)

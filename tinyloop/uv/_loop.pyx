@@ -39,10 +39,12 @@ from libc.string cimport memset
 from tinyloop.uv cimport uv
 
 import asyncio
+import os
 import signal
 import socket
 import sys
 import threading
+import weakref
 
 from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
 from tinyloop.trace import instrument as _instruments
@@ -80,6 +82,41 @@ include "handles.pyx"
 include "timers.pyx"
 include "poll.pyx"
 include "tcp.pyx"
+
+
+# -- fork(2) ---------------------------------------------------------------------------
+#
+# Discussion: a child made by fork(2) gets a copy of every loop, but not of
+# the kernel objects under it: the epoll instance, libuv's wake-up eventfd
+# and Part II's self-pipe are the parent's, shared.  A child that polled
+# them would take the parent's events; one that stopped watching a
+# descriptor (uv_poll_stop is an EPOLL_CTL_DEL, at once) would take it out
+# of the parent's epoll, and the parent would wait for it for ever.  libuv's
+# rule (uv_loop_fork, loop.html) is to re-make that state in a child that
+# goes on using the loop.  We do it for every open loop, at once, from the
+# at-fork hook (before the child can make any call), as asyncio clears its
+# running-loop state there: then using, closing or dropping the loop in the
+# child touches nothing of the parent's.  Three more things a child
+# inherits and must not share:
+#   * uv_async_send sends nothing while the handle's pending flag is set,
+#     and fork may copy it set (a thread was sending, or the parent had not
+#     yet seen the wake-up): we clear it, or no thread could wake the child;
+#   * the self-pipe (signals' wake-up fd): a new socket pair takes the old
+#     descriptor numbers (dup2), so the wake-up fd and the uv_poll on it
+#     stay valid and are now the child's own;
+#   * the default executor's threads did not survive the fork, and a pool
+#     that believes it has idle workers would queue work nobody runs: the
+#     child gets a new pool when it next asks for one.
+cdef object _live_loops = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for loop in list(_live_loops):
+        (<UVLoop>loop)._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- The phases' callbacks -------------------------------------------------------------
@@ -250,6 +287,7 @@ cdef class UVLoop:
         # with nothing scheduled waits on, as asyncio's self-pipe is).
         uv.uv_check_start(self._check, _on_check)
         uv.uv_unref(<uv.uv_handle_t*>self._check)
+        _live_loops.add(self)
 
     cdef void* _alloc_handle(self, size_t size) except NULL:
         cdef void* memory = PyMem_RawMalloc(size)
@@ -258,6 +296,28 @@ cdef class UVLoop:
         memset(memory, 0, size)
         self._live_handles += 1
         return memory
+
+    cdef _after_fork_in_child(self):
+        # In a fork child, from the at-fork hook: see "fork(2)" above.
+        cdef int err
+        if self.uvloop is NULL:
+            return
+        err = uv.uv_loop_fork(self.uvloop)
+        if err < 0:
+            self._fork_error = _uv_error(err)
+            return
+        self._async.pending = 0
+        ssock, csock = getattr(self, "_ssock", None), getattr(self, "_csock", None)
+        if ssock is not None and csock is not None and ssock.fileno() >= 0:
+            new_ssock, new_csock = socket.socketpair()
+            new_ssock.setblocking(False)
+            new_csock.setblocking(False)
+            os.dup2(new_ssock.fileno(), ssock.fileno(), inheritable=False)
+            os.dup2(new_csock.fileno(), csock.fileno(), inheritable=False)
+            new_ssock.close()
+            new_csock.close()
+        if getattr(self, "_default_executor", None) is not None:
+            self._default_executor = None
 
     def __dealloc__(self):
         # close() should have run; if not, free libuv's loop without Python.
@@ -422,6 +482,10 @@ cdef class UVLoop:
         """
         cdef object error
         cdef object previous = None
+        if self._fork_error is not None:
+            error, self._fork_error = self._fork_error, None
+            raise RuntimeError("uv_loop_fork failed in this fork child: the loop cannot "
+                               "be used here") from error
         if self._ready or self._stopping:
             self._arm_idle()   # anything queued from Python (or before run_forever) runs now
         if threading.get_ident() == _MAIN_THREAD:

@@ -40,6 +40,9 @@ cdef extern from "uv.h" nogil:
     void uv_stop(uv_loop_t* loop)
     void uv_update_time(uv_loop_t* loop)
     uint64_t uv_hrtime()
+    # In a fork(2) child that goes on using a loop made in the parent: a new
+    # epoll (or kqueue) and wake-up descriptor, every watcher registered anew.
+    int uv_loop_fork(uv_loop_t* loop)
 
     # -- Handles (handle.html) ---------------------------------------------------
     ctypedef enum uv_handle_type:
@@ -100,6 +103,10 @@ cdef extern from "uv.h" nogil:
     # -- Async: a wake-up from any thread (async.html) ----------------------------
     ctypedef struct uv_async_t:
         void* data
+        # A private field (unix.h): 1 or 2 while a wake-up is being sent or
+        # not yet seen.  A fork child inherits it, and uv_async_send sends
+        # nothing while it is set, so the child clears it (see _loop.pyx).
+        int pending
     ctypedef void (*uv_async_cb)(uv_async_t* handle) with gil
     int uv_async_init(uv_loop_t* loop, uv_async_t* handle, uv_async_cb async_cb)
     int uv_async_send(uv_async_t* handle)

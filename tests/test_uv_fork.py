@@ -1,0 +1,134 @@
+# tests/test_uv_fork.py
+#
+# What tinyloop.uv promises in a fork(2) child beyond asyncio's contract
+# (tests/conformance/test_fork_exit.py has that): a loop made in the parent
+# may go on being used, closed or dropped in the child, because the at-fork
+# hook in tinyloop/uv/_loop.pyx gives it a kernel state of its own
+# (uv_loop_fork: a new epoll and wake-up eventfd; a new self-pipe under the
+# old descriptor numbers; a cleared async flag; a new default executor).
+# The parent's loop is untouched by anything the child does.
+#
+# Rules: each scenario is a child program with a timeout (a hang fails the
+# test); the parent program reaps its child with a bounded wait.
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("tinyloop.uv.loop", reason="tinyloop.uv's extension is not built here")
+
+PROGRAM = """
+import asyncio, os, signal, socket, sys, threading, time
+import tinyloop.uv
+
+async def work():
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(0.01)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    threading.Timer(0.02, b.send, (b"x",)).start()
+    assert await asyncio.wait_for(loop.sock_recv(a, 1), 5) == b"x"
+    a.close(); b.close()
+    assert await asyncio.wait_for(loop.run_in_executor(None, sum, [1, 2]), 5) == 3
+    woken = loop.create_future()
+    threading.Timer(0.02, loop.call_soon_threadsafe, (woken.set_result, 1)).start()
+    await asyncio.wait_for(woken, 5)
+    return "ok"
+
+async def signalled():
+    loop = asyncio.get_running_loop()
+    got = loop.create_future()
+    loop.add_signal_handler(signal.SIGUSR1, got.set_result, "signal")
+    os.kill(os.getpid(), signal.SIGUSR1)
+    try:
+        return await asyncio.wait_for(got, 5)
+    finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+
+def reap(pid, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    return "hung"
+
+loop = tinyloop.uv.new_event_loop()
+loop.run_until_complete(work())
+"""
+
+
+def _run(program: str) -> list[str]:
+    code = textwrap.dedent(PROGRAM) + textwrap.dedent(program)
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=60, start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the program did not finish in 60 s: {exc.stdout!r} {exc.stderr!r}")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_the_child_goes_on_with_the_parents_loop_and_both_work():
+    lines = _run("""
+        pid = os.fork()
+        if pid == 0:
+            results = [loop.run_until_complete(work()), loop.run_until_complete(signalled())]
+            loop.close()
+            print("child", *results, flush=True)
+            sys.exit(0)
+        print("child-exit", reap(pid))
+        print("parent", loop.run_until_complete(work()), loop.run_until_complete(signalled()))
+        loop.close()
+    """)
+    assert lines[lines.index("child") + 1:lines.index("child") + 3] == ["ok", "signal"]
+    assert lines[lines.index("child-exit") + 1] == "0"
+    assert lines[lines.index("parent") + 1:] == ["ok", "signal"]
+
+
+def test_a_child_that_closes_or_drops_the_loop_leaves_the_parents_alone():
+    # The parent has a signal handler (its wake-up fd is the self-pipe) and
+    # threads that wake it; the child closes the loop (first child) or
+    # leaves it to the interpreter's exit (second).  asyncio's close in a
+    # child takes the shared self-pipe out of the parent's epoll.
+    lines = _run("""
+        for how in ("close", "drop"):
+            pid = os.fork()
+            if pid == 0:
+                if how == "close":
+                    loop.close()
+                sys.exit(0)
+            print(how, reap(pid))
+            print("parent", loop.run_until_complete(work()), loop.run_until_complete(signalled()))
+        loop.close()
+    """)
+    assert lines == ["close", "0", "parent", "ok", "signal", "drop", "0", "parent", "ok", "signal"]
+
+
+def test_fork_inside_a_callback_and_the_child_goes_on_after_the_run():
+    # Forked while the loop runs (from a task): the child's running-loop
+    # state is cleared (asyncio's rule), the run it was in finishes, and the
+    # child then runs the same loop again, with a state of its own.
+    lines = _run("""
+        async def fork_here():
+            await asyncio.sleep(0)
+            return os.fork()
+
+        pid = loop.run_until_complete(fork_here())
+        if pid == 0:
+            print("child", loop.run_until_complete(work()), flush=True)
+            loop.close()
+            os._exit(0)
+        print("child-exit", reap(pid))
+        print("parent", loop.run_until_complete(work()))
+        loop.close()
+    """)
+    assert lines[lines.index("child") + 1] == "ok"
+    assert lines[lines.index("child-exit") + 1] == "0"
+    assert lines[lines.index("parent") + 1] == "ok"
