@@ -56,7 +56,9 @@ extensions = [
     "book_echo",
     "book_facts",  # {book-fact}: numbers measured when the book is built (the Python, libuv)
     "book_trace",   # {trace-figure} and {quiz}: figures drawn from traces, the "predict the order" quizzes
+    "sphinx.ext.graphviz",  # static diagrams that are not traces; `dot` is installed by scripts/setup.sh
 ]
+graphviz_output_format = "svg"
 
 root_doc = "index"
 # .rst for the API pages autosummary writes (into api/, ignored by git).

@@ -21,6 +21,7 @@ need_tools() {
     command -v ab >/dev/null 2>&1 || missing+=(ab)
     command -v wrk >/dev/null 2>&1 || missing+=(wrk)
     command -v cc >/dev/null 2>&1 || missing+=(cc)
+    command -v dot >/dev/null 2>&1 || missing+=(dot)   # graphviz: the book's static diagrams (sphinx.ext.graphviz)
     if ! { [ -e /usr/include/uv.h ] || [ -e /usr/local/include/uv.h ] || [ -e /opt/homebrew/include/uv.h ]; }; then
         missing+=(libuv)
     fi
@@ -42,6 +43,7 @@ install_system_packages() {
     if command -v apt-get >/dev/null 2>&1; then
         for tool in $missing; do case $tool in
             ab) pkgs+=(apache2-utils) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc libc6-dev) ;; libuv) pkgs+=(libuv1-dev) ;;
+            dot) pkgs+=(graphviz) ;;
         esac; done
         say "installing ${pkgs[*]} with apt-get"
         if as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null 2>&1 ||
@@ -52,18 +54,19 @@ install_system_packages() {
     elif command -v dnf >/dev/null 2>&1; then
         for tool in $missing; do case $tool in
             ab) pkgs+=(httpd-tools) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc) ;; libuv) pkgs+=(libuv-devel) ;;
+            dot) pkgs+=(graphviz) ;;
         esac; done
         say "installing ${pkgs[*]} with dnf"
         as_root dnf install -y -q "${pkgs[@]}" && return 0
     elif command -v brew >/dev/null 2>&1; then
         # macOS ships ab and a compiler; Homebrew brings the rest.
-        for tool in $missing; do case $tool in wrk) pkgs+=(wrk) ;; libuv) pkgs+=(libuv) ;; esac; done
+        for tool in $missing; do case $tool in wrk) pkgs+=(wrk) ;; libuv) pkgs+=(libuv) ;; dot) pkgs+=(graphviz) ;; esac; done
         if [ ${#pkgs[@]} -gt 0 ]; then say "installing ${pkgs[*]} with brew"; brew install "${pkgs[@]}" && return 0; fi
     fi
     missing=$(need_tools)
     [ -z "$missing" ] && return 0
     say "could not install: $(echo $missing | tr '\n' ' ')"
-    say "please install them by hand: ApacheBench (ab; Debian: apache2-utils), wrk, a C compiler, libuv (headers)"
+    say "please install them by hand: ApacheBench (ab; Debian: apache2-utils), wrk, a C compiler, libuv (headers), graphviz (dot)"
     return 1
 }
 
