@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one whole
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 PAGES = ("index.html", "readiness.html", "benchmarks.html")
+WIDTHS = {"desktop": (1280, 900, False), "phone": (390, 844, True)}  # CSS px; phone: an iPhone 12-14
 LOAD_TIMEOUT = 20.0  # seconds for one page to load and settle
 
 
@@ -213,3 +214,44 @@ def test_a_listing_is_whole_after_its_exercise_callout(site: str, browser: DevTo
     benchmarks = browser.load(site + "benchmarks.html")
     assert not problems(benchmarks)
     assert browser.evaluate("document.images.length") >= 1, "the benchmarks page has its plot"
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_chapter_reads_at_desktop_and_phone_widths(site: str, browser: DevTools, width: str) -> None:
+    # The libuv chapter at 1280 and at 390 CSS px: its charts are there with
+    # their whiskers, fit the column and keep their text legible; its named
+    # sources are links; no listing runs off its block; nothing scrolls the
+    # page sideways.
+    w, h, mobile = WIDTHS[width]
+    browser.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=mobile)
+    try:
+        events = browser.load(site + "libuv.html")
+        assert not problems(events), "\n".join(problems(events))
+        found = browser.evaluate("""(() => {
+            const charts = Array.from(document.querySelectorAll('figure.book-bench-chart svg'));
+            const labels = charts.flatMap(svg => Array.from(svg.querySelectorAll('text')));
+            const pre = Array.from(document.querySelectorAll('div.highlight pre'));
+            return {
+              viewport: document.documentElement.clientWidth,
+              pageWidth: document.documentElement.scrollWidth,
+              figures: document.querySelectorAll('figure').length,
+              charts: charts.length,
+              widest: Math.max(0, ...charts.map(svg => svg.getBoundingClientRect().width)),
+              whiskers: charts.map(svg => svg.querySelectorAll('[id^="book-whisker-"]').length),
+              smallestText: Math.min(...labels.map(t => t.getBoundingClientRect().height).filter(x => x > 0)),
+              overflowing: pre.filter(p => p.scrollWidth > p.clientWidth + 1).length,
+              links: Array.from(document.querySelectorAll('a[href^="http"]')).map(a => a.href),
+            };
+        })()""")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    assert found["viewport"] == w, found["viewport"]
+    assert found["pageWidth"] <= w, f"{width}: the page scrolls sideways ({found['pageWidth']} px > {w})"
+    assert found["charts"] >= 2 and found["figures"] >= found["charts"], found
+    assert all(count > 0 for count in found["whiskers"]), f"{width}: a chart without whiskers {found['whiskers']}"
+    assert found["widest"] <= w, f"{width}: a chart is {found['widest']} px wide"
+    assert found["smallestText"] >= 8, f"{width}: chart text {found['smallestText']:.1f} px high"
+    assert found["overflowing"] == 0, f"{width}: {found['overflowing']} listings run off their block"
+    for source in ("docs.libuv.org", "man7.org", "github.com/MagicStack/uvloop", "github.com/libuv/libuv"):
+        assert any(source in link for link in found["links"]), f"no link to {source}"

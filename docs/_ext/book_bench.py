@@ -19,6 +19,17 @@
 #                          every load); :alt: text
 #       a PNG drawn by ``report.plot`` while the book builds.
 #
+#   {bench-chart}   :load: (required) and :servers: as above;
+#                   :figure: cpu (default: server CPU µs per request) or rps
+#       one chart per chapter, of the rows that chapter discusses: a bar per
+#       server at the median, a whisker from the repetitions' min to max,
+#       drawn as an inline SVG (text stays text) sized to read at 390 px.
+#
+#   {bench-journey} :load: (default wrk)
+#       the whole book in one picture: each stage in reading order, what it
+#       adds (the first clause of its summary in tinyloop/stages.py), and
+#       its CPU µs per request, as a table and a chart of the same rows.
+#
 #   {bench-fairness}   (no options)
 #       the table of benchmarks/fairness.py (fast requests' latency beside a
 #       slow handler) from benchmarks/results/fairness.json, through
@@ -51,6 +62,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -62,7 +74,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective", "BenchTableDirective",
+__all__ = ["BenchChartDirective", "BenchJourneyDirective", "BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective", "BenchTableDirective",
            "known_servers", "load_names", "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
@@ -260,6 +272,144 @@ class BenchPlotDirective(_BenchDirective):
         return [figure]
 
 
+# The stages of the journey, one per step of the book, in reading order
+# (variants of a step, epoll-et and the streams servers, stay in their
+# chapters' charts).
+JOURNEY = ("blocking", "threaded", "select", "poll", "epoll", "callbacks", "generators", "yieldfrom",
+           "coroutines", "aio", "uv")
+CHART_FIGURES = {"cpu": ("cpu_us_per_req", "server CPU time per request, µs"),
+                 "rps": ("rps", "requests per second")}
+
+
+def chart_svg(rows: list[tuple[str, float | None, float | None, float | None]], label: str,
+              salt: str, missing: dict[str, str] | None = None) -> str:
+    """An inline SVG bar chart: ``rows`` are ``(name, median, min, max)``, top to bottom.
+
+    A row without a median is drawn as its name and "no figure"; whiskers
+    (min to max) are drawn where both ends are known, each line carrying an
+    id that starts ``book-whisker`` (the browser test finds them).  The
+    figure is 5 in wide with 12 pt text (values 11 pt), so on a 390 px phone,
+    scaled to the column, its labels stay about 11 px high.
+    """
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 12,
+                                "axes.spines.top": False, "axes.spines.right": False}):
+        figure, axes = pyplot.subplots(figsize=(5.0, 0.9 + 0.34 * len(rows)))
+        positions = list(range(len(rows)))[::-1]
+        medians = [row[1] or 0.0 for row in rows]
+        bars = axes.barh(positions, medians, color="#4c72b0", height=0.6)
+        for bar, row in zip(bars, rows):
+            if row[1] is None:
+                bar.set_visible(False)
+        top = max([row[3] or row[1] or 0.0 for row in rows] + [1.0])
+        for index, (position, (name, median, low, high)) in enumerate(zip(positions, rows)):
+            if median is None:
+                axes.text(0, position, f"  {(missing or {}).get(name, 'no figure')}", va="center",
+                          fontsize=11, color="#555")
+                continue
+            if low is not None and high is not None:
+                line, = axes.plot([low, high], [position, position], color="#222", linewidth=1.4)
+                line.set_gid(f"book-whisker-{index}")
+                for end in (low, high):
+                    cap, = axes.plot([end, end], [position - 0.18, position + 0.18], color="#222",
+                                     linewidth=1.4)
+                    cap.set_gid(f"book-whisker-cap-{index}")
+            axes.text((high if high is not None else median) + top * 0.02, position,
+                      f"{median:,.1f}" if median < 100 else f"{median:,.0f}", va="center", fontsize=11)
+        axes.set_yticks(positions, [row[0] for row in rows])
+        axes.set_xlim(0, top * 1.22)
+        axes.set_xlabel(label)
+        axes.tick_params(axis="y", length=0)
+        figure.tight_layout()
+        out = io.StringIO()
+        figure.savefig(out, format="svg")
+        pyplot.close(figure)
+    svg = out.getvalue()
+    svg = svg[svg.index("<svg"):]
+    # Scale to the column: drop the fixed size, keep the viewBox.
+    head, rest = svg.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    return head + ' class="book-chart-svg" role="img" preserveAspectRatio="xMinYMin meet">' + rest
+
+
+def _figure_rows(data: dict, load: str, servers: list[str], figure: str
+                 ) -> list[tuple[str, float | None, float | None, float | None]]:
+    key = CHART_FIGURES[figure][0]
+    rows = []
+    for name in servers:
+        summary = data.get("results", {}).get(load, {}).get(name) or {}
+        median = summary.get(key) if summary.get("status") == "ok" else None
+        low, high = (summary.get("spread") or {}).get(key) or (None, None)
+        rows.append((name, median, low if median is not None else None, high if median is not None else None))
+    return rows
+
+
+def _chart_node(svg: str, caption: str, report: ModuleType, data: dict) -> nodes.figure:
+    figure = nodes.figure(classes=["book-bench-chart"])
+    figure += nodes.raw("", svg, format="html")
+    figure += nodes.caption(caption, caption)
+    figure += nodes.legend("", _machine(report, data))
+    return figure
+
+
+class BenchChartDirective(_BenchDirective):
+    """``{bench-chart}``: one load's rows as bars at the median with min–max whiskers."""
+
+    option_spec = {**_BenchDirective.option_spec, "figure": directives.unchanged}
+
+    def render(self, report: ModuleType, data: dict, load: str | None,
+               servers: list[str] | None) -> list[nodes.Node]:
+        assert load is not None
+        figure = self.options.get("figure") or "cpu"
+        if figure not in CHART_FIGURES:
+            return self._warn(f":figure: {figure!r}; choose from {', '.join(CHART_FIGURES)}")
+        if servers is None:
+            servers = list(data.get("results", {}).get(load, {}))
+        else:
+            servers, _ = split_servers(data, load, servers)
+        rows = _figure_rows(data, load, servers, figure)
+        salt = hashlib.sha256(json.dumps([load, servers, figure, rows]).encode()).hexdigest()[:12]
+        runs = data.get("settings", {}).get("repeat")
+        caption = (f"{load}: {CHART_FIGURES[figure][1]}. Bars at the median"
+                   f"{f' of {runs} runs' if runs else ''}; whiskers from the fastest to the slowest run.")
+        return [_chart_node(chart_svg(rows, CHART_FIGURES[figure][1], salt), caption, report, data)]
+
+
+class BenchJourneyDirective(_BenchDirective):
+    """``{bench-journey}``: every stage in reading order, what it adds, its CPU per request."""
+
+    load_required = False
+
+    def render(self, report: ModuleType, data: dict, load: str | None,
+               servers: list[str] | None) -> list[nodes.Node]:
+        load = load or "wrk"
+        stages = {stage.name: stage for stage in importlib.import_module("tinyloop.stages").STAGES}
+        names = [name for name in JOURNEY if name in stages]
+        rows = _figure_rows(data, load, names, "cpu")
+        # Three narrow columns, so the table fits a phone; the spread is the chart's.
+        header = ["stage", "what it adds", "CPU µs/req"]
+        body = []
+        for name, median, low, high in rows:
+            summary = re.split(r"[:;]", stages[name].summary, maxsplit=1)[0]
+            if median is None:
+                figure = (data.get("results", {}).get(load, {}).get(name) or {}).get("status", "not run")
+            else:
+                figure = f"{median:.1f}"
+            body.append([name, summary, figure])
+        entry = next(e for e in data["loads"] if e["name"] == load)
+        salt = hashlib.sha256(json.dumps(["journey", load, rows]).encode()).hexdigest()[:12]
+        caption = (f"The journey, under {load} ({entry['title']}): server CPU time per request, "
+                   "median and min–max of the runs, one bar per stage in reading order.")
+        missing = {name: body[index][2] for index, (name, median, _, _) in enumerate(rows) if median is None}
+        return [table(header, body, title=f"The stages, in reading order ({load})",
+                      classes=["book-bench", "book-journey"], numeric_from=2),
+                _chart_node(chart_svg(rows, CHART_FIGURES["cpu"][1], salt, missing), caption, report, data)]
+
+
 class _ScriptResultsDirective(SphinxDirective):
     """A benchmark script's results, from the JSON it writes: the shared part.
 
@@ -350,4 +500,6 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_directive("bench-idle", BenchIdleDirective)
     app.add_directive("bench-table", BenchTableDirective)
     app.add_directive("bench-plot", BenchPlotDirective)
+    app.add_directive("bench-chart", BenchChartDirective)
+    app.add_directive("bench-journey", BenchJourneyDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -22,7 +22,9 @@
 #     (markers.MARKER), on the included text, so whatever the include options
 #     (:pyobject:, :start-after:), a region shown is a region handled.
 #   * Everything else ``literalinclude`` does is Sphinx's own: this is a
-#     subclass that post-processes its result, not a reimplementation.
+#     subclass that post-processes its result, not a reimplementation.  One
+#     default differs: ``:dedent:`` is on (a method listed by :pyobject:
+#     starts at the margin, not four spaces in).
 #   * The edition is the config value ``book_edition``, set from the tags and
 #     the environment when the configuration is read, and it rebuilds the
 #     environment when it changes.  Sphinx re-reads no unchanged source on a
@@ -114,6 +116,9 @@ class SolutionAwareLiteralInclude(LiteralInclude):
     """``literalinclude`` that knows exercise regions (see the module header)."""
 
     def run(self) -> list[nodes.Node]:
+        # A method or a region listed alone reads from the left margin: the
+        # common indentation is removed unless the chapter says otherwise.
+        self.options.setdefault("dedent", None)
         result = super().run()
         out: list[nodes.Node] = []
         for node in result:
