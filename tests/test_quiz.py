@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("quiz", catalog.QUIZZES, ids=lambda quiz: quiz.name)
 def test_each_loop_prints_the_order_the_catalog_declares(quiz):
-    outcomes = cli.run_on_loops(quiz)
+    outcomes = cli.run_on_loops(quiz, trace=False)
     ran = []
     for loop, outcome in outcomes.items():
         if outcome.unavailable:
@@ -34,6 +34,18 @@ def test_each_loop_prints_the_order_the_catalog_declares(quiz):
             f"{quiz.name} on {loop} printed {outcome.lines}, the catalog says {quiz.expected(loop)}")
         ran.append(loop)
     assert "asyncio" in ran and "aio" in ran
+
+
+@pytest.mark.parametrize("name", [quiz.name for quiz in catalog.QUIZZES if quiz.differences])
+def test_recording_a_run_changes_no_loop_s_order(name):
+    quiz = catalog.get(name)
+    for loop, outcome in cli.run_on_loops(quiz, trace=True).items():
+        if outcome.unavailable:
+            continue
+        assert outcome.lines == quiz.expected(loop), f"{loop} traced printed {outcome.lines}"
+        assert outcome.steps, f"{loop}'s run was not recorded"
+        printed = [step.strip()[2:] for step in outcome.steps if step.strip().startswith("| ")]
+        assert tuple(printed) == outcome.lines, f"{loop}'s trace places the prints in another order"
 
 
 def test_every_program_has_a_quiz_and_every_quiz_a_program():

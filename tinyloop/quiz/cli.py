@@ -62,23 +62,25 @@ class Outcome:
     steps: tuple[str, ...] | None = None
 
 
-def run_on(quiz: Quiz, loop: str, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
+def run_on(quiz: Quiz, loop: str, timeout: float = DEFAULT_TIMEOUT, trace: bool = True) -> Outcome:
     """Run ``quiz``'s program on ``loop`` in a subprocess; never raises for the program's sake.
 
-    ``timeout`` is in seconds.  The child imports this same tinyloop (its
-    parent directory leads PYTHONPATH), whether installed or a checkout.
+    ``timeout`` is in seconds; ``trace`` records the run (``Outcome.steps``).
+    The child imports this same tinyloop (its parent directory leads
+    PYTHONPATH), whether installed or a checkout.
     """
     env = dict(os.environ)
     root = str(Path(tinyloop.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="tinyloop-quiz-") as scratch:
-        trace = Path(scratch) / "trace.json"
-        command = [sys.executable, "-m", "tinyloop.quiz.runner", "--trace", str(trace), loop, str(quiz.path)]
+        path = Path(scratch) / "trace.json"
+        command = [sys.executable, "-m", "tinyloop.quiz.runner", *(["--trace", str(path)] if trace else []),
+                   loop, str(quiz.path)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             return Outcome(loop, None, f"timed out after {timeout:g} s")
-        recorded = tuple(steps.steps(json.loads(trace.read_text()))) if trace.exists() else None
+        recorded = tuple(steps.steps(json.loads(path.read_text()))) if path.exists() else None
     if done.returncode == runner.UNAVAILABLE:
         return Outcome(loop, None, done.stderr.strip().splitlines()[-1] if done.stderr.strip()
                        else f"{loop} is not installed here", unavailable=True)
@@ -88,11 +90,11 @@ def run_on(quiz: Quiz, loop: str, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
     return Outcome(loop, tuple(done.stdout.splitlines()), steps=recorded)
 
 
-def run_on_loops(quiz: Quiz, loops: Sequence[str] = LOOPS,
-                 timeout: float = DEFAULT_TIMEOUT) -> dict[str, Outcome]:
+def run_on_loops(quiz: Quiz, loops: Sequence[str] = LOOPS, timeout: float = DEFAULT_TIMEOUT,
+                 trace: bool = True) -> dict[str, Outcome]:
     """:func:`run_on` for each of ``loops``, at the same time; loop -> Outcome, in ``loops``' order."""
     with ThreadPoolExecutor(max_workers=max(1, len(loops))) as pool:
-        futures = {loop: pool.submit(run_on, quiz, loop, timeout) for loop in loops}
+        futures = {loop: pool.submit(run_on, quiz, loop, timeout, trace) for loop in loops}
         return {loop: future.result() for loop, future in futures.items()}
 
 
@@ -148,13 +150,16 @@ def _side_by_side(outcomes: dict[str, Outcome], out: IO[str], width: int = 34) -
     traced = [outcome for outcome in outcomes.values() if outcome.steps]
     if not traced:
         return
-    untraced = [outcome.loop for outcome in outcomes.values() if outcome.lines is not None and not outcome.steps]
-    print("What each loop did (its trace: iterations, callbacks, | printed lines)"
-          + (f"; {', '.join(untraced)} cannot be traced here:" if untraced else ":"), file=out)
+    print("What each loop did (its trace: waits, [phases], callbacks, | printed lines):", file=out)
     print("  " + "".join(f"{o.loop:<{width}}" for o in traced).rstrip(), file=out)
     for row in range(max(len(o.steps or ()) for o in traced)):
         cells = [(o.steps or ())[row] if row < len(o.steps or ()) else "" for o in traced]
         print("  " + "".join(f"{_clip(cell, width - 2):<{width}}" for cell in cells).rstrip(), file=out)
+    from tinyloop.trace.outside import CANNOT_RECORD
+    for outcome in traced:
+        if outcome.loop in CANNOT_RECORD:
+            print(f"  ({outcome.loop} has no hooks and is seen from outside; its trace lacks "
+                  f"{CANNOT_RECORD[outcome.loop]}.)", file=out)
 
 
 def _clip(text: str, width: int) -> str:
