@@ -577,17 +577,27 @@ def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[fl
 
 
 def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
-    """From the wait that reported the request's bytes to the end of the iteration that wrote the answer."""
+    """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
     events = trace["traceEvents"]
     reads = [e["ts"] for e in events if e.get("name") == "read" and e.get("ph") == "i"]
     writes = [e["ts"] for e in events if e.get("name") == "write" and e.get("ph") == "i"]
     if not reads or not writes:
         return None, None
     waits = [e for e in events if e.get("name") == "wait" and e.get("ph") == "X" and e["ts"] < min(reads)]
-    ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "callbacks" and e.get("ph") == "X"
-            and e["ts"] <= max(writes) <= e["ts"] + e["dur"]]
-    start = max((e["ts"] for e in waits), default=None)
-    return (None if start is None else start - 5), (max(ends) + 5 if ends else None)
+    ends = [e["ts"] + e["dur"] for e in events if e.get("name") in ("callbacks", "idle", "check")
+            and e.get("ph") == "X" and e["ts"] <= max(writes) <= e["ts"] + e["dur"]]
+    if not waits or not ends:
+        return None, None
+    wait = max(waits, key=lambda e: e["ts"])
+    end = max(ends)
+    # The wait's end, not all of it: on a real clock it can last a thousand
+    # times longer than the work, and the picture would show nothing else.
+    start = max(wait["ts"], wait["ts"] + wait["dur"] - max(20.0, (end - wait["ts"] - wait["dur"]) * 0.25))
+    # On libuv the read callback runs inside the poll phase, within the wait.
+    callbacks = [e["ts"] for e in events if e.get("cat") == "callback" and e.get("ph") == "X"
+                 and e["ts"] <= min(reads) <= e["ts"] + e["dur"]]
+    start = min([start, min(reads)] + callbacks)
+    return start - 5, end + 5
 
 
 FIGURES: tuple[Figure, ...] = (
@@ -612,7 +622,8 @@ FIGURES: tuple[Figure, ...] = (
            "one request's path through tinyloop.aio's transport and protocol", counters=(),
            crop=_request_path, text=True),
     Figure("libuv-request", "libuv", "reference", libuv_request,
-           "tinyloop.uv serving one request: uv_run's phases per iteration"),
+           "tinyloop.uv serving one request: uv_run's phases per iteration", counters=(),
+           crop=_request_path, text=True),
     Figure("realworld-pipelined", "realworld", "build", realworld_pipelined,
            "24 pipelined requests: one read, one parse pass, one write", counters=(),
            crop=_request_path, text=True),

@@ -23,7 +23,7 @@ from tinyloop.trace import chrome
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 # The chapters of Parts 0-V, each of which must show at least one trace.
-PARTS = ("baselines", "readiness", "callbacks", "generators", "coroutines", "asyncio", "realworld")  # libuv: when uv records
+PARTS = ("baselines", "readiness", "callbacks", "generators", "coroutines", "asyncio", "libuv", "realworld")
 DIRECTIVE = re.compile(r"^```\{trace-figure\}\s+(\S+)", re.MULTILINE)
 
 
