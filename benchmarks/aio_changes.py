@@ -67,9 +67,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
 
-from benchmarks import run as harness  # noqa: E402
+from benchmarks import run as http_run  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.process import choose_pinning, warm_up  # noqa: E402
+from benchmarks.harness.summary import median_range  # noqa: E402
 from benchmarks import servers  # noqa: E402
-from benchmarks.fairness import _SYSCALLS  # noqa: E402
+from benchmarks.fairness import SYSCALLS  # noqa: E402
 from benchmarks.loads import Load, Settings  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.aio import events, selector_events  # noqa: E402
@@ -664,10 +667,6 @@ def _overlap(a: dict, b: dict) -> bool | None:
     return a["min"] <= b["max"] and b["min"] <= a["max"]
 
 
-def _spread(values: list[float]) -> dict | None:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
-
-
 def summarize(chosen: list[Change], records: list[dict]) -> list[dict]:
     """One row per change: median, min and max of its figure for the real and the undone server."""
     rows = []
@@ -676,7 +675,7 @@ def summarize(chosen: list[Change], records: list[dict]) -> list[dict]:
         for side, name in (("with", change.real), ("without", change.undone)):
             runs = [r for r in records if r["server"] == name and r["load"] == change.load]
             ok = [r for r in runs if r["status"] == "ok" and r[change.figure] is not None]
-            summary = _spread([r[change.figure] for r in ok]) or {}
+            summary = median_range([r[change.figure] for r in ok]) or {}
             summary.update(runs=len(runs), ok_runs=len(ok),
                            rps=statistics.median([r["rps"] for r in ok]) if ok else None,
                            notes=sorted({r["note"] for r in runs if r["note"]}))
@@ -702,7 +701,7 @@ def run_servers(chosen: list[Change], settings: Settings, repeat: int, warmup: i
     with tempfile.TemporaryDirectory(prefix="tinyloop-aio-changes-") as workdir:
         for rep in range(1, repeat + 1):
             for load_name, name in pairs:
-                record = {"rep": rep, **harness.measure(server(name), LOADS[load_name], settings, pinning,
+                record = {"rep": rep, **http_run.measure(server(name), LOADS[load_name], settings, pinning,
                                                         Path(workdir), warmup)}
                 records.append(record)
                 figure = (f"{record['cpu_us_per_req']:.1f} µs/req" if record["cpu_us_per_req"] else "?")
@@ -790,10 +789,10 @@ _LAYERS = (
     ("asyncio/", "asyncio's tasks and futures (Python parts)"),
     ("/selectors.py", "selectors module"),
 )
-_KERNEL = (*_SYSCALLS, "'sendmsg'", "'getpeername'", "'getsockname'", "'accept'", "'fileno'")
+_KERNEL = (*SYSCALLS, "'sendmsg'", "'getpeername'", "'getsockname'", "'accept'", "'fileno'")
 
 
-def _layer(function: tuple[str, int, str]) -> str | None:
+def layer(function: tuple[str, int, str]) -> str | None:
     """The layer of ``function`` (a pstats key); None for a built-in counted with its callers."""
     path, _, name = function
     for fragment, layer in _LAYERS:
@@ -809,8 +808,8 @@ def _layer(function: tuple[str, int, str]) -> str | None:
 
 
 def by_layer(stats: pstats.Stats,
-             layer_of: Callable[[tuple[str, int, str]], str | None] = _layer) -> collections.Counter[str]:
-    """Seconds of own time per layer: ``layer_of`` (default: by _LAYERS, see _layer)."""
+             layer_of: Callable[[tuple[str, int, str]], str | None] = layer) -> collections.Counter[str]:
+    """Seconds of own time per layer: ``layer_of`` (default: by _LAYERS, see layer)."""
     layers: collections.Counter[str] = collections.Counter()
     for function, (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
         layer = layer_of(function)
@@ -880,7 +879,7 @@ def profiled(name: str, argv: tuple[str, ...], pinning: dict, warmup: int,
         command = [*pinning["server_prefix"], *argv, "--profile-to", out]
         process = ServerProcess(name, command=command).start()
         try:
-            failure = harness.warm_up(process.address, warmup, 5.0)  # as the table's runs are
+            failure = warm_up(process.address, warmup, 5.0)  # as the table's runs are
             if failure is not None:
                 raise RuntimeError(f"{name}: {failure[1]}")
             requests = load(process)
@@ -892,7 +891,7 @@ def profiled(name: str, argv: tuple[str, ...], pinning: dict, warmup: int,
 
 def profile_summary(stats: pstats.Stats, served: int, headline: str,
                     counted: tuple[tuple[str, tuple[str, ...]], ...] = _COUNTED,
-                    layer_of: Callable[[tuple[str, int, str]], str | None] = _layer) -> str:
+                    layer_of: Callable[[tuple[str, int, str]], str | None] = layer) -> str:
     """The profile's text: ``headline`` (what ran, under which load), the time by layer
     (``layer_of``, as by_layer) per request of the ``served``, the ``counted`` calls per
     request, and the top ten."""
@@ -967,12 +966,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.serve:
         return serve(args.serve, args.port, args.profile_to)
-    pinning = harness.choose_pinning(args.no_pin)
+    pinning = choose_pinning(args.no_pin)
     if args.profile:
         names = _keys(args.profile, list(RECIPES))
         text = "\n".join(profile_server(name, args.requests or DEFAULTS["requests"]["ab-k-c10"], pinning,
                                         args.warmup) for name in names)
-        text += (f"\n{harness._display(['python', 'benchmarks/aio_changes.py', *(argv or sys.argv[1:])])}\n"
+        text += (f"\n{display(['python', 'benchmarks/aio_changes.py', *(argv or sys.argv[1:])])}\n"
                  f"load average {os.getloadavg()[0]:.2f} at the end\n")
         out = args.profile_out or (PROFILE_REFERENCE if args.reference else PROFILE_LOCAL)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -989,11 +988,11 @@ def main(argv: list[str] | None = None) -> int:
     records = run_servers(chosen, settings, args.repeat, args.warmup, pinning) if chosen else []
     server_cpu = int(pinning["server_cpus"]) if pinning.get("enabled") else None
     micro_rows = measure_micro(micro, args.micro_repeat, args.micro_ops, server_cpu) if micro else []
-    machine = harness.fingerprint()
+    machine = fingerprint()
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": harness._display(["python", "benchmarks/aio_changes.py",
+        "command": display(["python", "benchmarks/aio_changes.py",
                                      *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine,
         "machine_line": f"{machine['cpu_model']}, {machine['cpus']} CPUs, {machine['python']}, "
@@ -1007,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"},
         "loads": {name: {"title": load.title, "concurrency": load.concurrency, "keepalive": load.keepalive,
                          "measures": load.measures} for name, load in LOADS.items()},
-        "servers": {name: {"summary": server(name).summary, "command": harness._display(server(name).argv)}
+        "servers": {name: {"summary": server(name).summary, "command": display(server(name).argv)}
                     for name in dict.fromkeys(n for c in chosen for n in (c.real, c.undone))},
         "rows": summarize(chosen, records),
         "micro": micro_rows,

@@ -34,7 +34,7 @@ benchmarks/results/echo.json that the book renders ({bench-echo}).
 #     server, then repetition 2...), each run on a fresh server process that
 #     the client first warms up, unmeasured.  Figures are medians of the
 #     repetitions that succeeded; ``spread`` is their [min, max], and a row
-#     whose largest messages/s or CPU µs/message is more than 1 + report.NOISE
+#     whose largest messages/s or CPU µs/message is more than 1 + NOISE
 #     times its smallest is flagged ``noisy``.
 #   * Nothing hangs: the client gives up after --timeout seconds without a
 #     completed message, runs under a wall-clock limit, and servers are
@@ -58,7 +58,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks import report, run, servers  # noqa: E402
+from benchmarks import report, servers  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.output import RESULTS, minutes, relative, write_json  # noqa: E402
+from benchmarks.harness.process import choose_names, choose_pinning, cpu_seconds  # noqa: E402
+from benchmarks.harness.summary import NOISE, is_noisy, median  # noqa: E402
 from benchmarks.servers import BUILD, PEER_DIR, Peer, Server  # noqa: E402
 from benchmarks.peers.echo_server import APIS, LOOPS, loop_factory  # noqa: E402
 
@@ -66,8 +70,8 @@ __all__ = ["BASELINE", "FIGURES", "PEERS", "Plan", "measure", "parse_client", "r
            "summarize", "table", "format_text", "main"]
 
 SCHEMA = 1
-REFERENCE = run.RESULTS / "echo.json"          # the book's, committed; only --save writes it
-LOCAL = run.RESULTS / "local" / "echo.json"    # a user's run: ignored by git
+REFERENCE = RESULTS / "echo.json"          # the book's, committed; only --save writes it
+LOCAL = RESULTS / "local" / "echo.json"    # a user's run: ignored by git
 
 BASELINE = "asyncio-protocol"
 SIZES_KIB = (1, 10, 100)
@@ -144,12 +148,12 @@ def prepare(peer: Peer) -> str | None:
     if peer.needs and shutil.which(peer.needs) is None:
         return f"{peer.needs} is not on PATH"
     if peer.name == "go":
-        return servers._build(BUILD / "echo-go", [PEER_DIR / "go" / "echo" / "main.go", PEER_DIR / "go" / "go.mod"],
+        return servers.build(BUILD / "echo-go", [PEER_DIR / "go" / "echo" / "main.go", PEER_DIR / "go" / "go.mod"],
                               lambda out: ["go", "build", "-o", str(out), "./echo"], cwd=PEER_DIR / "go",
                               env=_GO_ENV)
     if peer.name == "c-epoll":
         source = PEER_DIR / "c" / "echo_floor.c"
-        return servers._build(BUILD / "echo_floor", [source], _cc(source))
+        return servers.build(BUILD / "echo_floor", [source], _cc(source))
     return None
 
 
@@ -158,7 +162,7 @@ def prepare_client() -> str | None:
     if shutil.which(os.environ.get("CC", "cc")) is None and not CLIENT.exists():
         return "no C compiler (cc) to build benchmarks/peers/c/echo_client.c"
     source = PEER_DIR / "c" / "echo_client.c"
-    return servers._build(CLIENT, [source], _cc(source))
+    return servers.build(CLIENT, [source], _cc(source))
 
 
 # --- one run ------------------------------------------------------------
@@ -231,10 +235,10 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict, client
             record["status"] = "timeout" if warm is not None else "error"
             record["note"] = f"warm-up: no echo ({output.strip().splitlines()[-1:] or 'no output'})"
             return record
-        before = run._cpu_seconds(process)
+        before = cpu_seconds(process)
         code, output = _client(client_command(process.port, size, settings.duration, settings, client),
                                pinning["load_prefix"], settings.duration + limit)
-        after = run._cpu_seconds(process)
+        after = cpu_seconds(process)
         result = parse_client(output) if code == 0 else None
         if result is None:
             tail = output.strip().splitlines()[-1:] or ["no output"]
@@ -272,18 +276,13 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict, client
 
 # --- medians, spreads and ratios -------------------------------------------
 
-def _spread_is_noisy(low_high: list[float] | None) -> bool:
-    """Whether ``[min, max]`` differ by more than report.NOISE (max > min x 1.25)."""
-    return low_high is not None and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + report.NOISE)
-
-
 def summarize(records: list[dict], baseline: str | None = BASELINE) -> dict[str, dict[str, dict]]:
     """Fold run records into ``{str(size): {server: summary}}``.
 
     A summary holds each of FIGURES as the median over its ``"ok"`` runs;
     ``spread`` maps each figure to ``[min, max]`` over those runs (None
     without any); ``noisy`` lists the figures among msgs_per_s and
-    cpu_us_per_msg whose spread is wider than report.NOISE (two ok runs or
+    cpu_us_per_msg whose spread is wider than NOISE (two ok runs or
     more); ``ratio`` divides each figure by the ``baseline`` server's at the
     same size (None where either is missing).  ``status`` is ``"ok"`` when
     every run was, the failures' status when none was, else ``"partial"``.
@@ -298,11 +297,11 @@ def summarize(records: list[dict], baseline: str | None = BASELINE) -> dict[str,
             ok = [r for r in runs if r["status"] == "ok"]
             failed = [r for r in runs if r["status"] != "ok"]
             row: dict = {"runs": len(runs), "ok_runs": len(ok)}
-            row.update({figure: run._median([r[figure] for r in ok]) for figure in FIGURES})
+            row.update({figure: median([r[figure] for r in ok]) for figure in FIGURES})
             values = {figure: [r[figure] for r in ok if r[figure] is not None] for figure in FIGURES}
             row["spread"] = {figure: [min(v), max(v)] if v else None for figure, v in values.items()}
             row["noisy"] = [figure for figure in _NOISE_FIGURES
-                            if len(ok) >= 2 and _spread_is_noisy(row["spread"][figure])]
+                            if len(ok) >= 2 and is_noisy(row["spread"][figure])]
             if not failed:
                 row["status"], row["note"] = "ok", None
             else:
@@ -363,7 +362,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     """Check the command line, and get every server ready (building peers)."""
     base = QUICK if args.quick else DEFAULTS
     known = list(_PEERS)
-    names = run._names(args.servers, known, "server", known)
+    names = choose_names(args.servers, known, "server", known)
 
     def pick(given: float | None, key: str, flag: str, least: float) -> float:
         value = base[key] if given is None else given
@@ -410,7 +409,7 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
                  date: datetime, elapsed: float) -> dict:
     """The JSON the book's {bench-echo} and this module's table() read.
 
-    Keys: schema, date, command, machine (run.fingerprint()), tools, pinning,
+    Keys: schema, date, command, machine (fingerprint()), tools, pinning,
     settings {quick, repeat, duration_s, warmup_s, timeout_s, connections,
     sizes, noise, cpu_source, order}, baseline, client (the load generator's
     command), servers [{name, kind, summary, command, env, skipped}], runs
@@ -422,23 +421,23 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
     return {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": run._display(["python", "benchmarks/echo.py", *command]),
-        "machine": run.fingerprint(),
+        "command": display(["python", "benchmarks/echo.py", *command]),
+        "machine": fingerprint(),
         "tools": {**servers.tool_versions(), "echo_client": "benchmarks/peers/c/echo_client.c"},
         "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
         "settings": {
             "quick": plan.quick, "repeat": plan.repeat, "duration_s": settings.duration,
             "warmup_s": settings.warmup, "timeout_s": settings.timeout,
-            "connections": settings.connections, "sizes": plan.sizes, "noise": report.NOISE,
+            "connections": settings.connections, "sizes": plan.sizes, "noise": NOISE,
             "cpu_source": ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
                            if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none"),
             "order": "interleaved: each repetition runs every size on every server; a fresh server "
                      "process per run, warmed up first; figures are medians over repetitions",
         },
         "baseline": baseline,
-        "client": run._display(client_command(0, 1024, settings.duration, settings, Path("echo_client"))
+        "client": display(client_command(0, 1024, settings.duration, settings, Path("echo_client"))
                                ).replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
-        "servers": [{"name": s.name, "kind": s.kind, "summary": s.summary, "command": run._display(s.argv),
+        "servers": [{"name": s.name, "kind": s.kind, "summary": s.summary, "command": display(s.argv),
                      "env": s.env or None, "skipped": plan.skipped.get(s.name)} for s in plan.candidates],
         "runs": records,
         "results": summarize(records, baseline),
@@ -519,7 +518,7 @@ def format_text(data: dict) -> str:
     for size in data["settings"]["sizes"]:
         header, rows = table(data, size)
         title = f"echo, {_size_label(size)} messages, {data['settings']['connections']} connections"
-        parts.append("\n".join([title, *report._align(header, rows)]))
+        parts.append("\n".join([title, *report.align(header, rows)]))
     lines = notes(data) + [NOTES["ratio"], NOTES["cpu"], NOTES["noisy"]]
     return "\n\n".join(parts) + "\n\n" + "\n".join(lines) + "\nMeasured on: " + report.describe_machine(data)
 
@@ -566,19 +565,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skip {name}: {note}")
     if not plan.ready:
         raise SystemExit("echo.py: no server can run here")
-    pinning = run.choose_pinning(args.no_pin)
+    pinning = choose_pinning(args.no_pin)
     where = (f"server on CPU {pinning['server_cpus']}, client on CPU {pinning['load_cpus']}"
              if pinning["enabled"] else f"unpinned ({pinning['reason']})")
     print(f"echo: {len(plan.ready)} servers x {len(plan.sizes)} sizes x {plan.repeat} repetitions = "
-          f"{len(plan.runs())} runs; {where}; estimate about {run._minutes(plan.estimate_seconds())}", flush=True)
+          f"{len(plan.runs())} runs; {where}; estimate about {minutes(plan.estimate_seconds())}", flush=True)
     date, started = datetime.now(timezone.utc), time.monotonic()
     records = execute(plan, pinning)
     data = results_json(plan, pinning, records, sys.argv[1:] if argv is None else argv,
                         date, time.monotonic() - started)
-    written = run.write(data, out)
+    written = write_json(data, out, keep_copy=True)
     print()
     print(format_text(data))
-    print(f"\nwrote {run._relative(written)} in {run._minutes(data['elapsed_s'])}")
+    print(f"\nwrote {relative(written)} in {minutes(data['elapsed_s'])}")
     if written.resolve() == REFERENCE.resolve():
         print("this is the book's reference echo run now: commit benchmarks/results/echo.json")
     return 0

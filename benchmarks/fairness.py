@@ -220,7 +220,7 @@ _LAYERS = (
     ("tinyloop/http/", "HTTP: tinyloop/http"),
     ("/selectors.py", "selectors module"),
 )
-_SYSCALLS = ("'send'", "'recv", "'shutdown'", "'_accept'", "socket.close", "'poll' of 'select.epoll'",
+SYSCALLS = ("'send'", "'recv", "'shutdown'", "'_accept'", "socket.close", "'poll' of 'select.epoll'",
              "'register' of 'select.epoll'", "'modify' of 'select.epoll'",
              "'unregister' of 'select.epoll'", "'setsockopt'", "'setblocking'")
 
@@ -231,7 +231,7 @@ def _layer(function: tuple[str, int, str]) -> str:
         if fragment in path:
             return layer
     if path == "~":
-        return "system calls" if any(s in name for s in _SYSCALLS) else "other built-ins"
+        return "system calls" if any(s in name for s in SYSCALLS) else "other built-ins"
     return "other Python"
 
 

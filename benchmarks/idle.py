@@ -64,7 +64,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import loads, report, servers  # noqa: E402
-from benchmarks import run as harness  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.process import choose_pinning, cpu_seconds, warm_up  # noqa: E402
+from benchmarks.harness.summary import median  # noqa: E402
 from benchmarks.loads import Load, Settings  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.http import HELLO  # noqa: E402
@@ -306,7 +308,7 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
     counter = None
     try:
         started = time.monotonic()
-        failure = harness.warm_up(process.address, warmup, settings.socket_timeout)
+        failure = warm_up(process.address, warmup, settings.socket_timeout)
         if failure is not None:
             record["status"], record["note"] = failure
             return record
@@ -320,12 +322,12 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
         if count_waits:
             counter = WaitCounter(process.pid, settings.socket_timeout)
             counter.start()
-        before = harness._cpu_seconds(process)
+        before = cpu_seconds(process)
         try:
             result, _, output = loads.run(LOAD, f"http://{process.host}:{process.port}/", settings,
                                           workdir, pinning["load_prefix"])
         finally:
-            after = harness._cpu_seconds(process)
+            after = cpu_seconds(process)
             if counter is not None:
                 record["waits"] = counter.stop()
                 if counter.reason:
@@ -385,7 +387,7 @@ def summarize(runs: list[dict]) -> dict[str, dict[str, dict]]:
             bad = [run for run in group if run["status"] != "ok"]
             summary: dict = {"runs": len(group), "ok_runs": len(ok)}
             for key in (*(figure for figure, _, _ in FIGURES.values()), "server_fds"):
-                summary[key] = harness._median([run[key] for run in ok])
+                summary[key] = median([run[key] for run in ok])
             summary["status"] = "ok" if not bad else ("partial" if ok else bad[0]["status"])
             notes = sorted({run["note"] for run in bad if run["note"]})
             summary["note"] = (f"{len(bad)} of {len(group)} runs: {'; '.join(notes)}" if bad else None)
@@ -488,7 +490,7 @@ def render(data: dict) -> str:
         if figure == "waits" and not settings.get("waits_counted"):
             continue
         header, rows = table(data, figure)
-        out += [FIGURES[figure][1], *report._align(header, rows), ""]
+        out += [FIGURES[figure][1], *report.align(header, rows), ""]
     out += [f"  {stage} at {idle} idle: {summary['note']}" for stage, by_count in data["results"].items()
             for idle, summary in by_count.items() if summary["note"]]
     out += [f"- {NOTES[key]}" for key in NOTES if key != "waits" or settings.get("waits_counted")]
@@ -536,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("ab") is None:
         raise SystemExit("idle.py: ab not found; install ApacheBench (Debian: apache2-utils)")
     limit = raise_fd_limit(max(args.counts))
-    pinning = harness.choose_pinning(args.no_pin)
+    pinning = choose_pinning(args.no_pin)
     settings = Settings(requests={LOAD.name: args.requests}, duration=0.0,
                         socket_timeout=args.timeout, run_timeout=args.run_timeout)
     plan = [(rep, stage, measured) for rep in range(1, args.repeat + 1) for stage in args.stages
@@ -558,9 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": harness._display(["python", "benchmarks/idle.py", *argv_shown]),
-        "load_command": harness._display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
-        "machine": harness.fingerprint(),
+        "command": display(["python", "benchmarks/idle.py", *argv_shown]),
+        "load_command": display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
+        "machine": fingerprint(),
         "tools": {"ab": servers.tool_versions()["ab"]},
         "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
         "settings": {"stages": args.stages, "counts": args.counts, "requests": args.requests,

@@ -50,13 +50,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks import micro, run  # noqa: E402
+from benchmarks import micro  # noqa: E402
+from benchmarks.harness.output import RESULTS  # noqa: E402
 from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
 
 __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
-REFERENCE = run.RESULTS / "instructions.json"
-LOCAL = run.RESULTS / "local" / "instructions.json"
+REFERENCE = RESULTS / "instructions.json"
+LOCAL = RESULTS / "local" / "instructions.json"
 N, DELTA = 1_000, 10_000     # operations in the short and the long run
 PER_TIMER = "uv/timer-per-handle"
 LOOP_NAMES = (*LOOPS, PER_TIMER)

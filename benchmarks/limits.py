@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks.run import fingerprint  # noqa: E402
+from benchmarks.harness.machine import fingerprint  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 

@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks import run as harness  # noqa: E402
+from benchmarks.harness.machine import fingerprint  # noqa: E402
 from benchmarks import servers  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.http import HELLO  # noqa: E402
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": bool(args.quick),
         "command": command,
         "seconds": round(time.monotonic() - started, 1),
-        "machine": harness.fingerprint(),
+        "machine": fingerprint(),
         "counts": counts,
         "repeat": repeat,
         "servers": rows,

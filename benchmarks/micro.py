@@ -62,15 +62,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks import report, run, servers  # noqa: E402
+from benchmarks import report, servers  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.output import RESULTS, minutes, relative  # noqa: E402
+from benchmarks.harness.process import choose_names  # noqa: E402
+from benchmarks.harness.summary import NOISE, is_noisy  # noqa: E402
 from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
 
 __all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
 
 SCHEMA = 1
-REFERENCE = run.RESULTS / "micro.json"                 # the book's, committed; only --save writes it
-LOCAL = run.RESULTS / "local" / "micro.json"           # a user's run: ignored by git
-PYPERF_JSON = run.RESULTS / "local" / "micro-pyperf.json"
+REFERENCE = RESULTS / "micro.json"                 # the book's, committed; only --save writes it
+LOCAL = RESULTS / "local" / "micro.json"           # a user's run: ignored by git
+PYPERF_JSON = RESULTS / "local" / "micro-pyperf.json"
 BASELINE = "asyncio"
 
 # Each batch of operations ends in one pass of run_forever; large enough that
@@ -190,7 +194,7 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
 
     A row has ``median_ns``, ``mean_ns``, ``stdev_ns``, ``ops_per_s``
     (1 / median), ``spread_ns`` [min, max], ``noisy`` (the largest value over
-    1 + report.NOISE times the smallest) and ``ratio``: its median time over
+    1 + NOISE times the smallest) and ``ratio``: its median time over
     the baseline loop's (below 1 is faster), None without a baseline row.
     """
     out: dict[str, dict[str, dict]] = {}
@@ -202,7 +206,7 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
             "stdev_ns": statistics.stdev(ns) if len(ns) > 1 else 0.0,
             "ops_per_s": 1e9 / median if median else None, "values": len(ns),
             "spread_ns": [min(ns), max(ns)],
-            "noisy": min(ns) > 0 and max(ns) > min(ns) * (1 + report.NOISE),
+            "noisy": is_noisy([min(ns), max(ns)]),
         }
     for rows in out.values():
         base = rows.get(baseline)
@@ -248,7 +252,7 @@ def format_text(data: dict) -> str:
     parts = []
     for op in data["operations"]:
         header, rows = table(data, op["name"])
-        parts.append("\n".join([f"{op['name']}: {op['what']}", *report._align(header, rows)]))
+        parts.append("\n".join([f"{op['name']}: {op['what']}", *report.align(header, rows)]))
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
     notes.append("× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.")
     notes.append("Measured on: " + describe(data))
@@ -258,7 +262,7 @@ def format_text(data: dict) -> str:
 # --- the command line --------------------------------------------------------
 
 def _split(argument: str | None, known: list[str], what: str) -> list[str]:
-    return run._names(argument, known, what, known)
+    return choose_names(argument, known, what, known)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(or pip install pyperf)") from None
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = run._display(["python", "benchmarks/micro.py", *argv])
+    command = display(["python", "benchmarks/micro.py", *argv])
     worker = "--worker" in argv
     quick = "--quick" in argv
     save = "--save" in argv
@@ -326,11 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
         "command": command,
-        "machine": run.fingerprint(),
+        "machine": fingerprint(),
         "tools": {"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
         "settings": {"quick": quick, "processes": args.processes, "values": args.values,
                      "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
-                     "batch": BATCH, "noise": report.NOISE},
+                     "batch": BATCH, "noise": NOISE},
         "baseline": BASELINE if BASELINE in ready else None,
         "operations": [{"name": op, "what": OPERATIONS[op][1]} for op in ops],
         "loops": [{"name": name, "skipped": skipped.get(name)} for name in loops],
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print()
     print(format_text(data))
-    print(f"\nwrote {run._relative(out)} and {run._relative(pyperf_json)} in {run._minutes(data['elapsed_s'])}")
+    print(f"\nwrote {relative(out)} and {relative(pyperf_json)} in {minutes(data['elapsed_s'])}")
     return 0
 
 

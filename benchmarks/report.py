@@ -59,7 +59,13 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+
+from benchmarks.harness.summary import NOISE, is_noisy  # noqa: E402  (the one noise rule)
+
+__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "align", "describe_machine", "footnotes", "format_text", "load",
            "markdown", "noisy", "plot", "server_names", "spread", "table"]
 
 SCHEMA = 1
@@ -87,8 +93,6 @@ FOOTNOTES = {
                "machine before reading much into that row."),
 }
 
-# Repetitions differing by more than this fraction make a row noisy.
-NOISE = 0.25
 # The figures whose spread decides noisiness: the two the chapters compare by.
 _NOISE_FIGURES = ("rps", "cpu_us_per_req")
 
@@ -187,7 +191,7 @@ def noisy(data: dict, load_name: str, server: str) -> bool:
         return False
     for figure in _NOISE_FIGURES:
         low_high = spread(data, load_name, server, figure)
-        if low_high and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + NOISE):
+        if is_noisy(low_high):
             return True
     return False
 
@@ -283,7 +287,8 @@ def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> l
     return notes
 
 
-def _align(header: list[str], rows: list[list[str]]) -> list[str]:
+def align(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = []
     for row in [header, *rows]:
@@ -302,7 +307,7 @@ def format_text(data: dict, load_names: list[str] | None = None) -> str:
             continue
         header, rows = table(data, entry["name"], ratios=baseline is not None)
         out += ["", f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", ""]
-        out += _align(header, rows)
+        out += align(header, rows)
         out += [f"  {note}" for note in footnotes(data, entry["name"])]
     out.append("")
     keys = ["ratio"] if baseline else []

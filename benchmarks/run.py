@@ -23,7 +23,7 @@ reference run, benchmarks/results/latest.json, which only ``--reference``
 #     the machine while we measure (a cron job, thermal throttling) then
 #     spreads over every server instead of landing on one.  Each figure
 #     reported is the median of the repetitions, with its spread (min and
-#     max); a row whose repetitions differ by more than report.NOISE (25%)
+#     max); a row whose repetitions differ by more than NOISE (25%)
 #     is flagged noisy, in the JSON and in the tables.
 #   * A user's run writes under benchmarks/results/local/ (ignored by git);
 #     the committed reference results change only with --reference.
@@ -42,18 +42,12 @@ reference run, benchmarks/results/latest.json, which only ``--reference``
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import shlex
 import shutil
 import socket
-import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,15 +57,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.output import LOCAL as LOCAL_DIR  # noqa: E402
+from benchmarks.harness.output import RESULTS, minutes, relative, write_json  # noqa: E402
+from benchmarks.harness.process import (CPU_SOURCE, choose_names, choose_pinning, cpu_seconds,  # noqa: E402
+                                        warm_up)
+from benchmarks.harness.summary import is_noisy, median  # noqa: E402
 from benchmarks.loads import Load, Settings  # noqa: E402
 from benchmarks.servers import Server  # noqa: E402
 from tinyloop import stages  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+from tinyloop.testing import recv_response  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
-REFERENCE = RESULTS / "latest.json"       # the book's, committed; only --reference writes it
-LOCAL = RESULTS / "local" / "latest.json"  # a user's run: ignored by git
+REFERENCE = RESULTS / "latest.json"     # the book's, committed; only --reference writes it
+LOCAL = LOCAL_DIR / "latest.json"        # a user's run: ignored by git
 SCHEMA = 1
 
 # Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
@@ -87,22 +85,6 @@ _ESTIMATE_OVERHEAD = 0.3  # seconds to start, warm up and stop a server
 
 
 # --- choosing what to run -------------------------------------------------
-
-def _names(argument: str | None, known: list[str], what: str, default: list[str]) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``, checked against ``known``; None -> ``default``; "none" -> []."""
-    if argument is None:
-        return default
-    if argument.strip().lower() in ("", "none"):
-        return []
-    if argument.strip().lower() == "all":
-        return known
-    chosen = [name.strip() for name in argument.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in known]
-    if unknown:
-        raise SystemExit(f"run.py: unknown {what} {', '.join(map(repr, unknown))}; "
-                         f"choose from: {', '.join(known)} (or 'all', 'none')")
-    return chosen
-
 
 def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
     """``"5000"`` sets both ab loads; ``"ab-close=5000,ab-keepalive=20000"`` sets each."""
@@ -169,87 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --- the machine ------------------------------------------------------------
-
-def fingerprint() -> dict[str, object]:
-    """What the numbers were measured on: CPU, cores, memory, OS, kernel, Python."""
-    model = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
-    memory = None
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(f.readline().split()[1])  # "MemTotal:  16384000 kB"
-            memory = round(kib / 1024 / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "cpu_model": model or platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "cpus_usable": usable,
-        "memory_gib": memory,
-        "os": platform.platform(),
-        "system": platform.system(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-    }
-
-
-def choose_pinning(disabled: bool) -> dict[str, object]:
-    """Pin the server to one CPU and the load generator to another, when we can.
-
-    Returns the JSON's ``pinning`` entry; ``server_prefix``/``load_prefix``
-    are the argument lists to put before each command (dropped from the JSON).
-    """
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    off = {"enabled": False, "server_prefix": [], "load_prefix": []}
-    if disabled:
-        return {**off, "reason": "--no-pin"}
-    if len(cpus) < 2:
-        return {**off, "reason": f"{len(cpus) or 'an unknown number of'} usable CPU(s): nothing to separate"}
-    if shutil.which("taskset") is None:
-        print("note: taskset (util-linux) is not installed: server and load generator run unpinned")
-        return {**off, "reason": "taskset is not installed"}
-    server_cpu, load_cpu = cpus[0], cpus[1]
-    # The harness itself mostly waits; keep it off the server's CPU too.
-    os.sched_setaffinity(0, {load_cpu})
-    return {"enabled": True, "tool": "taskset", "server_cpus": str(server_cpu), "load_cpus": str(load_cpu),
-            "harness_cpus": str(load_cpu), "reason": None,
-            "server_prefix": ["taskset", "-c", str(server_cpu)],
-            "load_prefix": ["taskset", "-c", str(load_cpu)]}
-
-
 # --- one run ------------------------------------------------------------
-
-def _cpu_seconds(process: ServerProcess) -> float | None:
-    """The server's user + system CPU time so far, all its threads, in seconds; None if unknown."""
-    # Discussion: /proc/PID/stat (ServerProcess.cpu_seconds) counts in clock
-    # ticks, 10 ms each, which is coarse for a run that costs the server a
-    # few hundred milliseconds.  Linux also gives every process a CPU-time
-    # clock that any other process may read, in nanoseconds, covering all its
-    # threads, dead ones included: the clock id clock_getcpuclockid(3) would
-    # return is (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; see the
-    # kernel's posix-cpu-timers.c).  Elsewhere we fall back to /proc, and
-    # where there is no /proc either, to None: resource.getrusage cannot
-    # see another running process.
-    if sys.platform == "linux":
-        try:
-            return time.clock_gettime((~process.pid << 3) | 2)
-        except (OSError, OverflowError):
-            pass
-    try:
-        return process.cpu_seconds()
-    except (OSError, ValueError, IndexError):
-        return None
-
 
 class Newcomer(threading.Thread):
     """One GET / on a new connection, sent ``delay`` seconds into a load.
@@ -298,31 +200,6 @@ class Newcomer(threading.Thread):
         self.join(self.timeout)
 
 
-def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[str, str] | None:
-    """Send ``GET /`` ``requests`` times, one after another, on one keep-alive connection.
-
-    The first answer says the server is up; the rest let it settle (caches,
-    a JIT, lazily built state) before it is measured.  Returns None when
-    every answer was 200 with the hello body, else ``(status, note)`` for the
-    run's record.  Each answer is awaited at most ``timeout`` seconds.
-    """
-    done = 0
-    try:
-        with socket.create_connection(address, timeout=timeout) as sock:
-            buffer = bytearray()
-            for done in range(max(requests, 1)):
-                sock.sendall(b"GET / HTTP/1.1\r\nHost: warm-up\r\n\r\n")
-                status, _, body = recv_response(sock, buffer)
-                if status != 200 or body != HELLO:
-                    return "error", f"GET / answered {status} {body[:40]!r}"
-    except (socket.timeout, TimeoutError):
-        where = f" (warm-up request {done + 1})" if done else ""
-        return "timeout", f"no answer to GET / within {timeout:g} s{where}"
-    except (OSError, ValueError, IndexError) as error:
-        return "error", f"GET / failed: {error}"
-    return None
-
-
 def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path,
             warmup: int = 1) -> dict:
     """Start ``server``, warm it up with ``warmup`` requests, put ``load`` on it, stop it.
@@ -352,12 +229,12 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
             newcomer = Newcomer(process.address, settings.duration / 2,
                                 settings.duration + settings.socket_timeout)
             newcomer.start()
-        before = _cpu_seconds(process)
+        before = cpu_seconds(process)
         try:
             result, _, output = loads.run(load, url, settings, workdir, pinning["load_prefix"])
         finally:
             load_ended = time.monotonic()
-            after = _cpu_seconds(process)
+            after = cpu_seconds(process)
             if newcomer is not None:
                 newcomer.finish()
         exit_code = process.proc.poll() if process.proc else None
@@ -398,18 +275,13 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")
 
 
-def _median(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dict]]:
     """Fold the run records into ``{load: {server: summary}}``.
 
     A summary's figures (FIGURES, ``completed``, ``newcomer_ms``) are medians over the
     runs whose status is ``"ok"``; ``spread`` holds each FIGURES' ``[min, max]``
     over those runs, and ``noisy`` is true when two or more of them differ by
-    more than ``report.NOISE`` in req/s or CPU µs/req; ``failed`` is the sum
+    more than ``NOISE`` in req/s or CPU µs/req; ``failed`` is the sum
     over every run.
     ``status`` is ``"ok"`` when every run was, the failing runs' status when
     none was, and ``"partial"`` in between.  ``ratio`` divides each figure by
@@ -426,13 +298,13 @@ def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dic
             bad = [run for run in server_runs if run["status"] != "ok"]
             summary: dict = {"runs": len(server_runs), "ok_runs": len(ok)}
             for figure in (*FIGURES, "completed", "newcomer_ms"):
-                summary[figure] = _median([run[figure] for run in ok])
+                summary[figure] = median([run[figure] for run in ok])
             summary["spread"] = {}
             for figure in FIGURES:
                 values = [run[figure] for run in ok if run[figure] is not None]
                 summary["spread"][figure] = [min(values), max(values)] if values else None
             summary["noisy"] = len(ok) >= 2 and any(
-                low_high is not None and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + report.NOISE)
+                is_noisy(low_high)
                 for figure, low_high in summary["spread"].items() if figure in ("rps", "cpu_us_per_req"))
             failed = [run["failed"] for run in server_runs if run["failed"] is not None]
             summary["failed"] = sum(failed) if failed else None
@@ -456,10 +328,6 @@ def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dic
 
 
 # --- the whole run ------------------------------------------------------
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
 
 def _progress(index: int, total: int, rep: int, repeat: int, record: dict, width: int) -> str:
     """``[ 7/66] rep 1/3 epoll ab-close ... 8123 req/s p99 3.1 ms cpu 95 µs/req``"""
@@ -515,10 +383,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     base = QUICK if args.quick else DEFAULTS
     every_stage = [stage.name for stage in stages.STAGES]
     every_load = [load.name for load in loads.LOADS]
-    stage_names = _names(args.stages, every_stage, "stage", every_stage)
-    peer_names = _names(args.peers, [peer.name for peer in servers.PEERS], "peer",
+    stage_names = choose_names(args.stages, every_stage, "stage", every_stage)
+    peer_names = choose_names(args.peers, [peer.name for peer in servers.PEERS], "peer",
                         [peer.name for peer in servers.PEERS if peer.default])
-    load_names = _names(args.loads, every_load, "load",
+    load_names = choose_names(args.loads, every_load, "load",
                         [load.name for load in loads.LOADS if load.default])
 
     def pick(given: float | None, key: str, flag: str, least: float) -> float:
@@ -560,15 +428,9 @@ def execute(plan: Plan, pinning: dict) -> list[dict]:
             print(_progress(index, len(order), rep, plan.repeat, record, width), flush=True)
             if index % per_rep == 0 and rep < plan.repeat:
                 took, rep_started = time.monotonic() - rep_started, time.monotonic()
-                print(f"rep {rep}/{plan.repeat} took {_minutes(took)}; "
-                      f"about {_minutes(took * (plan.repeat - rep))} to go", flush=True)
+                print(f"rep {rep}/{plan.repeat} took {minutes(took)}; "
+                      f"about {minutes(took * (plan.repeat - rep))} to go", flush=True)
     return records
-
-
-def _display(argv: Sequence[str]) -> str:
-    """A command as a reader would type it: ``python`` for this interpreter, paths from the repository root."""
-    words = ["python" if word == sys.executable else word.replace(f"{ROOT}{os.sep}", "") for word in argv]
-    return shlex.join(words)
 
 
 def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[str],
@@ -579,7 +441,7 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
     return {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": _display(["python", "benchmarks/run.py", *command]),
+        "command": display(["python", "benchmarks/run.py", *command]),
         "machine": fingerprint(),
         "tools": servers.tool_versions(),
         "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
@@ -587,8 +449,7 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
             "quick": plan.quick, "repeat": plan.repeat, "requests": settings.requests,
             "warmup_requests": plan.warmup, "duration_s": settings.duration,
             "socket_timeout_s": settings.socket_timeout, "run_timeout_s": settings.run_timeout,
-            "cpu_source": ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
-                           if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none"),
+            "cpu_source": CPU_SOURCE,
             "order": "interleaved: each repetition runs every load on every server; "
                      "a fresh server process per run; figures are medians over repetitions",
         },
@@ -597,13 +458,13 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
                    "concurrency": load.concurrency, "keepalive": load.keepalive,
                    "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
                    "duration_s": settings.duration if load.tool == "wrk" else None,
-                   "command": _display(loads.command(load, "http://127.0.0.1:PORT/", settings,
+                   "command": display(loads.command(load, "http://127.0.0.1:PORT/", settings,
                                                      Path("PERCENTILES.csv") if load.tool == "ab" else None)),
                    # Only a pipelined load says so: the other loads' entries stay as they were.
                    **({"pipeline": load.pipeline} if load.pipeline > 1 else {})}
                   for load in plan.loads],
         "servers": [{"name": server.name, "kind": server.kind, "summary": server.summary,
-                     "chapter": server.chapter, "command": _display(server.argv),
+                     "chapter": server.chapter, "command": display(server.argv),
                      "env": server.env or None, "skipped": plan.skipped.get(server.name)}
                     for server in plan.candidates],
         "runs": records,
@@ -641,27 +502,27 @@ def main(argv: list[str] | None = None) -> int:
     where = (f"server on CPU {pinning['server_cpus']}, load generator on CPU {pinning['load_cpus']}"
              if pinning["enabled"] else f"unpinned ({pinning['reason']})")
     print(f"{len(plan.ready)} servers x {len(plan.loads)} loads x {plan.repeat} repetitions = "
-          f"{len(plan.runs())} runs; {where}; estimate about {_minutes(plan.estimate_seconds())}", flush=True)
+          f"{len(plan.runs())} runs; {where}; estimate about {minutes(plan.estimate_seconds())}", flush=True)
 
     date, started = datetime.now(timezone.utc), time.monotonic()
     records = execute(plan, pinning)
     data = results_json(plan, pinning, records, sys.argv[1:] if argv is None else argv,
                         date, time.monotonic() - started)
-    out = write(data, args.out)
+    out = write_json(data, args.out, keep_copy=True)
     print()
     print(report.format_text(data))
-    print(f"\nwrote {_relative(out)} in {_minutes(data['elapsed_s'])}")
+    print(f"\nwrote {relative(out)} in {minutes(data['elapsed_s'])}")
     if out.resolve() == REFERENCE.resolve():
         print("this is the book's reference run now: commit it with its plot, "
               "git add benchmarks/results/latest.json benchmarks/results/latest.png")
     else:
         print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
-              f"in it, build with -D book_bench_results={_relative(out)}")
+              f"in it, build with -D book_bench_results={relative(out)}")
     if not args.no_plot:
         png = args.plot or args.out.with_suffix(".png")
         try:
             report.plot(data, None, png)
-            print(f"drew {_relative(png)}")
+            print(f"drew {relative(png)}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
     if args.syscalls:
@@ -676,25 +537,6 @@ def main(argv: list[str] | None = None) -> int:
         return syscalls.main([*chosen, *where, *(["--quick"] if args.quick else []),
                               *(["--no-pin"] if args.no_pin else [])])
     return 0
-
-
-def write(data: dict, out: Path) -> Path:
-    """Write ``data`` to ``out`` and a timestamped copy to ``out``'s ``runs/``; returns ``out``."""
-    text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    stamp = data["date"].replace(":", "").replace("+0000", "Z")
-    copy = out.parent / "runs" / f"{out.stem}-{stamp}.json"
-    copy.parent.mkdir(exist_ok=True)
-    copy.write_text(text, encoding="utf-8")
-    return out
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":

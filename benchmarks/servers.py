@@ -27,10 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.harness import process
+from benchmarks.harness.machine import version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "launch", "peer_server", "prepare",
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "launch", "peer_server", "prepare",
            "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
@@ -129,18 +131,18 @@ def prepare(server: Server) -> str | None:
     elif peer.needs and shutil.which(peer.needs) is None:
         return f"{peer.needs} is not on PATH"
     if server.name == "go-nethttp":
-        return _build(BUILD / "go-nethttp", [PEER_DIR / "go" / "main.go", PEER_DIR / "go" / "go.mod"],
+        return build(BUILD / "go-nethttp", [PEER_DIR / "go" / "main.go", PEER_DIR / "go" / "go.mod"],
                       lambda out: ["go", "build", "-o", str(out), "."], cwd=PEER_DIR / "go",
                       env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
                            "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
     if server.name == "c-epoll":
         source = PEER_DIR / "c" / "http_floor.c"
-        return _build(BUILD / "http_floor", [source],
+        return build(BUILD / "http_floor", [source],
                       lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
     return None
 
 
-def _build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,
+def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,
            cwd: Path | None = None, env: dict[str, str] | None = None) -> str | None:
     """Build ``binary`` with ``command(output_path)`` unless it is newer than every source.
 
@@ -171,28 +173,18 @@ def _build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list
 def launch(server: Server, prefix: Sequence[str] = (), timeout: float = 15.0) -> ServerProcess:
     """Start ``server`` (with ``prefix``, e.g. ``taskset -c 0``, before its command) and
     return the running ServerProcess; raises ``RuntimeError`` if it does not announce its port."""
-    process = ServerProcess(server.name, command=[*prefix, *server.argv], env=server.env, timeout=timeout)
-    return process.start()
-
-
-def _first_line(argv: list[str]) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = (done.stdout + done.stderr).strip().splitlines()
-    return lines[0].strip() if lines else None
+    return process.launch(server.name, server.argv, env=server.env, prefix=prefix, timeout=timeout)
 
 
 def tool_versions() -> dict[str, str | None]:
     """The version line of every program and library the numbers depend on (None: absent)."""
     versions: dict[str, str | None] = {
-        "ab": _first_line(["ab", "-V"]),
-        "wrk": _first_line(["wrk", "-v"]),
-        "go": _first_line(["go", "version"]) if shutil.which("go") else None,
-        "node": _first_line(["node", "--version"]) if shutil.which("node") else None,
-        "cc": _first_line([os.environ.get("CC", "cc"), "--version"]),
-        "taskset": _first_line(["taskset", "--version"]) if shutil.which("taskset") else None,
+        "ab": version_line(["ab", "-V"]),
+        "wrk": version_line(["wrk", "-v"]),
+        "go": version_line(["go", "version"]) if shutil.which("go") else None,
+        "node": version_line(["node", "--version"]) if shutil.which("node") else None,
+        "cc": version_line([os.environ.get("CC", "cc"), "--version"]),
+        "taskset": version_line(["taskset", "--version"]) if shutil.which("taskset") else None,
     }
     for module in ("uvloop", "matplotlib"):
         try:

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks.run import fingerprint  # noqa: E402
+from benchmarks.harness.machine import fingerprint  # noqa: E402
 from tinyloop.callbacks.loop import Loop  # noqa: E402
 from tinyloop.generators.scheduler import Scheduler  # noqa: E402
 from tinyloop.generators.traps import current_task, sleep  # noqa: E402

@@ -68,8 +68,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import loads, servers  # noqa: E402
 from benchmarks.loads import Settings  # noqa: E402
-from benchmarks.run import _display, _names, choose_pinning, fingerprint, warm_up  # noqa: E402
-from benchmarks.servers import _first_line  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
+from benchmarks.harness.process import choose_names, choose_pinning, warm_up  # noqa: E402
 from tinyloop import stages  # noqa: E402
 
 __all__ = ["DEPTH_LOADS", "GROUPS", "SCHEMA", "Strace", "main", "markdown", "measure",
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["per_request"] = per_request(record["calls"], record["requests"])
         out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
-        print(f"wrote {_display([str(out.with_suffix('.md'))])}")
+        print(f"wrote {display([str(out.with_suffix('.md'))])}")
         return 0
     try:
         depths = [int(d) for d in args.depths.split(",") if d.strip()]
@@ -384,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         raise SystemExit("syscalls.py: wrk is not installed (Debian: apt-get install wrk)")
     every_stage = [stage.name for stage in stages.STAGES]
-    stage_names = _names(args.stages, every_stage, "stage", every_stage)
-    peer_names = _names(args.peers, [peer.name for peer in servers.PEERS], "peer",
+    stage_names = choose_names(args.stages, every_stage, "stage", every_stage)
+    peer_names = choose_names(args.peers, [peer.name for peer in servers.PEERS], "peer",
                         [peer.name for peer in servers.PEERS if peer.default])
     candidates = ([servers.stage_server(stages.get(name)) for name in stage_names]
                   + [servers.peer_server(name) for name in peer_names])
@@ -418,13 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": _display(["python", "benchmarks/syscalls.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": display(["python", "benchmarks/syscalls.py", *(sys.argv[1:] if argv is None else argv)]),
         "machine": fingerprint(),
-        "tools": {"strace": _first_line(["strace", "-V"]), "wrk": _first_line(["wrk", "-v"])},
+        "tools": {"strace": version_line(["strace", "-V"]), "wrk": version_line(["wrk", "-v"])},
         "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
         "settings": {"quick": args.quick, "duration_s": duration, "warmup_requests": warmup,
                      "counter": "strace -c -f -p PID, attached after the warm-up, detached when wrk ends"},
-        "commands": {str(depth): _display(loads.command(loads.get(name), url, settings))
+        "commands": {str(depth): display(loads.command(loads.get(name), url, settings))
                      for depth, name in DEPTH_LOADS.items()},
         "groups": GROUPS,
         "skipped": skipped,
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
-    print(f"wrote {_display([str(out)])} and its .md in {data['elapsed_s']:.0f} s")
+    print(f"wrote {display([str(out)])} and its .md in {data['elapsed_s']:.0f} s")
     return 0
 
 

@@ -55,7 +55,6 @@ import argparse
 import asyncio
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -70,7 +69,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
 
 from benchmarks import aio_changes, echo, loads, micro, servers  # noqa: E402
-from benchmarks import run as harness  # noqa: E402
+from benchmarks import run as http_run  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.output import RESULTS  # noqa: E402
+from benchmarks.harness.process import choose_pinning  # noqa: E402
+from benchmarks.harness.summary import median_range  # noqa: E402
 from benchmarks.peers.echo_server import EchoProtocol  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from tinyloop.aio.server import serve_on  # noqa: E402
@@ -79,7 +82,6 @@ from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
 from tinyloop.testing import ServerProcess  # noqa: E402
 
 SCHEMA = 1
-RESULTS = harness.RESULTS
 REFERENCE = RESULTS / "uv_changes.json"             # the book's; only --reference writes it
 LOCAL = RESULTS / "local" / "uv_changes.json"       # a user's run: ignored by git
 PROFILE_REFERENCE = RESULTS / "profile_uv.txt"
@@ -211,7 +213,7 @@ def measure(key: str, load: str, plan: Plan, pinning: dict, workdir: Path) -> di
         record = echo.measure(server(key, "echo"), ECHO_SIZE, plan.echo, pinning)
         cpu, rate = record["cpu_us_per_msg"], record["msgs_per_s"]
     else:
-        record = harness.measure(server(key, "http"), loads.get(load), plan.http, pinning, workdir, plan.warmup)
+        record = http_run.measure(server(key, "http"), loads.get(load), plan.http, pinning, workdir, plan.warmup)
         cpu, rate = record["cpu_us_per_req"], record["rps"]
     ok = record["status"] == "ok" and cpu is not None
     return {"step": key, "load": load, "status": record["status"], "note": record["note"],
@@ -246,8 +248,8 @@ def summarize(plan: Plan, records: list[dict]) -> list[dict]:
             runs = [r for r in records if r["load"] == load and r["step"] == key]
             ok = [r for r in runs if r["cpu_us"] is not None]
             row: dict[str, Any] = {"load": load, "step": key, "runs": len(runs), "ok_runs": len(ok),
-                                   "cpu_us": aio_changes._spread([r["cpu_us"] for r in ok]),
-                                   "rate": aio_changes._spread([r["rate"] for r in ok]),
+                                   "cpu_us": median_range([r["cpu_us"] for r in ok]),
+                                   "rate": median_range([r["rate"] for r in ok]),
                                    "notes": sorted({r["note"] for r in runs if r["note"]})}
             median = row["cpu_us"]["median"] if row["cpu_us"] else None
             row["speedup_previous"] = previous / median if previous and median else None
@@ -285,7 +287,7 @@ def measure_micro(repeat: int, ops: int, cpu: int | None) -> list[dict]:
     rows = []
     for op in OPERATIONS:
         row = {"op": op, "what": micro.OPERATIONS[op][1], "unit": "ns",
-               **{name: {**aio_changes._spread(samples[op, name]), "samples": samples[op, name]}
+               **{name: {**median_range(samples[op, name]), "samples": samples[op, name]}
                   for name in loops}}
         row["speedup"] = row["aio"]["median"] / row["uv"]["median"]
         rows.append(row)
@@ -368,7 +370,7 @@ def _uv_layer(function: tuple[str, int, str]) -> str | None:
     path, _, name = function
     if path.endswith(_RUN_FOREVER[0]) and name == _RUN_FOREVER[1]:
         return C_LOOP
-    return aio_changes._layer(function)
+    return aio_changes.layer(function)
 
 
 # What the profile counts per request: Python functions wherever they are
@@ -400,7 +402,7 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
     on_uv = key.startswith("uv")
     text = aio_changes.profile_summary(stats, served, f"{key} ({_STEPS[key].move}): {warmup} GET / to warm up, "
                                                       f"then wrk -t1 -c 100 -d {duration:g}s", _COUNTED,
-                                       _uv_layer if on_uv else aio_changes._layer)
+                                       _uv_layer if on_uv else aio_changes.layer)
     if on_uv:
         text += ("\n  (cProfile sees no Cython method: the C loop's layer is the own time of run_forever,\n"
                  "  which calls it; a C method that a callback calls, such as transport.write, counts in\n"
@@ -468,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     base = QUICK if args.quick else DEFAULTS
     value = {key: getattr(args, key) if getattr(args, key) is not None else default
              for key, default in base.items()}
-    command = harness._display(["python", "benchmarks/uv_changes.py", *(sys.argv[1:] if argv is None else argv)])
-    pinning = harness.choose_pinning(args.no_pin)
+    command = display(["python", "benchmarks/uv_changes.py", *(sys.argv[1:] if argv is None else argv)])
+    pinning = choose_pinning(args.no_pin)
     if args.profile:
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"])
                          for key in _names(args.profile, tuple(_STEPS), "step", in_given_order=True))
@@ -495,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     records = run_all(plan, pinning) if plan.steps else []
     server_cpu = int(pinning["server_cpus"]) if pinning.get("enabled") else None
     micro_rows = [] if args.no_micro else measure_micro(value["micro_repeat"], value["micro_ops"], server_cpu)
-    machine = harness.fingerprint()
+    machine = fingerprint()
     versions = servers.tool_versions()
     data = {
         "schema": SCHEMA,

@@ -39,7 +39,6 @@ import resource
 import shutil
 import signal
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
-from benchmarks import loads, run, servers  # noqa: E402
+from benchmarks import loads, servers  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.process import warm_up  # noqa: E402
+from benchmarks.harness.summary import median  # noqa: E402
 from benchmarks.loads import Settings  # noqa: E402
 from benchmarks.realworld.services import process_tree_cpu  # noqa: E402
 from benchmarks.servers import Server  # noqa: E402
@@ -151,7 +153,7 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
         # few connections, each hashed to a worker of the kernel's choosing.
         connections = 4 * layout.workers
         for _ in range(connections):
-            failure = run.warm_up(process.address, max(warmup // connections, 1), SOCKET_TIMEOUT)
+            failure = warm_up(process.address, max(warmup // connections, 1), SOCKET_TIMEOUT)
             if failure is not None:
                 record["status"], record["note"] = failure
                 return record
@@ -182,11 +184,6 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
         process.stop()
 
 
-def _median(values: list) -> float | None:
-    present = [value for value in values if value is not None]
-    return statistics.median(present) if present else None
-
-
 def summarize(records: list[dict]) -> list[dict]:
     """One row per (server, layout): medians over the runs that were ok, and each side's busy cores."""
     rows: dict[tuple, dict] = {}
@@ -203,16 +200,16 @@ def summarize(records: list[dict]) -> list[dict]:
                    "note": "; ".join(sorted({r["note"] for r in row["runs"] if r["status"] != "ok" and r["note"]}))
                    or None}
         for figure in ("rps", "p50_ms", "p99_ms"):
-            summary[figure] = _median([r[figure] for r in ok])
-        summary["cpu_us_per_req"] = _median([r["server_cpu_s"] * 1e6 / r["completed"] for r in ok
+            summary[figure] = median([r[figure] for r in ok])
+        summary["cpu_us_per_req"] = median([r["server_cpu_s"] * 1e6 / r["completed"] for r in ok
                                              if r["server_cpu_s"] is not None and r["completed"]])
-        summary["server_cores_busy"] = _median([r["server_cpu_s"] / r["seconds"] for r in ok
+        summary["server_cores_busy"] = median([r["server_cpu_s"] / r["seconds"] for r in ok
                                                 if r["server_cpu_s"] is not None and r["seconds"]])
-        summary["wrk_core_busy"] = _median([r["wrk_cpu_s"] / r["seconds"] for r in ok
+        summary["wrk_core_busy"] = median([r["wrk_cpu_s"] / r["seconds"] for r in ok
                                             if r["wrk_cpu_s"] is not None and r["seconds"]])
         shares = [[cpu / sum(r["worker_cpu_s"]) for cpu in r["worker_cpu_s"]] for r in ok
                   if r["worker_cpu_s"] and sum(r["worker_cpu_s"]) > 0 and len(r["worker_cpu_s"]) > 1]
-        summary["busiest_worker_share"] = _median([max(share) for share in shares])
+        summary["busiest_worker_share"] = median([max(share) for share in shares])
         out.append(summary)
     for summary in out:  # each server's 1-worker row is what its other rows are divided by
         base = next((s for s in out if s["server"] == summary["server"] and s["workers"] == 1), None)
@@ -333,16 +330,16 @@ def main(argv: list[str] | None = None) -> int:
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
         "command": "python benchmarks/workers.py" + ("".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))),
-        "machine": run.fingerprint(),
+        "machine": fingerprint(),
         "tools": {key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")},
         "settings": {"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
                      "warmup_requests": int(base["warmup"]), "pinned": pin,
                      "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
                                    "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
         "load": {"name": WRK.name, "title": WRK.title,
-                 "command": run._display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
-        "servers": {name: {"workers_1": run._display(server_for(name, 1).argv),
-                           "workers_2": run._display(server_for(name, 2).argv)} for name in chosen},
+                 "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
+        "servers": {name: {"workers_1": display(server_for(name, 1).argv),
+                           "workers_2": display(server_for(name, 2).argv)} for name in chosen},
         "runs": records,
         "rows": summarize(records),
         "elapsed_s": round(time.monotonic() - started, 1),

@@ -27,7 +27,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import loads, report  # noqa: E402
 from benchmarks import run as run_module  # noqa: E402
-from benchmarks.run import summarize, warm_up  # noqa: E402
+from benchmarks.harness.process import warm_up  # noqa: E402
+from benchmarks.run import summarize  # noqa: E402
 from tinyloop import stages  # noqa: E402
 
 QUICK_RUN_TIMEOUT = 80  # seconds; the run below takes about 15

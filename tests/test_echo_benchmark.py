@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import echo, micro, run  # noqa: E402
+from benchmarks import echo, micro  # noqa: E402
+from benchmarks.harness import output, process  # noqa: E402
 from benchmarks.servers import Peer, Server  # noqa: E402
 from tinyloop import stages  # noqa: E402
 from test_docs import BUILD_TIMEOUT, page_text, sphinx_build  # noqa: E402
@@ -63,7 +64,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
 def test_the_json_has_the_fields_the_book_reads(tiny_run: tuple[dict, str]) -> None:
     data, _ = tiny_run
     assert data["schema"] == echo.SCHEMA and data["baseline"] == "asyncio-protocol"
-    assert {"cpu_model", "cpus", "kernel", "python"} <= set(data["machine"])  # run.fingerprint()
+    assert {"cpu_model", "cpus", "kernel", "python"} <= set(data["machine"])  # harness.machine.fingerprint()
     assert data["settings"]["sizes"] == [1024] and data["settings"]["connections"] == 10
     assert data["settings"]["repeat"] == 1 and data["pinning"]["enabled"] is False
     assert "echo_client" in data["client"] and "--size BYTES" in data["client"]
@@ -102,7 +103,7 @@ def test_a_missing_loop_is_skipped_with_a_note(tiny_run: tuple[dict, str]) -> No
 
 
 def test_user_runs_go_to_an_ignored_directory_and_save_to_the_reference() -> None:
-    assert echo.LOCAL.parent == run.RESULTS / "local" and echo.REFERENCE == run.RESULTS / "echo.json"
+    assert echo.LOCAL.parent == output.LOCAL and echo.REFERENCE == output.RESULTS / "echo.json"
     if shutil.which("git") and (ROOT / ".git").exists():
         ignored = subprocess.run(["git", "check-ignore", "-q", str(echo.LOCAL)], cwd=ROOT, timeout=10)
         assert ignored.returncode == 0, "benchmarks/results/local/ should be ignored by git"
@@ -170,7 +171,7 @@ def test_the_clients_line_is_parsed_and_garbage_is_not() -> None:
 @pytest.mark.timeout(60)
 def test_a_server_that_does_not_start_is_an_error_row() -> None:
     broken = Server("broken", "peer", "exits at once", (sys.executable, "-c", "raise SystemExit(3)"))
-    pinning = run.choose_pinning(True)
+    pinning = process.choose_pinning(True)
     record = echo.measure(broken, 1024, echo.Settings(duration=0.1, warmup=0.05, timeout=1), pinning)
     assert record["status"] == "error" and record["note"].startswith("did not start")
 

@@ -52,7 +52,6 @@ import os
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +70,8 @@ from benchmarks import loads  # noqa: E402
 from benchmarks.realworld import services  # noqa: E402
 from benchmarks.realworld.notfaster_apps import (  # noqa: E402
     APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App)
-from benchmarks.run import fingerprint  # noqa: E402
+from benchmarks.harness.machine import fingerprint  # noqa: E402
+from benchmarks.harness.summary import NOISE, is_noisy, median  # noqa: E402
 
 __all__ = ["Layout", "default_layout", "main", "measure", "render_markdown", "start_app"]
 
@@ -291,7 +291,6 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
 
 # --- the whole run ----------------------------------------------------------------
 
-NOISE = 0.25  # repetitions further apart than this in req/s make a row "noisy"
 FIGURES = ("rps", "p50_ms", "p99_ms", "app_us_per_req", "server_us_per_req", "server_cores")
 
 
@@ -325,11 +324,6 @@ def _brief(record: dict) -> str:
             f"{record['server_us_per_req']:.0f} us CPU/req")
 
 
-def _median(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict]) -> dict:
     """One row of the table: the medians of ``runs`` that succeeded, their spread, and the search."""
     ok = [run for run in runs if run["status"] == "ok"]
@@ -338,12 +332,12 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
                  "search": [{"workers": p["workers"], "rps": p.get("rps"), "p99_ms": p.get("p99_ms"),
                              "status": p["status"], "note": p["note"]} for p in probes]}
     for figure in FIGURES:
-        row[figure] = _median([run.get(figure) for run in ok])
+        row[figure] = median([run.get(figure) for run in ok])
         values = [run[figure] for run in ok if run.get(figure) is not None]
         row.setdefault("spread", {})[figure] = [min(values), max(values)] if values else None
     rps = row["spread"]["rps"]
     # As benchmarks/run.py flags its rows: repetitions more than NOISE apart in req/s.
-    row["noisy"] = len(ok) >= 2 and rps is not None and rps[1] > rps[0] * (1 + NOISE)
+    row["noisy"] = len(ok) >= 2 and is_noisy(rps)
     failed = [run for run in runs if run["status"] != "ok"]
     row["status"] = "ok" if ok and not failed else ("partial" if ok else "failed")
     notes = sorted({run["note"] for run in [*failed, *probes] if run["status"] != "ok" and run["note"]})

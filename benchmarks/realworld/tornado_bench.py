@@ -57,10 +57,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
 
-from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks import loads, servers  # noqa: E402
 from benchmarks.realworld import services  # noqa: E402
 from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions  # noqa: E402
-from benchmarks.run import _display, _median, fingerprint  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness.summary import is_noisy, median  # noqa: E402
 from tinyloop.testing import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -213,7 +214,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     """One row per (handler, tool, loop), in run order: the medians of its ``ok`` runs.
 
     A row's ``spread`` is its req/s ``[min, max]``; ``noisy`` is true when
-    they differ by more than report.NOISE; ``failed`` sums every run's.
+    they differ by more than NOISE; ``failed`` sums every run's.
     """
     grouped: dict[tuple[str, str, str], list[dict]] = {}
     for run in runs:
@@ -223,10 +224,10 @@ def summarize(runs: list[dict]) -> list[dict]:
         ok = [run for run in group if run["status"] == "ok"]
         row = {"handler": handler, "tool": tool, "loop": loop, "runs": len(group), "ok_runs": len(ok)}
         for figure in FIGURES:
-            row[figure] = _median([run[figure] for run in ok])
+            row[figure] = median([run[figure] for run in ok])
         rates = [run["rps"] for run in ok if run["rps"] is not None]
         row["spread"] = [min(rates), max(rates)] if rates else None
-        row["noisy"] = bool(rates) and min(rates) > 0 and max(rates) > min(rates) * (1 + report.NOISE)
+        row["noisy"] = bool(rates) and is_noisy([min(rates), max(rates)])
         row["failed"] = sum(run["failed"] or 0 for run in group)
         notes = sorted({run["note"] for run in group if run["note"]})
         row["note"] = "; ".join(notes) or None
@@ -414,7 +415,7 @@ def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layo
     data = {
         "schema": SCHEMA,
         "date": date.isoformat(timespec="seconds"),
-        "command": _display(["python", "-m", "benchmarks.realworld.tornado_bench",
+        "command": display(["python", "-m", "benchmarks.realworld.tornado_bench",
                              *(sys.argv[1:] if argv is None else argv)]),
         "machine": {**machine, "load_average_1min_at_start": load_average},
         "versions": {"python": machine["python"], **versions(), "postgres": pg.version if pg else None,

@@ -1,0 +1,16 @@
+# benchmarks/harness/__init__.py
+"""What every experiment under benchmarks/ repeats, written once.
+
+    summary   one noise rule (NOISE) and one way to summarise repetitions:
+              the median, with the spread (min–max)
+    machine   the machine's fingerprint, tool versions, a command as a reader types it
+    output    one output rule: a run writes under benchmarks/results/local/;
+              only ``--reference`` writes the book's committed reference
+    process   launching a server and waiting until it answers, pinning server
+              and load generator to their cores, the server's CPU from the
+              process's own accounting
+
+An experiment (benchmarks/run.py, echo.py, workers.py, ...) declares its
+servers, loads and variants and imports these; none imports another
+experiment's private names.
+"""

@@ -1,0 +1,70 @@
+# benchmarks/harness/machine.py
+"""What the numbers were measured on, and how a command is written down.
+
+Every experiment's JSON carries ``machine`` (``fingerprint()``), the version
+lines of the tools its numbers depend on (``version_line``), and its own
+command line as a reader would type it (``display``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["ROOT", "display", "fingerprint", "version_line"]
+
+# The repository's root: commands are written relative to it.
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def fingerprint() -> dict[str, object]:
+    """What the numbers were measured on: CPU, cores, memory, OS, kernel, Python."""
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.partition(":")[2].strip()
+                    break
+    except OSError:
+        pass
+    memory = None
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])  # "MemTotal:  16384000 kB"
+            memory = round(kib / 1024 / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu_model": model or platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": usable,
+        "memory_gib": memory,
+        "os": platform.platform(),
+        "system": platform.system(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+    }
+
+
+def version_line(argv: list[str]) -> str | None:
+    """The first line ``argv`` prints (e.g. ``["ab", "-V"]``); None if it cannot run."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return lines[0].strip() if lines else None
+
+
+def display(argv: Sequence[str]) -> str:
+    """A command as a reader would type it: ``python`` for this interpreter, paths from the repository root."""
+    words = ["python" if word == sys.executable else word.replace(f"{ROOT}{os.sep}", "") for word in argv]
+    return shlex.join(words)

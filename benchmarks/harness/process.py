@@ -1,0 +1,130 @@
+# benchmarks/harness/process.py
+"""A server under measurement: started, pinned, answering, and its CPU read.
+
+Rules this module keeps:
+
+  * One launcher for every server (a stage, a peer, an experiment's
+    variant): an argument list that takes ``--port 0`` and prints the
+    announce line ``tinyloop: serving NAME on http://127.0.0.1:PORT/``;
+    tinyloop.testing's ServerProcess starts it, waits for that line, and
+    stops it with SIGTERM.  ``warm_up`` then waits until it answers.
+  * With two or more CPUs the server runs on one and the load generator on
+    another (taskset), so they never take turns on the same core.
+  * A server's CPU time is the process's own accounting, read from the
+    kernel before and after a load: never a wall-clock estimate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Sequence
+
+from tinyloop.http import HELLO
+from tinyloop.testing import ServerProcess, recv_response
+
+__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "warm_up"]
+
+
+def choose_names(argument: str | None, known: list[str], what: str, default: list[str]) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``, checked against ``known``; None -> ``default``;
+    ``"none"`` -> ``[]``; ``"all"`` -> ``known``.  An unknown name exits (SystemExit)
+    with a message that lists the choices, prefixed with the script's name."""
+    program = os.path.basename(sys.argv[0]) or "benchmarks"
+    if argument is None:
+        return default
+    if argument.strip().lower() in ("", "none"):
+        return []
+    if argument.strip().lower() == "all":
+        return known
+    chosen = [name.strip() for name in argument.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise SystemExit(f"{program}: unknown {what} {', '.join(map(repr, unknown))}; "
+                         f"choose from: {', '.join(known)} (or 'all', 'none')")
+    return chosen
+
+
+def choose_pinning(disabled: bool) -> dict[str, object]:
+    """Pin the server to one CPU and the load generator to another, when we can.
+
+    Returns the JSON's ``pinning`` entry; ``server_prefix``/``load_prefix``
+    are the argument lists to put before each command (dropped from the JSON).
+    Moves this process (the harness, which mostly waits) to the load's CPU.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    off = {"enabled": False, "server_prefix": [], "load_prefix": []}
+    if disabled:
+        return {**off, "reason": "--no-pin"}
+    if len(cpus) < 2:
+        return {**off, "reason": f"{len(cpus) or 'an unknown number of'} usable CPU(s): nothing to separate"}
+    if shutil.which("taskset") is None:
+        print("note: taskset (util-linux) is not installed: server and load generator run unpinned")
+        return {**off, "reason": "taskset is not installed"}
+    server_cpu, load_cpu = cpus[0], cpus[1]
+    os.sched_setaffinity(0, {load_cpu})
+    return {"enabled": True, "tool": "taskset", "server_cpus": str(server_cpu), "load_cpus": str(load_cpu),
+            "harness_cpus": str(load_cpu), "reason": None,
+            "server_prefix": ["taskset", "-c", str(server_cpu)],
+            "load_prefix": ["taskset", "-c", str(load_cpu)]}
+
+
+def launch(name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+           prefix: Sequence[str] = (), timeout: float = 15.0) -> ServerProcess:
+    """Start ``argv`` (with ``prefix``, e.g. ``taskset -c 0``, before it) and return the
+    running ServerProcess once it announced its port; raises ``RuntimeError`` if it does not."""
+    return ServerProcess(name, command=[*prefix, *argv], env=env or {}, timeout=timeout).start()
+
+
+def cpu_seconds(process: ServerProcess) -> float | None:
+    """The server's user + system CPU time so far, all its threads, in seconds; None if unknown."""
+    # Discussion: /proc/PID/stat (ServerProcess.cpu_seconds) counts in clock
+    # ticks, 10 ms each, which is coarse for a run that costs the server a
+    # few hundred milliseconds.  Linux also gives every process a CPU-time
+    # clock that any other process may read, in nanoseconds, covering all its
+    # threads, dead ones included: the clock id clock_getcpuclockid(3) would
+    # return is (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; see the
+    # kernel's posix-cpu-timers.c).  Elsewhere we fall back to /proc, and
+    # where there is no /proc either, to None: resource.getrusage cannot
+    # see another running process.
+    if sys.platform == "linux":
+        try:
+            return time.clock_gettime((~process.pid << 3) | 2)
+        except (OSError, OverflowError):
+            pass
+    try:
+        return process.cpu_seconds()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+CPU_SOURCE = ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
+              if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none")
+
+
+def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[str, str] | None:
+    """Send ``GET /`` ``requests`` times, one after another, on one keep-alive connection.
+
+    The first answer says the server is up; the rest let it settle (caches,
+    a JIT, lazily built state) before it is measured.  Returns None when
+    every answer was 200 with the hello body, else ``(status, note)`` for the
+    run's record.  Each answer is awaited at most ``timeout`` seconds.
+    """
+    done = 0
+    try:
+        with socket.create_connection(address, timeout=timeout) as sock:
+            buffer = bytearray()
+            for done in range(max(requests, 1)):
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: warm-up\r\n\r\n")
+                status, _, body = recv_response(sock, buffer)
+                if status != 200 or body != HELLO:
+                    return "error", f"GET / answered {status} {body[:40]!r}"
+    except (socket.timeout, TimeoutError):
+        where = f" (warm-up request {done + 1})" if done else ""
+        return "timeout", f"no answer to GET / within {timeout:g} s{where}"
+    except (OSError, ValueError, IndexError) as error:
+        return "error", f"GET / failed: {error}"
+    return None
