@@ -3,7 +3,8 @@
 
     python benchmarks/idle.py                               every readiness stage at 0, 250, 1000, 4000 idle
     python benchmarks/idle.py --stages poll,epoll --counts 0,2000 --repeat 1
-    python benchmarks/idle.py --json /tmp/idle.json --table /tmp/idle.txt
+    python benchmarks/idle.py --out /tmp/idle.json          the JSON there, its table beside it (idle.txt)
+    python benchmarks/idle.py --reference                   maintainers: the book's committed results
 
 For each stage and each count N, one run starts the stage's server, opens N
 *idle* keep-alive connections to it (each sends one ``GET /``, reads the
@@ -26,8 +27,9 @@ select cannot watch descriptors numbered FD_SETSIZE (1024) or above, so its
 server refuses such connections; it is measured only up to SELECT_CAP idle
 connections, and the table says so in its row.
 
-Writes benchmarks/results/idle.json and idle.txt (the book shows the table
-through its ``{bench-idle}`` directive).  Loopback only; every client has a
+Writes benchmarks/results/local/idle.json and idle.txt (ignored by git);
+``--reference`` writes the book's benchmarks/results/idle.json and idle.txt,
+whose table the book shows through its ``{bench-idle}`` directive.  Loopback only; every client has a
 time-out; every socket and process is closed before the next run.
 """
 
@@ -43,7 +45,6 @@ time-out; every socket and process is closed before the next run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import resource
@@ -64,6 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.process import choose_pinning, cpu_seconds, warm_up  # noqa: E402
 from benchmarks.harness.summary import median  # noqa: E402
@@ -395,6 +397,20 @@ def summarize(runs: list[dict]) -> dict[str, dict[str, dict]]:
     return out
 
 
+def conclusion(data: dict) -> str:
+    """The run in one line: each stage's CPU µs per request with no idle connection and with the most."""
+    parts = []
+    for stage, by_count in data["results"].items():
+        measured = sorted((int(n), row["cpu_us_per_req"]) for n, row in by_count.items()
+                          if row["cpu_us_per_req"] is not None)
+        if len(measured) >= 2:
+            (_, first), (high, last) = measured[0], measured[-1]
+            parts.append(f"{stage} {first:.0f} -> {last:.0f} ({last / first:.2f}x at {high})" if first
+                         else f"{stage} {first:.0f} -> {last:.0f}")
+    return ("CPU µs per request, fewest -> most idle connections: " + ", ".join(parts)) if parts else \
+        "idle connections: too few counts measured to compare"
+
+
 # --- the table ----------------------------------------------------------------
 
 def _row_label(data: dict, stage: str) -> str:
@@ -516,11 +532,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"seconds any client waits on a silent server (default {DEFAULTS['timeout']:g})")
     parser.add_argument("--run-timeout", type=float, default=DEFAULTS["run_timeout"],
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
-    parser.add_argument("--json", type=Path, default=RESULTS / "idle.json", help="default benchmarks/results/idle.json")
-    parser.add_argument("--table", type=Path, default=RESULTS / "idle.txt", help="default benchmarks/results/idle.txt")
+    output.add_arguments(parser, "idle.json", "--json")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and ab to CPUs")
     parser.add_argument("--no-perf", action="store_true", help="do not count wait system calls with perf")
     args = parser.parse_args(argv)
+    args.out = output.json_path(parser, args, "idle.json")
+    args.table = args.out.with_suffix(".txt")
     try:
         args.stages = [stages.get(name.strip()).name for name in args.stages.split(",") if name.strip()]
         args.counts = sorted({int(n) for n in args.counts.split(",") if n.strip()})
@@ -578,12 +595,12 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    for path, text in ((args.json, json.dumps(data, indent=1, ensure_ascii=False) + "\n"), (args.table, render(data))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    output.write_json(data, args.out)
+    output.write_text(render(data), args.table)
     print()
     print(render(data), end="")
-    print(f"\nwrote {args.json} and {args.table} in {data['elapsed_s']:.0f} s")
+    print(f"\nwrote {output.relative(args.out)} and {output.relative(args.table)} in {data['elapsed_s']:.0f} s")
+    print(conclusion(data))
     return 0
 
 

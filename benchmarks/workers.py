@@ -6,8 +6,9 @@
     python benchmarks/workers.py --quick    a smoke run: 1 repetition of 1 s (about 20 seconds)
     python benchmarks/workers.py --table    write the Markdown table again from the JSON
 
-Writes benchmarks/results/workers.json and the table the book includes,
-benchmarks/results/workers.md.  (``--serve NAME --workers N --port P`` is
+Writes benchmarks/results/local/workers.json and its Markdown table beside it
+(ignored by git); ``--reference`` writes the book's committed
+benchmarks/results/workers.json and workers.md instead.  (``--serve NAME --workers N --port P`` is
 how the harness starts the uvloop peer on N workers; not for people.)
 """
 
@@ -51,6 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import loads, servers  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.process import warm_up  # noqa: E402
 from benchmarks.harness.summary import median  # noqa: E402
@@ -59,9 +61,6 @@ from benchmarks.realworld.services import process_tree_cpu  # noqa: E402
 from benchmarks.servers import Server  # noqa: E402
 from tinyloop import stages, workers  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
-JSON_OUT = RESULTS / "workers.json"
-TABLE_OUT = RESULTS / "workers.md"
 SCHEMA = 1
 
 SERVERS = ("epoll", "aio", "uvloop-protocol")
@@ -269,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, help=f"repetitions, interleaved (default {DEFAULTS['repeat']})")
     parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
     parser.add_argument("--no-pin", action="store_true", help="run unpinned (no taskset)")
-    parser.add_argument("--out", type=Path, default=JSON_OUT, help="the JSON (default benchmarks/results/workers.json)")
-    parser.add_argument("--table", action="store_true", help="only write the Markdown table again from --out")
+    output.add_arguments(parser, "workers.json")
+    parser.add_argument("--table", action="store_true",
+                        help="only write the Markdown table again from the JSON (--out's, or with --reference the book's)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -278,9 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.serve:  # the uvloop peer on several workers (see server_for)
         return workers.supervise(args.serve, serve_uvloop, "127.0.0.1", args.port, args.workers)
+    if args.table and args.reference:
+        args.out, args.reference = output.RESULTS / "workers.json", False  # rewrite the book's table from its JSON
+    args.out = output.json_path(parser, args, "workers.json")
     table_out = args.out.with_suffix(".md")
     if args.table:
         table_out.write_text(markdown(json.loads(args.out.read_text(encoding="utf-8"))), encoding="utf-8")
@@ -344,13 +348,21 @@ def main(argv: list[str] | None = None) -> int:
         "rows": summarize(records),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    table_out.write_text(markdown(data), encoding="utf-8")
+    output.write_json(data, args.out)
+    output.write_text(markdown(data), table_out)
     print()
     print(markdown(data))
-    print(f"wrote {args.out} and {table_out} in {data['elapsed_s']:.0f} s")
+    print(f"wrote {output.relative(args.out)} and {output.relative(table_out)} in {data['elapsed_s']:.0f} s")
+    print(conclusion(data["rows"]))
     return 0
+
+
+def conclusion(rows: list[dict]) -> str:
+    """The run in one line: each server's 2 workers on 2 cores against its 1 worker, in req/s."""
+    parts = [f"{row['server']} {row['rps_ratio']:.2f}×" for row in rows
+             if row["workers"] == 2 and len(row["server_cpus"]) != 1 and row["rps_ratio"] is not None]
+    return ("2 workers on 2 cores, req/s against 1 worker: " + ", ".join(parts)) if parts else \
+        "2 workers on 2 cores: no row measured"
 
 
 if __name__ == "__main__":

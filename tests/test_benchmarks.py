@@ -395,3 +395,38 @@ def test_unknown_names_are_refused_with_the_choices() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--peers", "apache"],
                           capture_output=True, text=True, timeout=30)
     assert "unknown peer 'apache'" in done.stderr and "asyncio-protocol" in done.stderr
+
+
+# --- the harness's output rule (benchmarks/harness/output.py) ---------------------
+
+def _output_args(*argv: str) -> tuple:
+    import argparse
+
+    from benchmarks.harness import output
+    parser = argparse.ArgumentParser(prog="x.py")
+    parser.add_argument("--quick", action="store_true")
+    output.add_arguments(parser, "x.json", "--json")
+    return parser, parser.parse_args(list(argv))
+
+
+def test_output_rule_local_by_default_reference_only_on_purpose(tmp_path: Path) -> None:
+    from benchmarks.harness import output
+    parser, args = _output_args()
+    assert output.json_path(parser, args, "x.json") == ROOT / "benchmarks" / "results" / "local" / "x.json"
+    parser, args = _output_args("--reference")
+    assert output.json_path(parser, args, "x.json") == ROOT / "benchmarks" / "results" / "x.json"
+    parser, args = _output_args("--json", str(tmp_path / "y.json"))  # an older spelling of --out
+    assert output.json_path(parser, args, "x.json") == tmp_path / "y.json"
+
+
+@pytest.mark.parametrize("argv", [("--reference", "--quick"), ("--reference", "--out", "/tmp/x.json"),
+                                  ("--out", "benchmarks/results/x.json")])
+def test_output_rule_refuses_to_write_the_reference_by_the_back_door(argv: tuple[str, ...], monkeypatch,
+                                                                     capsys) -> None:
+    from benchmarks.harness import output
+    monkeypatch.chdir(ROOT)
+    parser, args = _output_args(*argv)
+    with pytest.raises(SystemExit) as stopped:
+        output.json_path(parser, args, "x.json")
+    assert stopped.value.code == 2
+    assert "--reference" in capsys.readouterr().err

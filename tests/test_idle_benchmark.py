@@ -43,9 +43,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     command = [sys.executable, str(ROOT / "benchmarks" / "idle.py"), "--stages", ",".join(STAGES),
                "--counts", f"0,{IDLE}", "--requests", str(REQUESTS), "--repeat", "1", "--warmup", "5",
                "--timeout", "3", "--run-timeout", "15",
-               "--json", str(out / "idle.json"), "--table", str(out / "idle.txt")]
+               "--out", str(out / "idle.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("CPU µs per request, fewest -> most idle")
     return (json.loads((out / "idle.json").read_text(encoding="utf-8")),
             (out / "idle.txt").read_text(encoding="utf-8"))
 

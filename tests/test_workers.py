@@ -315,5 +315,31 @@ def test_benchmark_table_is_generated_from_the_json() -> None:
     root = Path(__file__).resolve().parent.parent
     data = json.loads((root / "benchmarks/results/workers.json").read_text(encoding="utf-8"))
     assert (root / "benchmarks/results/workers.md").read_text(encoding="utf-8") == markdown(data), \
-        "regenerate the table: python benchmarks/workers.py --table"
+        "regenerate the table: python benchmarks/workers.py --table --reference"
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
+
+
+def test_benchmark_quick_run_writes_under_local_or_out_and_concludes(tmp_path) -> None:
+    # A --quick run on one stage: its JSON and table go where --out says (by
+    # default benchmarks/results/local/, never the committed folder), and it
+    # ends on its one-line conclusion.
+    import json
+    import shutil
+    from pathlib import Path
+
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is needed for a benchmark run")
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "workers.json"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "workers.py"), "--quick", "--servers", "epoll",
+                           "--duration", "0.5", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
+    assert out.with_suffix(".md").exists()
+    assert done.stdout.strip().splitlines()[-1].startswith("2 workers on 2 cores")
+    refused = subprocess.run([sys.executable, str(root / "benchmarks" / "workers.py"), "--quick", "--out",
+                              str(root / "benchmarks" / "results" / "workers.json")],
+                             capture_output=True, text=True, timeout=60, cwd=root)
+    assert refused.returncode == 2 and "only with --reference" in refused.stderr

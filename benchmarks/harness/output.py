@@ -27,12 +27,16 @@ RESULTS = ROOT / "benchmarks" / "results"   # the book's reference results, comm
 LOCAL = RESULTS / "local"                   # every other run's, ignored by git
 
 
-def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``."""
+def add_arguments(parser: argparse.ArgumentParser, name: str, *aliases: str) -> None:
+    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``.
+
+    ``aliases`` are older spellings of ``--out`` that the experiment still
+    accepts (e.g. ``"--json"``).
+    """
     parser.add_argument("--reference", action="store_true",
                         help=f"maintainers: write the book's committed benchmarks/results/{name} "
                              "(a full run; not with --quick or --out)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", *aliases, dest="out", type=Path, default=None,
                         help=f"where to write the JSON (default benchmarks/results/local/{name}); "
                              "its other files go beside it")
 

@@ -1,7 +1,7 @@
 # benchmarks/realworld/tornado_bench.py
 """The Tornado article's measurement, on every loop: each handler under ab and wrk.
 
-    python -m benchmarks.realworld.tornado_bench                 the book's run (see ESTIMATE)
+    python -m benchmarks.realworld.tornado_bench                 a full run (see ESTIMATE); --reference: the book's
     python -m benchmarks.realworld.tornado_bench --quick         a plumbing run: tiny loads, once
     python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
     python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
@@ -13,10 +13,9 @@ order, a fresh benchmarks/realworld/tornado_app.py on that loop: warmed up,
 loaded once with ``ab -k -c 100`` or ``wrk -t1 -c 100``, stopped.  Reports
 req/s, p50/p99 latency, and CPU time per request of the app, of the
 database (the postmaster and all its backends) and of the upstream, each
-counted apart.  Writes benchmarks/results/tornado.json and the table
-benchmarks/results/tornado.md that the book includes; ``--quick`` and
-``--out`` write elsewhere (benchmarks/results/local/ by default), so a
-plumbing run never replaces the book's figures.
+counted apart.  Writes benchmarks/results/local/tornado.json and its table
+beside it (ignored by git, or where ``--out`` says); only ``--reference``
+writes the book's benchmarks/results/tornado.json and tornado.md.
 """
 
 # Rules this file keeps:
@@ -60,13 +59,14 @@ if str(ROOT) not in sys.path:
 from benchmarks import loads, servers  # noqa: E402
 from benchmarks.realworld import services  # noqa: E402
 from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.summary import is_noisy, median  # noqa: E402
 from tinyloop.testing import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-REFERENCE = RESULTS / "tornado.json"         # the book's; the plain command writes it
-LOCAL = RESULTS / "local" / "tornado.json"   # --quick's default: ignored by git
+REFERENCE = RESULTS / "tornado.json"         # the book's; only --reference writes it
+LOCAL = RESULTS / "local" / "tornado.json"   # every other run's: ignored by git
 APP = ROOT / "benchmarks" / "realworld" / "tornado_app.py"
 SCHEMA = 1
 TOOLS = ("ab", "wrk")  # the two loads of the article: ab -k -c 100, and wrk
@@ -311,9 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
     parser.add_argument("--render", type=Path, metavar="JSON",
                         help="measure nothing: write the table (.md) of a saved JSON beside it")
-    parser.add_argument("--out", type=Path,
-                        help="where the JSON goes, the .md beside it (default: benchmarks/results/"
-                             "tornado.json; with --quick benchmarks/results/local/tornado.json)")
+    output.add_arguments(parser, "tornado.json")
     return parser
 
 
@@ -328,14 +326,15 @@ def _chosen(argument: str | None, known: tuple[str, ...] | list[str], what: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.render:
         table = args.render.with_suffix(".md")
         table.write_text(markdown(json.loads(args.render.read_text(encoding="utf-8"))), encoding="utf-8")
         print(f"wrote {table}")
         return 0
     base = QUICK if args.quick else DEFAULTS
-    out = args.out or (LOCAL if args.quick else REFERENCE)
+    out = output.json_path(parser, args, "tornado.json")
     repeat = args.repeat or base["repeat"]
     settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
                               socket_timeout=5.0, run_timeout=120.0)
@@ -365,10 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if affinity is not None:
             services.pin(os.getpid(), affinity)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    table = out.with_suffix(".md")
-    table.write_text(markdown(data), encoding="utf-8")
+    output.write_json(data, out)
+    table = output.write_text(markdown(data), out.with_suffix(".md"))
     print()
     print(table.read_text(encoding="utf-8"))
     print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")

@@ -473,7 +473,7 @@ class BenchIdleDirective(_ScriptResultsDirective):
 
     option_spec = {"figure": directives.unchanged}
     script, results, config_value, what = "benchmarks.idle", "idle.json", "book_idle_results", "idle-connection"
-    command = "python benchmarks/idle.py"
+    command = "python benchmarks/idle.py --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         figure = self.options.get("figure") or "cpu"
