@@ -264,3 +264,23 @@ def test_side_by_side_on_two_loops(tmp_path: Path) -> None:
     assert "Not recorded on asyncio: transport reads and writes" in page
     load(tmp_path / "prog-asyncio.json")
     load(tmp_path / "prog-aio.json")
+
+
+def test_ctrl_c_while_a_stage_is_traced_writes_what_was_recorded(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "trace", "callbacks", "--out", str(tmp_path),
+                             "--requests", "1000000", "--concurrency", "1"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)  # serving, under load
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    events = load(tmp_path / "callbacks.json")["traceEvents"]
+    assert sum(e["name"] == "Client._on_readable" for e in events) > 10

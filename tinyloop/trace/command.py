@@ -55,6 +55,14 @@ LOAD_TIMEOUT = 30.0                  # seconds for the whole scripted load
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``trace``, on the subcommand's parser (tinyloop/cli.py)."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "examples:\n"
+        "  python -m tinyloop trace epoll\n"
+        "  python -m tinyloop trace uv --requests 50 --concurrency 4 --compute-ms 50\n"
+        "  python -m tinyloop trace --loop asyncio --loop aio examples/crawler.py -- --quiet\n"
+        "each writes NAME.json (Chrome Trace Event Format: Perfetto, chrome://tracing, vizviewer)\n"
+        "and NAME.html (a timeline that opens in any browser) into --out")
     parser.add_argument("target", help="a stage (python -m tinyloop list), or with --loop a Python script")
     parser.add_argument("args", nargs="*", help="the script's own arguments (with --loop; options of "
                                                 "trace go before SCRIPT, and a script argument that "
@@ -125,6 +133,9 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
 
     status = 0
     probe = ReadinessProbe(recorder) if stage.chapter not in HOOKED_CHAPTERS else None
+    # Discussion: asyncio's Runner (and so tinyloop.aio's and uv's) turns a
+    # SIGINT into a clean cancel only while the handler is Python's default,
+    # so the load stops the server with that same SIGINT, as Ctrl-C would.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = threading.Thread(target=load, name="tinyloop-trace-load", daemon=True)
     try:
@@ -134,27 +145,36 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
                 module.serve(sock)
             except KeyboardInterrupt:
                 pass
-            if loader.is_alive():  # the interrupt was not the load's: Ctrl-C
-                status = 130
     except KeyboardInterrupt:
-        status = 130
+        pass
     except Exception as error:
         print(f"tinyloop: stage {name!r} failed: {type(error).__name__}: {error}", file=sys.stderr)
         status = 1
     finally:
+        # The load's SIGINT may still come (after a Ctrl-C, when its requests
+        # fail): it must not cut the writing short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sock.close()
+    try:
+        loader.join(timeout=5)
+        if status == 0 and "responses" not in outcome:
+            # The server stopped before the load was done: a Ctrl-C (the
+            # load then finds its connections closed), or the load failed.
+            error = outcome.get("error")
+            if error is None or isinstance(error, ConnectionError):
+                status = 130
+            else:
+                print(f"tinyloop: the load on {name!r} failed: {type(error).__name__}: {error}",
+                      file=sys.stderr)
+                status = 1
+        load_text = f"{requests} requests over {concurrency} connections"
+        if compute_ms:
+            load_text += f", the first /compute?ms={compute_ms}"
+        command = f"python -m tinyloop trace {name} --requests {requests} --concurrency {concurrency}" + (
+            f" --compute-ms {compute_ms}" if compute_ms else "")
+        written = _write(recorder, out, name, f"{name}: {load_text}", command)
+    finally:
         signal.signal(signal.SIGINT, previous)
-    loader.join(timeout=5)
-    if "error" in outcome and status == 0:
-        error = outcome["error"]
-        print(f"tinyloop: the load on {name!r} failed: {type(error).__name__}: {error}", file=sys.stderr)
-        status = 1
-    load_text = f"{requests} requests over {concurrency} connections"
-    if compute_ms:
-        load_text += f", the first /compute?ms={compute_ms}"
-    command = f"python -m tinyloop trace {name} --requests {requests} --concurrency {concurrency}" + (
-        f" --compute-ms {compute_ms}" if compute_ms else "")
-    written = _write(recorder, out, name, f"{name}: {load_text}", command)
     return written if written else status
 
 
