@@ -36,7 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -283,6 +283,58 @@ def _aio_request(payload: bytes, responses: int) -> dict[str, Any]:
     return recorder.trace()
 
 
+def coroutines_request() -> dict[str, Any]:
+    """The coroutines stage's own handle_connection, two requests, the second arriving later: its read
+    waits, and the streams register the socket for that one wait and unregister it after.
+
+    The selector is the kernel's (asked without waiting, on the virtual
+    clock), wrapped to mark each register/unregister on the loop's track.
+    """
+    from tinyloop.callbacks.loop import Loop
+    from tinyloop.coroutines import tasks
+    from tinyloop.coroutines.server import handle_connection
+    from tinyloop.coroutines.streams import StreamReader, StreamWriter
+    from tinyloop.quiz.runner import VirtualTimeSelector
+    from tinyloop.trace.recorder import record
+
+    class Marked(VirtualTimeSelector):
+        recorder: Any = None
+
+        def _mark(self, what: str, fileobj: Any) -> None:
+            if self.recorder is not None:
+                fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+                self.recorder.instant(what, self.recorder.now(), cat="selector", args={"fd": fd})
+
+        def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+            self._mark("register", fileobj)
+            return super().register(fileobj, events, data)
+
+        def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+            self._mark("unregister", fileobj)
+            return super().unregister(fileobj)
+
+    clock = _ticking_clock()
+    selector = Marked(clock)
+    loop = Loop(selector=selector, clock=clock)
+    recorder = selector.recorder = record(loop)
+    server, client = socket.socketpair()
+    server.setblocking(False)
+
+    async def main() -> None:
+        reader = StreamReader(server, loop=loop)
+        await handle_connection(reader, StreamWriter(server, reader, loop=loop))
+
+    try:
+        client.sendall(REQUEST)
+        loop.call_later(0.0003, client.sendall, LAST_REQUEST)
+        tasks.run(main(), loop=loop)
+        assert _read_all(client).count(b"HTTP/1.1 200") == 2
+    finally:
+        client.close()
+        loop.close()
+    return recorder.trace()
+
+
 def asyncio_request() -> dict[str, Any]:
     """One request's path through tinyloop.aio: readable -> _read_ready -> data_received -> write -> send."""
     return _aio_request(LAST_REQUEST, 1)
@@ -468,6 +520,7 @@ CLIENT_COMPUTE_MS = 20     # each a /compute?ms=20: the handler holds its thread
 
 def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> None:
     import http.client
+
     from tinyloop import stages
     from tinyloop.serving import listen
     module = stages.load(stage)
@@ -621,6 +674,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("asyncio-request", "asyncio", "build", asyncio_request,
            "one request's path through tinyloop.aio's transport and protocol", counters=(),
            crop=_request_path, text=True),
+    Figure("coroutines-request", "asyncio", "build", coroutines_request,
+           "Part II's streams, two requests: a registration and a future for each read that waits",
+           counters=(), awaits=True, text=True),
     Figure("libuv-request", "libuv", "reference", libuv_request,
            "tinyloop.uv serving one request: uv_run's phases per iteration", counters=(),
            crop=_request_path, text=True),
@@ -664,9 +720,7 @@ def select_tracks(trace: dict[str, Any], tracks: tuple[str, ...] = (),
         if event.get("ph") == "C":
             if counters is None or event["name"].startswith(counters):
                 kept.append(event)
-        elif event.get("ph") == "M" and event.get("name") == "process_name":
-            kept.append(event)
-        elif event.get("tid") in keep:
+        elif (event.get("ph") == "M" and event.get("name") == "process_name") or event.get("tid") in keep:
             kept.append(event)
     return {**trace, "traceEvents": kept}
 

@@ -55,7 +55,7 @@ def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop]:
     module = importlib.import_module(module_name)
     factory = getattr(module, attribute)
     if module_name == "tinyloop.uv":
-        from tinyloop.uv import loop as _  # noqa: F401  (raises ImportError if the extension is not built)
+        from tinyloop.uv import loop as _
     return factory
 
 
@@ -134,7 +134,7 @@ def run(loop: str, program: str, trace: str | None = None, virtual_clock: bool =
     if virtual_clock:
         from tinyloop.aio.unix_events import SelectorEventLoop
         clock = VirtualClock(tick=VIRTUAL_TICK)
-        factory = lambda: SelectorEventLoop(VirtualTimeSelector(clock), clock)  # noqa: E731
+        factory = lambda: SelectorEventLoop(VirtualTimeSelector(clock), clock)
     if trace is not None and loop in ("asyncio", "uvloop"):
         # No hooks: recorded from outside, by a subclass (tinyloop/trace/outside.py).
         from tinyloop.trace import outside

@@ -47,6 +47,8 @@ def steps(trace: dict[str, Any]) -> list[str]:
                 lines.append(f"timers: {args['due']} due")
         elif name.startswith("print: "):
             lines.append(f"    | {name[len('print: '):]}")
+        elif event.get("cat") == "selector":
+            lines.append(f"    {name} fd {args.get('fd', '?')}")   # a selector wrapped to mark its calls
         elif event.get("cat") == "transport" and name in ("read", "write"):
             calls = args.get("syscalls", "?")
             if name == "read":
