@@ -65,14 +65,20 @@ class Instrument:
         """The loop is about to wait for readiness (``select``, ``epoll_wait``, ``uv_run``'s poll).
 
         ``timeout``: the longest it will block, in seconds; 0 when work is
-        already ready; None to wait until something happens.
+        already ready; None to wait until something happens.  On
+        tinyloop.uv it comes from a libuv prepare handle, just before the
+        poll phase, with ``uv_backend_timeout``'s value.
         """
 
     def after_io_wait(self, events: int) -> None:
         """The wait has returned with ``events`` ready (file descriptor, event mask) pairs.
 
         The pairs are not passed: how many is the measure of a readiness API
-        (O(ready) for epoll, O(watched) for select's scan).
+        (O(ready) for epoll, O(watched) for select's scan).  On tinyloop.uv
+        it comes at the end of libuv's poll phase (its check handle), and
+        ``events`` counts the I/O callbacks that phase ran: libuv runs each
+        ready descriptor's callback as it goes through the ready list, so
+        they fall inside the wait (the order KNOWN_DIFFERENCES describes).
         """
 
     def timers_due(self, count: int, ready: int) -> None:
@@ -80,7 +86,9 @@ class Instrument:
 
         ``ready`` is then the ready queue's length: what this iteration
         will run.  Called once per iteration, after the I/O callbacks were
-        queued, also when ``count`` is 0.
+        queued, also when ``count`` is 0.  On tinyloop.uv it is called when
+        libuv's timer fires, in its timers phase (``count`` may be 0: libuv
+        counts whole milliseconds and can wake a fraction early).
         """
 
     def before_phase(self, name: str) -> None:
