@@ -5,7 +5,7 @@
     python benchmarks/echo.py --quick          a smoke run: short, 1 repetition
     python benchmarks/echo.py --servers asyncio-protocol,aio-protocol --sizes 1
     python benchmarks/echo.py --list           what can run here, and why not the rest
-    python benchmarks/echo.py --save           refresh the book's reference, benchmarks/results/echo.json
+    python benchmarks/echo.py --reference           refresh the book's reference, benchmarks/results/echo.json
 
 Ten connections (--connections), each sending one message and waiting for
 the whole echo before it sends the next, for a fixed time per run.  Per
@@ -14,7 +14,7 @@ the server's CPU µs per message, p50/p99 round trip in µs, each figure's
 ratio to asyncio-protocol in the same run, and the spread of the repetitions.
 
 A user's run writes benchmarks/results/local/echo.json (ignored by git, with a
-timestamped copy in local/runs/); only --save writes the committed
+timestamped copy in local/runs/); only --reference writes the committed
 benchmarks/results/echo.json that the book renders ({bench-echo}).
 """
 
@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import report, servers  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.output import RESULTS, minutes, relative, write_json  # noqa: E402
 from benchmarks.harness.process import choose_names, choose_pinning, cpu_seconds  # noqa: E402
 from benchmarks.harness.summary import NOISE, is_noisy, median  # noqa: E402
@@ -70,7 +71,7 @@ __all__ = ["BASELINE", "FIGURES", "PEERS", "Plan", "measure", "parse_client", "r
            "summarize", "table", "format_text", "main"]
 
 SCHEMA = 1
-REFERENCE = RESULTS / "echo.json"          # the book's, committed; only --save writes it
+REFERENCE = RESULTS / "echo.json"          # the book's, committed; only --reference writes it
 LOCAL = RESULTS / "local" / "echo.json"    # a user's run: ignored by git
 
 BASELINE = "asyncio-protocol"
@@ -538,9 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float,
                         help=f"seconds without an echo before a run fails (default {DEFAULTS['timeout']:g})")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and client to CPUs")
-    parser.add_argument("--out", type=Path, help="where to write the JSON (default benchmarks/results/local/echo.json)")
-    parser.add_argument("--save", "--reference", action="store_true",
-                        help="write the book's reference, benchmarks/results/echo.json (a full run only)")
+    output.add_arguments(parser, "echo.json")
     parser.add_argument("--list", action="store_true", help="list the servers, whether each can run, and exit")
     return parser
 
@@ -548,9 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.save and (args.out is not None or args.quick):
-        parser.error("--save writes benchmarks/results/echo.json from a full run: not with --out or --quick")
-    out = REFERENCE if args.save else (args.out or LOCAL)
+    out = output.json_path(parser, args, "echo.json")
     plan = make_plan(args)
     client_note = prepare_client()
     if args.list:

@@ -4,7 +4,7 @@
     python benchmarks/micro.py                    every operation on every loop
     python benchmarks/micro.py --quick            a short look (few processes, short values)
     python benchmarks/micro.py --event-loops asyncio,aio --ops call_soon,sleep0
-    python benchmarks/micro.py --save             refresh the book's reference, benchmarks/results/micro.json
+    python benchmarks/micro.py --reference             refresh the book's reference, benchmarks/results/micro.json
 
 Operations (each timed over many repetitions in one process, then over
 several fresh processes, by pyperf's Runner):
@@ -24,7 +24,7 @@ do not need asyncio's tasks, on Part II's callbacks reactor
 Writes pyperf's own JSON (every value of every process) to
 benchmarks/results/local/micro-pyperf.json, and a summary (median time per
 operation, operations per second, ratio to asyncio, spread) to
-benchmarks/results/local/micro.json; --save writes the summary to the
+benchmarks/results/local/micro.json; --reference writes the summary to the
 committed benchmarks/results/micro.json instead, which the book renders
 ({bench-micro}).
 """
@@ -72,7 +72,7 @@ from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
 __all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
 
 SCHEMA = 1
-REFERENCE = RESULTS / "micro.json"                 # the book's, committed; only --save writes it
+REFERENCE = RESULTS / "micro.json"                 # the book's, committed; only --reference writes it
 LOCAL = RESULTS / "local" / "micro.json"           # a user's run: ignored by git
 PYPERF_JSON = RESULTS / "local" / "micro-pyperf.json"
 BASELINE = "asyncio"
@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     command = display(["python", "benchmarks/micro.py", *argv])
     worker = "--worker" in argv
     quick = "--quick" in argv
-    save = "--save" in argv
-    argv = [a for a in argv if a not in ("--quick", "--save")]
+    save = "--reference" in argv
+    argv = [a for a in argv if a not in ("--quick", "--reference")]
     if not worker:
         # Our defaults first; the user's pyperf options (later) override them.
         argv = (QUICK_PYPERF if quick else DEFAULT_PYPERF) + argv
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runner = pyperf.Runner(add_cmdline_args=forward, program_args=(str(Path(__file__).resolve()),))
     parser = runner.argparser
-    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --save."
+    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --reference."
     parser.add_argument("--event-loops", default="all",
                         help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
     parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The manager alone writes files.
     if save and (args.summary is not None or quick):
-        parser.error("--save writes benchmarks/results/micro.json from a full run: not with --summary or --quick")
+        parser.error("--reference writes benchmarks/results/micro.json from a full run: not with --summary or --quick")
     out = REFERENCE if save else (args.summary or LOCAL)
     pyperf_json = PYPERF_JSON if out in (REFERENCE, LOCAL) else out.with_name(f"{out.stem}-pyperf.json")
     pyperf_json.parent.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import loads, report, servers  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.output import LOCAL as LOCAL_DIR  # noqa: E402
 from benchmarks.harness.output import RESULTS, minutes, relative, write_json  # noqa: E402
@@ -133,13 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int,
                         help="requests sent on one keep-alive connection before each load, not measured "
                              f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
-    parser.add_argument("--reference", action="store_true",
-                        help="maintainers: write the book's committed reference results "
-                             "(benchmarks/results/latest.json and .png) instead of local/; "
-                             "refused with --quick")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where to write the JSON (default benchmarks/results/local/latest.json, "
-                             "ignored by git); a timestamped copy goes to runs/ beside it")
+    output.add_arguments(parser, "latest.json")  # and its plot; a timestamped copy goes to runs/ beside it
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
@@ -476,10 +471,7 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.reference and (args.out is not None or args.quick):
-        parser.error("--reference writes benchmarks/results/latest.json from a full run: "
-                     "not with --out or --quick")
-    args.out = REFERENCE if args.reference else (args.out or LOCAL)
+    args.out = output.json_path(parser, args, "latest.json")
     plan = make_plan(args)
     if args.list:
         for server in plan.candidates:
@@ -529,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         # A pass of its own, after the timed one: strace slows a server down.
         from benchmarks import syscalls
         print(flush=True)
-        where = ["--save"] if args.reference else ["--out", str(args.out.parent / "syscalls.json")]
+        where = ["--reference"] if args.reference else ["--out", str(args.out.parent / "syscalls.json")]
         chosen = []
         for flag, value in (("--stages", args.stages), ("--peers", args.peers)):
             if value is not None:

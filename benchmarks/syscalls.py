@@ -12,7 +12,7 @@ warmed up, ``strace -c -f -p PID`` is attached to it, a short wrk load runs
 depth 24: its ``wrk-pipeline`` load, Japronto's 24 requests per write), and
 strace's count of every system call, by name, is divided by the requests
 wrk counted.  Writes benchmarks/results/local/syscalls.json and .md (ignored
-by git); ``--save`` writes the book's benchmarks/results/syscalls.json and
+by git); ``--reference`` writes the book's benchmarks/results/syscalls.json and
 syscalls.md instead.  ``benchmarks/run.py --syscalls`` runs this after its
 timed passes, on the same servers.
 """
@@ -68,6 +68,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import loads, servers  # noqa: E402
 from benchmarks.loads import Settings  # noqa: E402
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
 from benchmarks.harness.process import choose_names, choose_pinning, warm_up  # noqa: E402
 from tinyloop import stages  # noqa: E402
@@ -76,7 +77,7 @@ __all__ = ["DEPTH_LOADS", "GROUPS", "SCHEMA", "Strace", "main", "markdown", "mea
            "parse_strace_summary", "strace_problem"]
 
 RESULTS = ROOT / "benchmarks" / "results"
-SAVED = RESULTS / "syscalls.json"              # the book's, committed; only --save writes it
+SAVED = RESULTS / "syscalls.json"              # the book's, committed; only --reference writes it
 LOCAL = RESULTS / "local" / "syscalls.json"    # a user's run: ignored by git
 SCHEMA = 1
 
@@ -343,10 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help=f"{DURATION['quick']:g} s per point instead of "
                                                              f"{DURATION['full']:g}: a smoke test")
     parser.add_argument("--duration", type=float, help="seconds of wrk per point (overrides --quick)")
-    parser.add_argument("--save", action="store_true",
-                        help="write the book's benchmarks/results/syscalls.json and .md (maintainers)")
-    parser.add_argument("--out", type=Path, help="where to write the JSON (default "
-                                                 "benchmarks/results/local/syscalls.json); the .md goes beside it")
+    output.add_arguments(parser, "syscalls.json")
     parser.add_argument("--render", action="store_true",
                         help="measure nothing: recompute the groups from the JSON's counts, rewrite it and its .md")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and wrk to CPUs")
@@ -356,9 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.save and args.out is not None:
-        parser.error("--save writes benchmarks/results/syscalls.json: not with --out")
-    out = SAVED if args.save else (args.out or LOCAL)
+    if args.render and args.reference:
+        args.out, args.reference = SAVED, False  # recompute the book's file in place
+    out = output.json_path(parser, args, "syscalls.json")
     if args.render:
         # The counts stay as measured; what is derived from them (the groups,
         # per request) is recomputed, so a change to GROUPS needs no new run.

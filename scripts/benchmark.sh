@@ -12,12 +12,12 @@ source scripts/setup.sh
 
 # Part III, after the HTTP table: TCP echo (benchmarks/echo.py) and the loop
 # micro-benchmarks (benchmarks/micro.py), about five minutes more.  --quick
-# and --list carry over, and --reference becomes their --save.
+# --list and --reference carry over.
 part3=()
 for arg in "$@"; do
     case $arg in
         --quick|--list) part3+=("$arg") ;;
-        --reference) part3+=(--save) ;;
+        --reference) part3+=(--reference) ;;
         -h|--help) exit 0 ;;
     esac
 done

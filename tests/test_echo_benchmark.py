@@ -108,7 +108,7 @@ def test_user_runs_go_to_an_ignored_directory_and_save_to_the_reference() -> Non
         ignored = subprocess.run(["git", "check-ignore", "-q", str(echo.LOCAL)], cwd=ROOT, timeout=10)
         assert ignored.returncode == 0, "benchmarks/results/local/ should be ignored by git"
     with pytest.raises(SystemExit):
-        echo.main(["--save", "--quick"])  # the reference is a full run's
+        echo.main(["--reference", "--quick"])  # the reference is a full run's
 
 
 # --- fabricated numbers ----------------------------------------------------------
@@ -266,8 +266,8 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
                          "-D", f"book_micro_results={tmp_path / 'none.json'}")
     assert built.returncode == 0, built.stdout + built.stderr
     text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
-    assert "No echo results yet: run python benchmarks/echo.py --save" in text
-    assert "No micro-benchmark results yet: run python benchmarks/micro.py --save" in text
+    assert "No echo results yet: run python benchmarks/echo.py --reference" in text
+    assert "No micro-benchmark results yet: run python benchmarks/micro.py --reference" in text
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)
