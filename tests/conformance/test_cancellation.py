@@ -604,6 +604,7 @@ def test_waiting_for_readiness_with_add_reader_cancelled_many_times(loop):
     async def main():
         a, b = socket.socketpair(socket.AF_UNIX)
         a.setblocking(False)
+        b.setblocking(False)
         try:
             for _ in range(100):
                 pending = asyncio.ensure_future(wait_readable(a))

@@ -23,11 +23,24 @@
 # move to uv_tcp (tcp.pyx).
 
 
+cdef extern from "Python.h":
+    # Runs the Python handlers of the signals that arrived (signal module).
+    int PyErr_CheckSignals() except -1
+
+
 cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept with gil:
     cdef UVPoll poll = <UVPoll>handle.data
     cdef Handle reader, writer
     poll.loop._check_state.io_ran += 1   # a count: tinyloop.trace reports it
     try:
+        # Discussion: a signal that arrives while libuv waits wakes it
+        # through the self-pipe, whose reader is one of these callbacks.
+        # Python runs the signal's handler at the first bytecode after that,
+        # inside a handle, which would report what it raises to the
+        # exception handler and go on.  asyncio's select() runs the handler
+        # itself and lets its exception out of run_until_complete; so we run
+        # it here, before any handle, and stop the loop with what it raised.
+        PyErr_CheckSignals()
         if status < 0:
             # An error on the descriptor (e.g. EBADF): wake both sides, as
             # epoll's EPOLLERR does; their next system call reports it.

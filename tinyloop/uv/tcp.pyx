@@ -49,6 +49,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 
 import collections
+import stat
 import warnings
 
 from tinyloop.aio.transports import DEFAULT_HIGH_WATER, FlowControlMixin
@@ -57,6 +58,7 @@ from tinyloop.aio import selector_events as _aio_selector_events
 
 cdef object _BufferedProtocol = asyncio.BufferedProtocol
 cdef object _set_result_unless_cancelled = _aio_base_events._set_result_unless_cancelled
+cdef object _FlowControlWaiter = _aio_base_events._FlowControlWaiter
 
 cdef enum:
     READ_BUFFER_SIZE = 256 * 1024   # bytes: one read, as Part III's max_size
@@ -82,7 +84,11 @@ cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
     request.transport = None
     request.data = None
     try:
-        transport._on_written(status)
+        PyContext_Enter(transport._context)
+        try:
+            transport._on_written(status)
+        finally:
+            PyContext_Exit(transport._context)
     except BaseException as exc:
         transport._loop._stash_error(exc)
 
@@ -90,7 +96,11 @@ cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
 cdef void _on_alloc(uv.uv_handle_t* handle, size_t suggested, uv.uv_buf_t* buf) noexcept with gil:
     cdef TCPTransport transport = <TCPTransport>handle.data
     try:
-        transport._alloc(buf)
+        PyContext_Enter(transport._context)
+        try:
+            transport._alloc(buf)
+        finally:
+            PyContext_Exit(transport._context)
     except BaseException as exc:
         buf.base = NULL
         buf.len = 0
@@ -103,10 +113,14 @@ cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf
     cdef TCPTransport transport = <TCPTransport>stream.data
     transport._loop._check_state.io_ran += 1
     try:
-        if transport._loop._instrumented:
-            _read_observed(transport, nread, buf)
-        else:
-            transport._on_read(nread, buf)
+        PyContext_Enter(transport._context)
+        try:
+            if transport._loop._instrumented:
+                _read_observed(transport, nread, buf)
+            else:
+                transport._on_read(nread, buf)
+        finally:
+            PyContext_Exit(transport._context)
     except BaseException as exc:
         transport._loop._stash_error(exc)
 
@@ -175,6 +189,11 @@ cdef class TCPTransport:
     cdef public bint _protocol_paused
     cdef public Py_ssize_t _high_water
     cdef public Py_ssize_t _low_water
+    # The contextvars context the protocol's callbacks run in: a copy of
+    # the one the transport was made in, as asyncio's reader handle keeps.
+    cdef object _context
+    cdef bint _sendfile_active    # loop.sendfile is sending: write() refuses
+    cdef bint _sendfile_writing   # ...except sendfile's own writes
     cdef object __weakref__
 
     _start_tls_compatible = True
@@ -182,6 +201,7 @@ cdef class TCPTransport:
     def __init__(self, UVLoop loop, sock, protocol, waiter=None, extra=None, server=None):
         cdef int err
         self._loop = loop
+        self._context = PyContext_CopyCurrent()
         self._extra = _aio_selector_events._socket_extra(sock, extra)
         self._sock = sock
         self._sock_fd = sock.fileno()
@@ -383,6 +403,8 @@ cdef class TCPTransport:
             data = bytes(data)   # the caller may reuse a mutable buffer
         if self._eof:
             raise RuntimeError("Cannot call write() after write_eof()")
+        if self._sendfile_active and not self._sendfile_writing:
+            raise RuntimeError("unable to write; sendfile is in progress")   # asyncio's words
         if not data:
             return
         if self._conn_lost:
@@ -419,6 +441,49 @@ cdef class TCPTransport:
 
     def can_write_eof(self):
         return True
+
+    async def _sendfile_native(self, file, offset, count):
+        """loop.sendfile's path for this transport (Part III's loop.sendfile asks for it).
+
+        Sends ``count`` bytes of ``file`` (all if None) from ``offset``;
+        returns the bytes sent.  Meanwhile reading is paused and write()
+        raises RuntimeError, as on asyncio's socket transports.  Raises
+        ConnectionError if the peer goes.
+
+        Discussion: asyncio sends with sendfile(2) once the buffer is empty,
+        waiting for writability with a reader on the socket.  Here libuv's
+        uv_tcp_t watches that descriptor, and libuv allows one watcher per
+        descriptor, so the file's bytes go through this transport's own
+        writes (read in the executor, Part III's _copy_file), under its flow
+        control.  Not zero-copy, but the same contract: in order, whole,
+        and nobody else's write in the middle.
+        """
+        self._loop._check_sendfile_params(self._sock, file, offset, count)
+        # What asyncio's native path takes, and only that: a regular file
+        # (anything else is the fallback's, and fallback=False refuses it).
+        try:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise asyncio.SendfileNotAvailableError("not a regular file")
+        except (AttributeError, OSError, ValueError) as exc:
+            raise asyncio.SendfileNotAvailableError("not a regular file") from exc
+        waiter = _FlowControlWaiter(self)   # pauses reading; turns pause_writing into a future
+        self._sendfile_active = True
+
+        async def send(data):
+            await waiter.drain()
+            self._sendfile_writing = True
+            try:
+                self.write(data)
+            finally:
+                self._sendfile_writing = False
+
+        try:
+            sent = await self._loop._copy_file(file, offset, count, send)
+            await waiter.drain()
+            return sent
+        finally:
+            self._sendfile_active = False
+            waiter.restore()
 
     def get_write_buffer_size(self):
         """Bytes not yet taken by the kernel: queued this turn plus libuv's write queue."""
