@@ -514,6 +514,8 @@ def test_unix_server_leaves_other_files_alone(loop: asyncio.AbstractEventLoop,
 
 def test_unix_server_cleans_up_its_socket_file(loop: asyncio.AbstractEventLoop, loop_name: str,
                                                tmp_path: Path) -> None:
+    """By default as the running Python's asyncio (3.13 removes the file, 3.11 and 3.12
+    leave it); tinyloop takes 3.13's ``cleanup_socket`` on every Python."""
     if not loop_name.startswith("tinyloop") and (
             loop_name != "asyncio" or sys.version_info < (3, 13)):
         pytest.skip("cleanup_socket is Python 3.13's")
@@ -522,6 +524,10 @@ def test_unix_server_cleans_up_its_socket_file(loop: asyncio.AbstractEventLoop, 
     async def main() -> None:
         server = await loop.create_unix_server(asyncio.Protocol, path)
         assert path.exists()
+        server.close()
+        await server.wait_closed()
+        assert path.exists() is (sys.version_info < (3, 13))
+        server = await loop.create_unix_server(asyncio.Protocol, path, cleanup_socket=True)
         server.close()
         await server.wait_closed()
         assert not path.exists()

@@ -193,6 +193,12 @@ ALLOWED_BLOCKING = [
     ("os.stat", "tinyloop/aio/unix_events.py", {"create_unix_server", "_stop_serving"}),
     ("os.unlink", "tinyloop/aio/unix_events.py", {"create_unix_server", "_stop_serving"}),
     ("os.remove", "tinyloop/aio/unix_events.py", {"create_unix_server"}),
+    # The same for a UNIX datagram endpoint's stale file (asyncio's check is
+    # in create_datagram_endpoint, which blockbuster does not list).
+    ("os.stat", "asyncio/base_events.py", {"create_datagram_endpoint"}),
+    ("os.remove", "asyncio/base_events.py", {"create_datagram_endpoint"}),
+    ("os.stat", "tinyloop/aio/unix_events.py", {"_datagram_socket"}),
+    ("os.remove", "tinyloop/aio/unix_events.py", {"_datagram_socket"}),
     # sendfile(2) on a non-blocking socket: it sends what the socket takes
     # now, but may wait for the disk to read the file's pages, as asyncio's
     # (allowed in its sendfile and _sock_sendfile_native_impl).  Ours goes

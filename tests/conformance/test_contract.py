@@ -211,3 +211,152 @@ def test_starting_a_child_makes_only_the_allowed_read(loop):
         return out, process.returncode
 
     assert run(loop, main()) == (b"hello\n", 0)
+
+
+# -- Arguments refused as asyncio refuses them -------------------------------------------
+
+def test_create_server_with_no_address_and_no_socket_raises_value_error(loop):
+    async def main():
+        with pytest.raises(ValueError, match="Neither host/port nor sock were specified"):
+            await loop.create_server(asyncio.Protocol)
+
+    run(loop, main())
+
+
+@pytest.mark.parametrize("fd", [object(), "3", None], ids=["object", "str", "None"])
+def test_add_reader_refuses_what_is_not_a_file_as_selectors_do(loop, fd):
+    """selectors' fileno() rules: an object without a usable fileno() is a ValueError
+    (asyncio's "Invalid file object"), never an AttributeError."""
+    for add in (loop.add_reader, loop.add_writer):
+        with pytest.raises((TypeError, ValueError)):
+            add(fd, print)
+    for remove in (loop.remove_reader, loop.remove_writer):
+        with pytest.raises((TypeError, ValueError)):
+            remove(fd)
+
+
+def test_datagram_endpoint_on_a_stream_socket_says_a_udp_socket_was_expected(loop):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+    async def main():
+        with pytest.raises(ValueError, match="A UDP Socket was expected"):
+            await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
+
+    with sock:
+        run(loop, main())
+
+
+def test_messages_programs_match_on(loop_name, loop):
+    """"Event loop is closed" and the thread check's words are asyncio's."""
+    loop.set_debug(True)
+    caught = []
+
+    def from_another_thread():
+        try:
+            loop.call_soon(print)
+        except RuntimeError as exc:
+            caught.append(str(exc))
+
+    async def main():
+        await loop.run_in_executor(None, from_another_thread)
+
+    run(loop, main())
+    assert caught == ["Non-thread-safe operation invoked on an event loop other than the "
+                      "current one"]
+    loop.close()
+    for call in (lambda: loop.call_soon(print), lambda: loop.call_later(1, print),
+                 lambda: loop.run_forever()):
+        with pytest.raises(RuntimeError, match="^Event loop is closed$"):
+            call()
+    coro = asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="^Event loop is closed$"):
+        loop.create_task(coro)
+    coro.close()
+
+
+# -- UNIX sockets given to the loop ----------------------------------------------------
+
+@pytest.fixture
+def socket_folder():
+    with tempfile.TemporaryDirectory() as folder:
+        yield folder
+
+
+@pytest.mark.skipif(not hasattr(socket, "SOCK_NONBLOCK"), reason="Linux's type flags")
+def test_unix_server_on_a_socket_whose_type_carries_flags(loop, socket_folder):
+    """A socket made with SOCK_NONBLOCK|SOCK_CLOEXEC in its type is a stream socket;
+    closing the server leaves the file as the running Python's asyncio does
+    (removed from 3.13, cleanup_socket; left before)."""
+    path = os.path.join(socket_folder, "server")
+    sock = socket.socket(socket.AF_UNIX,
+                         socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    sock.bind(path)
+
+    async def main():
+        server = await loop.create_unix_server(asyncio.Protocol, sock=sock)
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+    assert os.path.exists(path) is (sys.version_info < (3, 13))
+
+
+def test_unix_server_at_a_path_leaves_its_file_as_the_running_asyncio(loop, socket_folder):
+    path = os.path.join(socket_folder, "server")
+
+    async def main():
+        server = await loop.create_unix_server(asyncio.Protocol, path)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+    assert os.path.exists(path) is (sys.version_info < (3, 13))
+
+
+@pytest.mark.differs(loops=("uvloop",), reason="uvloop's create_datagram_endpoint takes no "
+                                              "family=AF_UNIX with a path")
+def test_datagram_endpoint_at_a_path_a_dead_endpoint_left(loop, socket_folder):
+    path = os.path.join(socket_folder, "datagrams")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(path)
+    dead.close()  # its file stays
+
+    async def main():
+        transport, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, path, family=socket.AF_UNIX)
+        try:
+            return transport.get_extra_info("sockname")
+        finally:
+            transport.close()
+
+    assert run(loop, main()) == path
+
+
+def test_datagram_endpoint_on_a_given_unix_datagram_socket(loop, socket_folder):
+    path = os.path.join(socket_folder, "datagrams")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    received = []
+
+    class Receiver(asyncio.DatagramProtocol):
+        def datagram_received(self, data, address):
+            received.append(data)
+            done.set_result(None)
+
+    async def main():
+        transport, _ = await loop.create_datagram_endpoint(Receiver, sock=sock)
+        try:
+            sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            with sender:
+                sender.setblocking(False)
+                sender.sendto(b"hello", path)
+            await done
+        finally:
+            transport.close()
+
+    done = loop.create_future()
+    run(loop, main())
+    assert received == [b"hello"]

@@ -365,6 +365,19 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
     # wrong callback still fails, one iteration later, through the exception
     # handler.
 
+    # Discussion: Part II's checks say what went wrong in its own words;
+    # here they say it in asyncio's, because programs and test suites match
+    # on these messages ("Event loop is closed" above all).
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+
+    def _check_thread(self) -> None:
+        if self._thread_id is not None and self._thread_id != threading.get_ident():
+            raise RuntimeError("Non-thread-safe operation invoked on an event loop other "
+                               "than the current one")
+
     # -- Futures and tasks ---------------------------------------------------------
 
     def create_future(self) -> asyncio.Future:
@@ -861,6 +874,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                 raise ValueError(f"A Stream Socket was expected, got {sock!r}")
             sockets = [sock]
         else:
+            if host is None and port is None:
+                raise ValueError("Neither host/port nor sock were specified")
             if reuse_address is None:
                 reuse_address = os.name == "posix" and sys.platform != "cygwin"
             hosts: Iterable[Any] = [None] if host in (None, "") else \
@@ -1085,7 +1100,7 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """
         if sock is not None:
             if sock.type != socket.SOCK_DGRAM:
-                raise ValueError(f"A datagram socket was expected, got {sock!r}")
+                raise ValueError(f"A UDP Socket was expected, got {sock!r}")  # asyncio's words
             if local_addr or remote_addr or family or proto or flags or reuse_port or allow_broadcast:
                 raise ValueError("socket modifier keyword arguments can not be used when sock is specified.")
             sock.setblocking(False)

@@ -144,7 +144,13 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
     _remove_writer = reactor.Loop.remove_writer
 
     def _ensure_fd_no_transport(self, fd: Any) -> None:
-        fileno = fd if isinstance(fd, int) else fd.fileno()
+        fileno = fd
+        if not isinstance(fileno, int):
+            try:
+                fileno = int(fileno.fileno())
+            except (AttributeError, TypeError, ValueError):
+                # selectors' rule for a file object, in asyncio's words.
+                raise ValueError(f"Invalid file object: {fd!r}") from None
         transport = self._transports.get(fileno)
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")

@@ -33,8 +33,9 @@
 #     before the first (asyncio writes -1; uvloop restores, as we do).
 #   * A write pipe over a socket pair drops what the far end sends it and
 #     closes only at its EOF or error; asyncio closes on any readability.
-#   * ``cleanup_socket`` (3.13's create_unix_server argument) works on every
-#     Python we run on.
+#   * ``cleanup_socket`` (3.13's create_unix_server argument) is accepted on
+#     every Python we run on; its default is the running Python's behaviour
+#     (True from 3.13; before, asyncio left the socket file behind).
 #   * One child watcher per child, chosen here (asyncio 3.11 asks its
 #     policy for a process-wide one).  The exit is reported in the iteration
 #     the pidfd turns readable; asyncio waits one more.  A closed loop's
@@ -277,14 +278,16 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             self, protocol_factory: Callable[[], asyncio.BaseProtocol], path: Any = None, *,
             sock: socket.socket | None = None, backlog: int = 100, ssl: Any = None,
             ssl_handshake_timeout: float | None = None, ssl_shutdown_timeout: float | None = None,
-            start_serving: bool = True, cleanup_socket: bool = True,
+            start_serving: bool = True, cleanup_socket: bool | None = None,
     ) -> base_events.Server:
         """Listen on the Unix socket ``path`` (or on ``sock``); return a ``base_events.Server``.
 
         A socket file left at ``path`` by a server that died is removed
         first; anything else there makes bind fail (OSError EADDRINUSE).
         With ``cleanup_socket`` the file is removed again when the server
-        closes, if it is still the one we bound.  ``backlog`` is listen(2)'s.
+        closes, if it is still the one we bound (None, the default: as the
+        running Python's asyncio, which removes it from 3.13 on and leaves
+        it before).  ``backlog`` is listen(2)'s.
         Raises TypeError for ``ssl=True`` (a server needs a context),
         ValueError for contradictory arguments.  Sources: the asyncio docs,
         "Creating network servers"; unix(7).
@@ -316,6 +319,8 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             raise ValueError("path was not specified, and no sock specified")
         else:
             _check_unix_stream_socket(sock)
+        if cleanup_socket is None:
+            cleanup_socket = sys.version_info >= (3, 13)
         if cleanup_socket:
             self._remember_socket_file(sock)
         sock.setblocking(False)
@@ -356,6 +361,18 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             pass
         except OSError as exc:
             logger.error("Unable to clean up listening UNIX socket %r: %r", path, exc)
+
+    async def _datagram_socket(self, local_addr: Any, remote_addr: Any, family: int, proto: int,
+                               flags: int, reuse_port: bool | None,
+                               allow_broadcast: bool | None) -> tuple[socket.socket, Any]:
+        # A UNIX datagram endpoint at a path a dead one left its file at:
+        # the file goes first, as for create_unix_server (asyncio does the
+        # same in create_datagram_endpoint).
+        if family == socket.AF_UNIX and isinstance(local_addr, (str, bytes)) and local_addr \
+                and not _is_abstract(local_addr):
+            _remove_stale_socket(local_addr)
+        return await super()._datagram_socket(local_addr, remote_addr, family, proto, flags,
+                                               reuse_port, allow_broadcast)
 
     # -- Pipes ----------------------------------------------------------------------------
 
