@@ -478,3 +478,13 @@ async def _echo(reader: Any, writer: Any) -> None:
     writer.write(await reader.readline())
     await writer.drain()
     writer.close()
+
+
+def test_the_format_check_finds_spans_that_overlap_without_nesting() -> None:
+    def span(name: str, ts: float, dur: float) -> dict:
+        return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+
+    nested = {"traceEvents": [span("run", 0, 100), span("wait", 0, 40), span("cb", 50, 10)]}
+    assert chrome.problems(nested) == []
+    crossed = {"traceEvents": [span("run", 0, 100), span("wait", 0, 40), span("cb", 30, 20)]}
+    assert chrome.problems(crossed) == ["X 'cb' at 30 µs overlaps 'wait' on its thread without nesting"]

@@ -198,10 +198,19 @@ class Recorder(Instrument):
 
     def after_run(self, loop: Any) -> None:
         now = self.now()
-        # A callback that raised KeyboardInterrupt never ended: close it here.
+        # What an exception (KeyboardInterrupt) cut short ends with the run.
         while self._handles:
             start, name = self._handles.pop()
             self._span(name, start, now, cat="callback", args={"unfinished": True})
+        for name, start in self._phases.items():
+            self._span(name, start, now, args={"unfinished": True})
+        self._phases.clear()
+        if self._wait is not None:
+            self._span("wait", self._wait[0], now, args={"timeout": self._wait[1], "unfinished": True})
+            self._wait = None
+        if self._timers is not None:
+            self._span("timers", self._timers, now, args={"unfinished": True})
+            self._timers = None
         self._end_callbacks(now)
         if self._run is not None:
             self._span("run", self._run, now)
