@@ -4,7 +4,7 @@
     python benchmarks/memory.py                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
     python benchmarks/memory.py --quick          0 and 1000 connections, one repetition: plumbing only
     python benchmarks/memory.py --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
-    python benchmarks/memory.py --render         rewrite the table from the saved JSON
+    python benchmarks/memory.py --render         rewrite the table from the saved JSON (--reference: the book's)
 
 For each server and each count N, the server is started fresh, answers one
 request on a connection of its own (so what the first request allocates,
@@ -22,8 +22,9 @@ Protocol peers on stdlib asyncio and uvloop (benchmarks/servers.py), so the
 table says what moving the loop to libuv saved per connection, and how that
 compares with uvloop.
 
-Writes benchmarks/results/memory.json and memory.md (the chapter includes
-the table).  Loopback only; every wait is bounded; every server is stopped
+Writes benchmarks/results/local/memory.json and memory.md (ignored by git);
+``--reference`` writes the book's benchmarks/results/memory.json and
+memory.md, whose table the chapter includes.  Loopback only; every wait is bounded; every server is stopped
 and every socket closed before the next run.
 """
 
@@ -56,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
 
+from benchmarks.harness import output  # noqa: E402
 from benchmarks.harness.machine import fingerprint  # noqa: E402
 from benchmarks import servers  # noqa: E402
 from tinyloop import stages  # noqa: E402
@@ -65,9 +67,6 @@ from tinyloop.testing import Crowd, ServerProcess, http_get  # noqa: E402
 __all__ = ["COUNTS", "SERVERS", "main", "measure", "render", "slope"]
 
 SCHEMA = 1
-RESULTS = ROOT / "benchmarks" / "results"
-JSON = RESULTS / "memory.json"
-TABLE = RESULTS / "memory.md"
 SERVERS = ("aio", "uv", "asyncio-protocol", "uvloop-protocol")
 COUNTS = (0, 1000, 10_000)
 QUICK_COUNTS = (0, 1000)
@@ -192,18 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, help=f"interleaved repetitions (default {REPEAT})")
     parser.add_argument("--quick", action="store_true",
                         help=f"counts {','.join(map(str, QUICK_COUNTS))}, one repetition: plumbing only")
-    parser.add_argument("--json", type=Path, default=JSON, help=f"(default {JSON.relative_to(ROOT)})")
-    parser.add_argument("--table", type=Path, default=TABLE, help=f"(default {TABLE.relative_to(ROOT)})")
-    parser.add_argument("--render", action="store_true", help="only rewrite the table from the JSON")
+    output.add_arguments(parser, "memory.json", "--json")  # the Markdown table goes beside it, .md
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.render and args.reference:
+        args.out, args.reference = output.RESULTS / "memory.json", False  # re-render the book's table
+    args.json = output.json_path(parser, args, "memory.json")
+    args.table = args.json.with_suffix(".md")
     if args.render:
-        args.table.write_text(render(json.loads(args.json.read_text(encoding="utf-8"))), encoding="utf-8")
-        print(f"wrote {args.table}")
+        output.write_text(render(json.loads(args.json.read_text(encoding="utf-8"))), args.table)
+        print(f"wrote {output.relative(args.table)}")
         return 0
     names = args.servers.split(",") if args.servers else list(SERVERS)
     known = [stage.name for stage in stages.STAGES] + [peer.name for peer in servers.PEERS]
@@ -255,12 +258,20 @@ def main(argv: list[str] | None = None) -> int:
                     for name, records in runs.items()},
         "notes": notes,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    args.table.write_text(render(data), encoding="utf-8")
+    output.write_json(data, args.json)
+    output.write_text(render(data), args.table)
     print(render(data))
-    print(f"wrote {args.json} and {args.table} in {data['seconds']:.0f} s")
+    print(f"wrote {output.relative(args.json)} and {output.relative(args.table)} in {data['seconds']:.0f} s")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: each server's memory per idle keep-alive connection (the fitted slope)."""
+    parts = [f"{name} {row['bytes_per_connection'] / 1024:.1f}" for name, row in data["results"].items()
+             if row.get("bytes_per_connection") is not None]
+    return ("KiB per idle keep-alive connection: " + ", ".join(parts)) if parts else \
+        "memory per connection: nothing measured"
 
 
 if __name__ == "__main__":
