@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int,
                         help="requests sent on one keep-alive connection before each load, not measured "
                              f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
-    output.add_arguments(parser, "latest.json")  # and its plot; a timestamped copy goes to runs/ beside it
+    output.add_arguments(parser, "NAME.json")  # and its plot; a timestamped copy goes to runs/ beside it
+    parser.add_argument("--name", default="latest",
+                        help="the results' file name without .json (default latest; the book's pipelined "
+                             "table is --loads wrk-pipeline --name pipeline)")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
@@ -471,7 +474,7 @@ def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[s
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.out = output.json_path(parser, args, "latest.json")
+    args.out = output.json_path(parser, args, f"{args.name}.json")
     plan = make_plan(args)
     if args.list:
         for server in plan.candidates:
