@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PHASES", "TraceFormatError", "check", "problems", "write"]
+__all__ = ["PHASES", "TraceFormatError", "check", "overlaps", "problems", "write"]
 
 # The phases we write and check, with the fields each requires besides
 # name/ph/pid/tid (and ts, which all but M events need).
@@ -48,10 +48,8 @@ def problems(trace: Any) -> list[str]:
     format); each event's name, phase, pid and tid, its ``ts`` in
     microseconds (a finite number >= 0), an X event's ``dur`` >= 0, a C
     event's numeric series, an i event's scope, an M event's known name and
-    its ``args.name``, and spans that nest per thread: B/E pairs, and X
-    spans that overlap only by containing one another (trace viewers draw a
-    thread's spans as one stack; Perfetto flags the others as improperly
-    nested).
+    its ``args.name``, and B/E spans that nest per thread.  :func:`overlaps`
+    checks X spans' nesting too.
     """
     found: list[str] = []
     if isinstance(trace, dict):
@@ -109,12 +107,17 @@ def problems(trace: Any) -> list[str]:
                 found.append(f"{where}: E with no open B on its thread")
             else:
                 stack.pop()
-    found.extend(_overlaps(events))
     return found
 
 
-def _overlaps(events: list[Any]) -> list[str]:
-    """X spans on one thread that overlap without one containing the other."""
+def overlaps(trace: Any) -> list[str]:
+    """X spans on one thread that overlap without one containing the other; [] if none.
+
+    Trace viewers draw a thread's spans as one stack: Perfetto flags such a
+    pair as improperly nested.  (Traces from before the recorder closed
+    Ctrl-C's cut-short spans with the run can have one.)
+    """
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
     found = []
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for event in events:
