@@ -474,6 +474,17 @@ def test_no_instrument_no_call_on_uv() -> None:
 
     assert _calls_into_trace(run) == [], "uv's hot paths test a C flag, and call nothing"
 
+    # Added, then removed: the flag is cleared and the prepare handle stopped.
+    loop = new_event_loop()
+    recorder = record(loop)
+    try:
+        assert loop.run_until_complete(echo()) == b"ping\n"
+        assert recorder.recorded > 0
+        assert loop.remove_instrument(recorder) is True
+        assert _calls_into_trace(lambda: loop.run_until_complete(echo())) == []
+    finally:
+        loop.close()
+
 
 async def _echo(reader: Any, writer: Any) -> None:
     writer.write(await reader.readline())
