@@ -268,7 +268,9 @@ class Server:
         self.server.close()
         await self.server.wait_closed()
         for protocol, _, waiter in self.connections:
-            if exc_type is not None:  # the test failed: end what it left open
+            # The test failed: end what it left open (an ended connection has
+            # let go of its app transport).
+            if exc_type is not None and protocol._app_transport is not None:
                 protocol._app_transport.abort()
             await protocol.plain_lost
             if waiter.done() and not waiter.cancelled():

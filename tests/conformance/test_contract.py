@@ -17,9 +17,12 @@ import gc
 import multiprocessing
 import os
 import socket
+import ssl
 import sys
 import tempfile
+import threading
 import time
+import weakref
 import warnings
 
 import pytest
@@ -360,3 +363,163 @@ def test_datagram_endpoint_on_a_given_unix_datagram_socket(loop, socket_folder):
     done = loop.create_future()
     run(loop, main())
     assert received == [b"hello"]
+
+
+# -- TLS: the SSLContext is let go, and a peer's early EOF ends the connection cleanly -----
+
+@pytest.fixture(scope="module")
+def tls():
+    """(server context factory, client context factory) for "localhost" (trustme)."""
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    certificate = authority.issue_cert("localhost")
+
+    def server_context():
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        certificate.configure_cert(context)
+        return context
+
+    def client_context():
+        context = ssl.create_default_context()
+        authority.configure_trust(context)
+        return context
+
+    return server_context, client_context
+
+
+class _Peer:
+    """A TLS peer in a thread of its own, on a blocking socket, running ``serve(sock)``."""
+
+    def __init__(self, serve) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.address = self.listener.getsockname()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(serve,))
+        self.thread.start()
+
+    def _run(self, serve) -> None:
+        try:
+            sock, _ = self.listener.accept()
+            with sock:
+                sock.settimeout(10)
+                serve(sock)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.listener.close()
+
+    def join(self) -> None:
+        self.thread.join(15)
+        assert not self.thread.is_alive(), "the TLS peer thread did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+class _Ending(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.lost = asyncio.get_running_loop().create_future()
+        self.received = b""
+
+    def connection_made(self, transport):
+        self.transport = transport  # kept, as most protocols do: a cycle if the loop keeps its side
+
+    def data_received(self, data):
+        self.received += data
+
+    def connection_lost(self, exc):
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+def test_the_sslcontext_is_let_go_after_a_tls_connection(loop, tls):
+    """Once the connection is over and the program drops the transport, nothing holds the
+    client's SSLContext: no cycle through the TLS protocol waits for the cyclic GC."""
+    server_context, client_context = tls
+
+    def serve(sock):
+        with server_context().wrap_socket(sock, server_side=True) as tls_sock:
+            tls_sock.recv(32)  # the client's close_notify: b""
+
+    peer = _Peer(serve)
+    context = client_context()
+
+    async def main():
+        transport, protocol = await loop.create_connection(
+            _Ending, *peer.address, ssl=context, server_hostname="localhost")
+        transport.close()
+        await protocol.lost
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(loop, main())
+        peer.join()
+        context = weakref.ref(context)
+        assert context() is None, "the SSLContext is still referenced after the connection"
+    finally:
+        gc.enable()
+
+
+def test_the_sslcontext_is_let_go_after_a_handshake_that_timed_out(loop):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts in the kernel, never answers the ClientHello
+    context = ssl.create_default_context()
+
+    async def main():
+        with pytest.raises((ConnectionRefusedError, asyncio.TimeoutError)):
+            await asyncio.wait_for(loop.create_connection(
+                asyncio.Protocol, *listener.getsockname(), ssl=context,
+                server_hostname="localhost"), 0.1)
+
+    gc.collect()
+    gc.disable()
+    try:
+        with listener:
+            run(loop, main())
+        context = weakref.ref(context)
+        assert context() is None, "the SSLContext is still referenced after the time-out"
+    finally:
+        gc.enable()
+
+
+def test_a_peer_that_shuts_down_after_its_last_bytes_gets_no_close_notify(loop, tls):
+    """The peer sends, shuts down its side of TCP (its TLS layer gone), and reads on until
+    our EOF: it must read nothing, no stray TLS record, and our protocol hears
+    connection_lost(None) with every byte delivered, after a paused read resumes."""
+    server_context, client_context = tls
+    peer_done = threading.Event()
+
+    def serve(sock):
+        tls_sock = server_context().wrap_socket(sock, server_side=True)
+        tls_sock.sendall(b"hello")
+        assert tls_sock.recv(1024) == b"world"
+        tls_sock.sendall(b"extra bytes")
+        tls_sock.shutdown(socket.SHUT_WR)  # drops the TLS layer: plain TCP from here
+        peer_done.set()
+        leftover = tls_sock.recv(1024)
+        assert leftover == b"", f"the peer read {leftover!r} after its shutdown"
+
+    class Pausing(_Ending):
+        def data_received(self, data):
+            super().data_received(data)
+            if data == b"hello":
+                self.transport.write(b"world")
+                self.transport.pause_reading()
+
+    peer = _Peer(serve)
+
+    async def main():
+        transport, protocol = await loop.create_connection(
+            Pausing, *peer.address, ssl=client_context(), server_hostname="localhost")
+        while not peer_done.is_set():
+            await asyncio.sleep(0.01)
+        transport.resume_reading()
+        exc = await protocol.lost
+        transport.close()
+        return exc, protocol.received
+
+    assert run(loop, main()) == (None, b"helloextra bytes")
+    peer.join()

@@ -389,9 +389,20 @@ class SSLProtocol(asyncio.Protocol):
         self._app_transport._closed = True  # ended: nothing for __del__ to warn about
         self._wake_waiter(exc if exc is not None else
                           ConnectionResetError("the connection closed during the TLS handshake"))
-        if self._app_connected:
-            self._app_connected = False
-            self._app_protocol.connection_lost(exc)
+        try:
+            if self._app_connected:
+                self._app_connected = False
+                self._app_protocol.connection_lost(exc)
+        finally:
+            # Discussion: the app's protocol usually keeps its transport,
+            # which points back at us, and we point at both: a cycle that
+            # would keep the SSLContext, the SSLObject and its buffers alive
+            # until the cyclic GC runs, long after the connection.  We let
+            # go of our side now, as asyncio does; the app's transport
+            # still answers (is_closing, get_extra_info) through us.
+            self._transport = None
+            self._app_transport = None
+            self._app_protocol = None
 
     def pause_writing(self) -> None:
         """The plain transport's buffer rose above its high-water mark."""
@@ -548,7 +559,7 @@ class SSLProtocol(asyncio.Protocol):
 
     def _write_app_data(self, data: bytes | bytearray | memoryview) -> None:
         """The app wrote ``data``: queue it and, once WRAPPED, encrypt it now."""
-        if self._app_transport._closed:  # so is every state from SHUTDOWN on
+        if self._app_transport is None or self._app_transport._closed:  # from SHUTDOWN on
             self._dropped_writes += 1
             if self._dropped_writes >= LOG_THRESHOLD_FOR_DROPPED_WRITES:
                 logger.warning("%r: write() after the TLS connection was closed", self)
@@ -650,7 +661,8 @@ class SSLProtocol(asyncio.Protocol):
         there is nothing more to do.  The timer bounds everything that is
         left, our close_notify and the plain transport's own close included.
         """
-        self._app_transport._closed = True
+        if self._app_transport is not None:  # None once the connection is lost
+            self._app_transport._closed = True
         if self._state is _State.HANDSHAKE:
             self._fail_handshake(ConnectionAbortedError("closed during the TLS handshake"),
                                  abort=True)
@@ -672,7 +684,15 @@ class SSLProtocol(asyncio.Protocol):
         leaves is no error of ours: OpenSSL 3 refuses the data that crosses
         it (SSL_R_APPLICATION_DATA_AFTER_CLOSE_NOTIFY), we have sent all we
         meant to, and we close without waiting for the peer's close_notify.
+
+        A peer that has already shut down its side of TCP gets no
+        close_notify from us, as from asyncio: it has stopped reading TLS
+        (ssl.SSLSocket.shutdown drops the TLS layer), and the record would
+        reach it as stray bytes before our EOF.
         """
+        if self._eof:
+            self._end(None, abort=False)
+            return
         try:
             self._sslobj.unwrap()
         except ssl.SSLWantReadError:
@@ -704,6 +724,8 @@ class SSLProtocol(asyncio.Protocol):
         if self._state is not _State.CLOSED:
             self._set_state(_State.CLOSED)
             self._app_transport._closed = True
+        if self._transport is None:  # the plain transport is gone already
+            return
         if abort:
             self._transport.abort()
         else:
