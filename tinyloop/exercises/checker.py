@@ -51,7 +51,8 @@ from tinyloop._override import ENV
 from tinyloop.exercises import build, markers, properties
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["CheckerError", "Report", "Step", "check", "repository_root", "stages_using", "test_arguments"]
+__all__ = ["CheckerError", "Report", "Step", "check", "own_test_arguments", "repository_root",
+           "stages_using", "test_arguments", "wider_test_arguments"]
 
 # Time limits, in seconds: one test (pytest-timeout; a wrong solution often
 # hangs, e.g. a server that resends its output forever), and the whole run.
@@ -73,6 +74,7 @@ class Step:
     status: str
     text: str
     details: list[str] = field(default_factory=list)
+    crashed: bool = False  # the test process died by a signal
 
 
 @dataclass
@@ -169,10 +171,19 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     # Python, and the run would then end at TESTS_TIMEOUT without showing
     # the failure that came first (the exercise's own tests run first).
     stop_early = fail_fast or verdict_only or cython
-    step = _run_tests(exercise, shown, root, override, ["-x"] if stop_early else [])
-    report.steps.append(step)
+    # Fast feedback: the exercise's own tests (its behaviour tests and the
+    # stream-integrity properties, a few seconds) first, stopping at the
+    # first failure; the wider suites only once those pass.
+    own = own_test_arguments(exercise, root)
+    step = _run_tests(exercise, shown, root, override, ["-x"], own, own=True) if own else None
+    if step is not None:
+        report.steps.append(step)
+    if step is None or step.status != "FAIL":
+        step = _run_tests(exercise, shown, root, override, ["-x"] if stop_early else [],
+                          wider_test_arguments(exercise, root))
+        report.steps.append(step)
     limits = properties.QUICK if quick else properties.FULL
-    if step.status == "FAIL" and exercise.stage and not verdict_only:
+    if step.status == "FAIL" and exercise.stage and not verdict_only and not step.crashed:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
             step.details += _explain_crash(exercise, shown, traceback, text if cython else None)
@@ -305,6 +316,30 @@ def test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
     return others + files + ["-k", f"({expression}) or " + " or ".join(wanted)]
 
 
+# The stream-integrity properties of every exercise on a write or read path
+# (exactly the bytes written, in order, once), named test_<exercise>_... too.
+STREAM_TESTS = "tests/test_exercise_streams.py"
+
+
+def own_test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
+    """The pytest arguments of the exercise's own tests, which run first: the tests
+    named ``test_<name with _>_...`` in ``tests/test_exercise_<chapter>.py`` and in
+    :data:`STREAM_TESTS`; an empty list when neither file exists."""
+    root = root if root is not None else repository_root()
+    files = [f for f in (f"tests/test_exercise_{exercise.chapter}.py", STREAM_TESTS)
+             if (root / f).exists()]
+    return files + ["-k", f"test_{exercise.name.replace('-', '_')}"] if files else []
+
+
+def wider_test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
+    """:func:`test_arguments` less the exercise's own test files (they ran first)."""
+    root = root if root is not None else repository_root()
+    own = set(own_test_arguments(exercise, root))
+    args = test_arguments(exercise, root)
+    return [a for i, a in enumerate(args)
+            if not (a in own and a.startswith("tests/") and (i == 0 or args[i - 1] != "-k"))]
+
+
 def _compiles(exercise: Exercise, path: Path, text: str) -> Step:
     try:
         compile(text, str(path), "exec")
@@ -415,12 +450,16 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 
 def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, str],
-               options: list[str]) -> Step:
+               options: list[str], arguments: list[str] | None = None, own: bool = False) -> Step:
+    """Run pytest with ``arguments`` (default :func:`test_arguments`) and say how it went.
+
+    ``own``: these are the exercise's own tests (the step's words say so)."""
+    arguments = arguments if arguments is not None else test_arguments(exercise, root)
     with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                    f"--junitxml={junit}", f"--maxfail={SHOW_FAILURES}",
-                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *test_arguments(exercise, root)]
+                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *arguments]
         # Its own session, so that on any exit the servers the tests started
         # go with it: a server spinning on a wrong solution must not outlive
         # the check.
@@ -438,10 +477,14 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
             except ProcessLookupError:
                 pass  # the group is empty: everything stopped by itself
             proc.communicate()
+        if proc.returncode < 0:  # killed by a signal: a crash, wherever it happened
+            return _crash(exercise, path, -proc.returncode, stdout + stderr)
         if not junit.exists():  # pytest never started: the file fails on import
             return _import_failure(path, stderr)
         cases = list(ET.parse(junit).iter("testcase"))
     output = stdout + stderr
+    if own and proc.returncode == 5:
+        return Step("skip", "the exercise has no tests of its own")
     if proc.returncode in (4, 5) or not cases:  # usage error, or no test collected
         return Step("FAIL", f"the exercise's tests did not run: pytest {' '.join(exercise.tests)}",
                     ["this is a fault in the exercise, not in your file: tell your teacher",
@@ -450,7 +493,8 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
               if case.find("failure") is not None or case.find("error") is not None]
     skipped = sum(case.find("skipped") is not None for case in cases)
     passed = len(cases) - len(failed) - skipped
-    what = _describe_tests(exercise, root)
+    what = ("the exercise's own tests, stopped at the first failure" if own
+            else _describe_tests(exercise, root))
     if not failed and proc.returncode == 0:
         return Step("ok", f"tests: {passed} passed ({what})")
     if not failed:
@@ -466,7 +510,7 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
 
 def _describe_tests(exercise: Exercise, root: Path) -> str:
     """What the tests were, in a few words: the files, and the stages of the HTTP suite."""
-    args = test_arguments(exercise, root)
+    args = wider_test_arguments(exercise, root)
     files = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "-k")]
     users = _users(exercise) if "tests/test_servers.py" in files else []
     text = ", ".join(f.removeprefix("tests/") for f in files)
@@ -543,10 +587,57 @@ def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
 
 
 def _import_failure(path: Path, stderr: str) -> Step:
-    """The file raised while being loaded: say where in it, and what."""
+    """The file raised while being loaded: say where in it, and what, with the
+    import's own traceback reduced to the student's file."""
     lines = re.findall(rf'File "{re.escape(str(path))}", line (\d+)', stderr)
     where = f" at line {lines[-1]}" if lines else ""
-    return Step("FAIL", f"your file fails when it is imported{where}", [_clip(properties.last_line(stderr))])
+    details = []
+    text = stderr.splitlines()
+    for index, line in enumerate(text):
+        match = re.match(rf'\s*File "{re.escape(str(path))}", line (\d+), in (\S+)', line)
+        if match:
+            code = text[index + 1].strip() if index + 1 < len(text) else ""
+            details.append(f"  line {match.group(1)}, in {match.group(2)}: {_clip(code, 70)}")
+    details = ["the import's traceback, your file's lines:", *details[-4:]] if details else []
+    return Step("FAIL", f"your file fails when it is imported{where}",
+                details + [_clip(properties.last_line(stderr))])
+
+
+# What a crash in Cython usually is, said where a student will read it.
+_CYTHON_CRASH_HINT = [
+    "in Cython a crash is most often a reference count or a lifetime: an object",
+    "freed while libuv still holds a pointer into it (keep the request and its bytes",
+    "alive, with a Py_INCREF, until libuv's callback), or a Py_DECREF too many",
+]
+
+
+def _crash(exercise: Exercise, path: Path, number: int, output: str) -> Step:
+    """The test process died by signal ``number``: name the signal and the test, and
+    show faulthandler's frames that are in the student's file (and the test's line)."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    # faulthandler (on in pytest) prints the crashing thread's stack, innermost first:
+    #   File "/path/tests/test_x.py", line 12 in test_something
+    frames = re.findall(r'^\s*File "([^"]+)", line (\d+) in (\S+)', output, re.M)
+    tests = [(f, n, fn) for f, n, fn in frames if fn.startswith("test_")]
+    test = tests[0][2] if tests else "a test"
+    details = []
+    mine = [(n, fn) for f, n, fn in frames if Path(f).name == path.name]
+    if mine:
+        details.append("where it was, your file's lines (innermost first):")
+        details += [f"  line {n}, in {fn}" for n, fn in mine[:4]]
+    elif tests:
+        f, n, fn = tests[0]
+        details.append(f"it happened during {fn} ({Path(f).name}, line {n}), "
+                       "inside compiled code that has no Python frame")
+    else:
+        details.append("no Python frame was printed: it happened inside compiled code")
+    if exercise.extension is not None:
+        details += _CYTHON_CRASH_HINT
+    return Step("FAIL", f"CRASHED ({name}) in {test} — your file crashed the interpreter",
+                details, crashed=True)
 
 
 def _clip(line: str, width: int = 100) -> str:
