@@ -160,6 +160,7 @@ def test_the_directives_draw_the_trace_with_its_caption_and_command(tmp_path):
     assert "python -m benchmarks.trace_figures coroutines-tasks" in text
     assert "step main -&gt; awaits Task sleeper" in text, "the trace as text, below the picture"
     assert "python -m tinyloop quiz first_step" in text and "<details" in page
+    assert "shutdown_default_executor" not in page, "the quiz's timeline stops after its last printed line"
 
 
 def test_an_unknown_figure_breaks_the_build(tmp_path):

@@ -167,7 +167,7 @@ class QuizDirective(SphinxDirective):
         # Drawn up to the last printed line (and a little after): the rest is the sleep that ends main.
         from benchmarks import trace_figures
         printed = [event["ts"] for event in trace["traceEvents"] if event.get("name", "").startswith("print: ")]
-        svg = _svg_block(trace_figures.window(trace, max(printed, default=0) + 30))
+        svg = _svg_block(trace_figures.window(trace, end=max(printed, default=0) + 30))
         lines = [
             f"**{quiz.title}** (`python -m tinyloop quiz {quiz.name}`)",
             "",
@@ -198,6 +198,7 @@ class QuizDirective(SphinxDirective):
             "",
             "@@SVG@@",
             "",
+            *self._loops_side_by_side(quiz),
             ":::",
         ]
         container = nodes.container(classes=["book-quiz"], ids=[f"quiz-{quiz.name}"])
@@ -207,6 +208,24 @@ class QuizDirective(SphinxDirective):
             if paragraph.astext() == "@@SVG@@":
                 paragraph.replace_self(svg)
         return [container]
+
+
+    def _loops_side_by_side(self, quiz: Any) -> list[str]:
+        """For a quiz where the loops disagree: every loop's run, traced, as text in columns."""
+        if not quiz.differences:
+            return []
+        import io
+        from tinyloop.quiz import cli
+        outcomes = cli.run_on_loops(quiz)
+        out = io.StringIO()
+        cli.side_by_side(outcomes, out, width=30)
+        skipped = [f"{o.loop} ({o.problem})" for o in outcomes.values() if o.lines is None]
+        lines = ["The loops disagree. Each loop's run, recorded when this book was built "
+                 f"(`python -m tinyloop quiz {quiz.name}` shows the same):", "", "```text",
+                 out.getvalue().rstrip(), "```", ""]
+        if skipped:
+            lines += [f"Not run here: {'; '.join(skipped)}.", ""]
+        return lines
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

@@ -40,7 +40,7 @@ import tinyloop
 from tinyloop.quiz import runner, steps
 from tinyloop.quiz.catalog import KNOWN_DIFFERENCES, LOOPS, QUIZZES, Quiz, get
 
-__all__ = ["Outcome", "list_quizzes", "main", "parse_answer", "run_on", "run_on_loops"]
+__all__ = ["Outcome", "list_quizzes", "main", "parse_answer", "run_on", "run_on_loops", "side_by_side"]
 
 DEFAULT_TIMEOUT = 30.0  # seconds per loop; a quiz program runs in well under one
 
@@ -146,7 +146,8 @@ def _columns(quiz: Quiz, outcomes: dict[str, Outcome], out: IO[str]) -> None:
                              for o in ran).rstrip(), file=out)
 
 
-def _side_by_side(outcomes: dict[str, Outcome], out: IO[str], width: int = 34) -> None:
+def side_by_side(outcomes: dict[str, Outcome], out: IO[str], width: int = 34) -> None:
+    """Print the recorded runs' steps in columns, one per loop, ``width`` characters each."""
     traced = [outcome for outcome in outcomes.values() if outcome.steps]
     if not traced:
         return
@@ -201,7 +202,7 @@ def _report(quiz: Quiz, answer: tuple[str, ...] | None, outcomes: dict[str, Outc
     elif orders:
         names = ", ".join(outcome.loop for outcome in outcomes.values() if outcome.lines is not None)
         print(f"Every loop that ran ({names}) prints {quiz.letters(next(iter(orders)))}.", file=out)
-    _side_by_side(outcomes, out)
+    side_by_side(outcomes, out)
     print(textwrap.fill("Why: " + quiz.why, width=88), file=out)
     return right
 
