@@ -127,3 +127,38 @@ def test_uv_write_batch_without_the_requests_reference_crashes_and_says_so(tmp_p
         pytest.skip(f"this build did not crash without the reference (freed memory reused late):\n{rendered}")
     assert "imported" not in rendered and "reference count" in rendered, rendered
     assert signal.SIGSEGV.name in rendered or "SIGABRT" in rendered or "SIGBUS" in rendered, rendered
+
+
+# --- our mutation operators (tinyloop/exercises/mutants.py) -------------------------------
+
+def test_our_operators_make_one_line_changes_inside_the_regions() -> None:
+    from tinyloop.exercises import mutants
+    seen = set()
+    for exercise in catalog.exercises():
+        filename = Path(markers.default_file(exercise)).name
+        text = markers.reference(exercise, filename)
+        regions = [r for r in markers.find_regions(text, filename) if r.name == exercise.name]
+        for mutant in mutants.mutants(exercise.name, text, filename):
+            seen.add(mutant.operator)
+            assert any(r.begin < mutant.line < r.end for r in regions), (exercise.name, mutant)
+            before, after = text.splitlines(), mutant.text.splitlines()
+            assert len(before) == len(after), (exercise.name, mutant.line)
+            changed = [i + 1 for i, (a, b) in enumerate(zip(before, after)) if a != b]
+            assert changed == [mutant.line], (exercise.name, mutant.line, changed)
+            if not markers.is_cython(filename):
+                compile(mutant.text, filename, "exec")
+    assert seen == set(mutants.OPERATORS), f"operators that never applied: {set(mutants.OPERATORS) - seen}"
+
+
+def test_the_hand_written_wrong_solutions_still_apply_to_the_reference() -> None:
+    import importlib.util
+    root = checker.repository_root()
+    spec = importlib.util.spec_from_file_location("mutation", root / "scripts" / "mutation.py")
+    assert spec is not None and spec.loader is not None
+    mutation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutation)
+    for name in mutation.HAND_WRITTEN:
+        exercise = catalog.get(name)
+        text = markers.reference(exercise, Path(markers.default_file(exercise)).name)
+        cases = mutation._hand_written(exercise, text)  # SystemExit if a case no longer applies
+        assert all(mutated != text for _, _, mutated in cases)

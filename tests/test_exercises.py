@@ -479,13 +479,13 @@ def test_commands_name_an_interpreter_that_runs_tinyloop(tmp_path, monkeypatch):
     assert markers.check_command("a", None, "/x/y/python") == "/x/y/python -m tinyloop check a"
 
 
-# --- the mutation measurement (benchmarks/mutation.py) ----------------------------------
+# --- the mutation measurement (scripts/mutation.py) ----------------------------------
 
 def _mutation_module():
     pytest.importorskip("cosmic_ray")
     import importlib.util
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("mutation", root / "benchmarks" / "mutation.py")
+    spec = importlib.util.spec_from_file_location("mutation", root / "scripts" / "mutation.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -81,7 +81,7 @@ def check(name: str, file: str | None) -> int:
     path = file if file is not None else markers.default_file(exercise)
     try:
         # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
-        # and skips the diagnosis (the mutation runner, benchmarks/mutation.py):
+        # and skips the diagnosis (the mutation runner, scripts/mutation.py):
         # the same PASSED or FAILED, sooner.
         report = checker.check(exercise, path,
                                verdict_only=os.environ.get("TINYLOOP_CHECK_VERDICT_ONLY") == "1")

@@ -1,9 +1,16 @@
-# benchmarks/mutation.py
+# scripts/mutation.py
 """Measure the exercise checker by mutation: how many wrong solutions does it catch?
 
-    python benchmarks/mutation.py                          every exercise
-    python benchmarks/mutation.py --exercises run-once,task-step
-    python benchmarks/mutation.py --list                   the mutants, without running them
+    python scripts/mutation.py                          every exercise
+    python scripts/mutation.py --exercises run-once,task-step
+    python scripts/mutation.py --list                   the mutants, without running them
+    python scripts/mutation.py --only ours --exercises transport-write,uv-write-batch
+
+Two measurements, both per exercise: cosmic-ray's operators (Python only),
+and ours (tinyloop/exercises/mutants.py: a condition replaced by True or
+False, a buffer not emptied, an offset not advanced, a registration not
+removed), which edit text and so apply to the Cython exercises too, where
+they are joined by the hand-written wrong solutions of HAND_WRITTEN.
 
 For each exercise, the reference solution is written out as the file a
 student would hand in (``markers.reference``), cosmic-ray makes every mutant
@@ -297,6 +304,96 @@ def _rescored(name: str, entry: dict) -> dict:
             "score": round(entry["killed"] / counted, 3) if counted > 0 else None}
 
 
+# --- ours: text operators, and hand-written wrong solutions -----------------------
+
+# Wrong solutions of the Cython exercises, written by hand (cosmic-ray cannot
+# parse Cython): {exercise: [(what, old text in a region, new text)]}.
+HAND_WRITTEN: dict[str, list[tuple[str, str, str]]] = {
+    "uv-write-batch": [
+        ("no Py_INCREF of the write request: freed while libuv holds it",
+         "Py_INCREF(request)   # libuv's reference", "pass   # libuv's reference"),
+        ("the request does not keep the bytes alive", "request.data = pending", "request.data = None"),
+        ("the pending list is not emptied after a flush", "self._pending = []\n", "pass\n"),
+        ("the pending size is not reset after a flush", "self._pending_size = 0\n", "pass\n"),
+        ("the bytes already sent are not skipped", "bufs[i].base += written", "pass"),
+        ("a write below the mark is never flushed", "self._loop._to_flush.append(self)", "pass"),
+        ("queued twice in a turn", "elif not self._queued:", "elif True:"),
+        ("always sends at once (no batching)", "if self._pending_size > self._high_water or not self._batch:",
+         "if True:"),
+        ("no pause check: the protocol is never paused", "self._check_pause()", "pass"),
+        ("a full send does not resume the protocol", "self._on_written(0)", "pass"),
+    ],
+    "uv-ready-queue": [
+        ("runs what callbacks schedule in the same iteration", "while ntodo > 0:", "while ready:"),
+        ("runs cancelled handles", "if handle._cancelled:\n                    continue",
+         "if False:\n                    continue"),
+        ("never stops the idle handle: the loop spins", "uv.uv_idle_stop(self._idle)", "pass"),
+        ("stop() is ignored", "uv.uv_stop(self.uvloop)", "pass"),
+    ],
+    "uv-timer-heap": [],
+}
+
+
+def _hand_written(exercise, text: str) -> list[tuple[str, str, str]]:
+    """HAND_WRITTEN's cases of ``exercise`` as (operator, what, mutated text); a case
+    whose text is in none of the regions is an error (the reference changed)."""
+    cases = []
+    regions = [r for r in markers.find_regions(text, "x.pyx") if r.name == exercise.name]
+    lines = text.splitlines(keepends=True)
+    spans = [(len("".join(lines[:r.begin])), len("".join(lines[:r.end - 1]))) for r in regions]
+    for what, old, new in HAND_WRITTEN.get(exercise.name, []):
+        at = next((text.find(old, a, b) for a, b in spans if text.find(old, a, b) >= 0), -1)
+        if at < 0:
+            raise SystemExit(f"mutation.py: HAND_WRITTEN case {what!r} of {exercise.name}: "
+                             f"{old!r} is in no region of the reference")
+        cases.append(("hand-written", what, text[:at] + new + text[at + len(old):]))
+    return cases
+
+
+def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=print) -> dict:
+    """Grade every mutant our operators (and HAND_WRITTEN) make of ``exercise``;
+    its entry of the JSON's "ours"."""
+    import subprocess
+
+    from tinyloop.exercises import mutants
+    filename = Path(markers.default_file(exercise)).name
+    text = markers.reference(exercise, filename)
+    cases = [(m.operator, f"line {m.line}: {m.original} -> {m.code}", m.text)
+             for m in mutants.mutants(exercise.name, text, filename)]
+    cases += _hand_written(exercise, text)
+    entry = {"mutants": len(cases), "killed": 0, "timeouts": 0, "survived": 0, "survivors": [],
+             "operators": sorted({c[0] for c in cases})}
+    progress(f"{exercise.name}: {len(cases)} mutants of ours")
+    started = time.monotonic()
+    if dry_run:
+        for operator, what, _ in cases:
+            progress(f"    {operator}: {what}")
+        return entry
+    env = {**os.environ, "TINYLOOP_CHECK_VERDICT_ONLY": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix=f"mutation-ours-{exercise.name}-") as tmp:
+        for operator, what, mutated in cases:
+            path = Path(tmp) / filename
+            path.write_text(mutated, encoding="utf-8")
+            try:
+                done = subprocess.run([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
+                                      cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout,
+                                      start_new_session=True)
+                killed = done.returncode != 0
+            except subprocess.TimeoutExpired:
+                killed, entry["timeouts"] = True, entry["timeouts"] + 1
+            if killed:
+                entry["killed"] += 1
+            else:
+                entry["survived"] += 1
+                entry["survivors"].append({"operator": operator, "mutant": what})
+                progress(f"    survived: {operator}: {what}")
+    counted = entry["mutants"]
+    entry["score"] = round(entry["killed"] / counted, 3) if counted else None
+    entry["seconds"] = round(time.monotonic() - started, 1)
+    return entry
+
+
 def _short_diff(diff: str | None) -> list[str]:
     """The changed lines of a unified diff, without its headers."""
     if not diff:
@@ -306,7 +403,7 @@ def _short_diff(diff: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/mutation.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="scripts/mutation.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exercises", help="comma list (default: every exercise)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the JSON (default {OUT.relative_to(ROOT)})")
@@ -316,7 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path,
                         help="a JSON of an earlier run (e.g. before the checker was improved): "
                              "its scores are kept in this one's \"before\", for the book's table")
+    parser.add_argument("--only", choices=["both", "cosmic-ray", "ours"], default="both",
+                        help="which operators to run (default both; ours alone needs no cosmic-ray)")
     args = parser.parse_args(argv)
+    if args.only == "ours":
+        return _main_ours(args, argv)
     try:
         import cosmic_ray  # noqa: F401
     except ImportError:
@@ -332,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"mutation.py: unknown exercise {', '.join(unknown)}; choose from {', '.join(known)}")
     previous = json.loads(args.out.read_text()) if args.out.exists() and not args.list else {}
     data = {"schema": SCHEMA, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "label": args.label, "command": "python benchmarks/mutation.py " + " ".join(argv or sys.argv[1:]),
+            "label": args.label, "command": "python scripts/mutation.py " + " ".join(argv or sys.argv[1:]),
             "tool": _version("cosmic-ray"), "python": platform.python_version(),
             "excluded_operators": EXCLUDED_OPERATORS,
             "exercises": dict(previous.get("exercises", {}))}
@@ -359,6 +460,32 @@ def main(argv: list[str] | None = None) -> int:
         order = list(known)
         data["exercises"] = dict(sorted(data["exercises"].items(),
                                         key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.only == "both" and not args.exercises:
+        return _main_ours(args, argv)
+    return 0
+
+
+def _main_ours(args, argv) -> int:
+    """Our operators on each exercise (Cython included); kept in the JSON's "ours"."""
+    known = {e.name: e for e in catalog.exercises()}
+    names = args.exercises.split(",") if args.exercises else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"mutation.py: unknown exercise {', '.join(unknown)}; choose from {', '.join(known)}")
+    data = json.loads(args.out.read_text()) if args.out.exists() else {"schema": SCHEMA, "exercises": {}}
+    ours = data.setdefault("ours", {"exercises": {}})
+    for name in names:
+        entry = measure_ours(known[name], timeout=args.timeout, dry_run=args.list,
+                             progress=lambda line: print(line, flush=True))
+        if args.list:
+            continue
+        ours["exercises"][name] = entry
+        ours["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        ours["command"] = "python scripts/mutation.py " + " ".join(argv or sys.argv[1:])
+        print(f"  {name}: ours {entry['score']}, {entry['killed']} of {entry['mutants']} killed "
+              f"({entry['timeouts']} by time-out) in {entry['seconds']:.0f} s", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
