@@ -253,3 +253,55 @@ sys.stdout.flush()
     if closed:
         assert lines[lines.index("threads") + 1] == "0"
     assert _gone(int(lines[lines.index("grandchild") + 1]))
+
+
+@pytest.mark.parametrize("shutdown", [True, False], ids=["shut-down", "left-to-exit"])
+def test_a_process_pool_from_inside_the_loop_whose_workers_run_loops(loop_name, shutdown):
+    # CPython's test_get_event_loop_new_process, as a program: a "fork"
+    # ProcessPoolExecutor used through run_in_executor (its workers are
+    # forked from inside the running loop, while the loop's own threads
+    # exist), each worker making and running a loop of the row; one job
+    # cancelled while it runs.  The pool is shut down, or left to the
+    # interpreter's exit (concurrent.futures joins it then); either way the
+    # program ends, and its workers with it.
+    lines = _finished(run_child(loop_name, WORK + """
+import concurrent.futures, multiprocessing
+
+def in_worker(n):
+    async def doit():
+        await asyncio.sleep(0.01)
+        return os.getpid(), n * 2
+    loop = make_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(doit())
+    finally:
+        loop.close()
+
+async def main():
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=2, mp_context=multiprocessing.get_context("fork"))
+    results = await asyncio.wait_for(asyncio.gather(
+        *(loop.run_in_executor(pool, in_worker, n) for n in range(4))), 30)
+    slow = loop.run_in_executor(pool, time.sleep, 0.5)
+    await asyncio.sleep(0.05)
+    slow.cancel()
+    try:
+        await slow
+    except asyncio.CancelledError:
+        pass
+    print("results", *[doubled for _, doubled in results])
+    print("workers", *sorted({pid for pid, _ in results}))
+    if SHUTDOWN:
+        await loop.run_in_executor(None, pool.shutdown, True)
+    return pool
+
+with asyncio.Runner(loop_factory=make_loop) as runner:
+    pool = runner.run(main())
+print("done", flush=True)
+""".replace("SHUTDOWN", repr(shutdown)), timeout=60))
+    assert lines[lines.index("results") + 1:lines.index("results") + 5] == ["0", "2", "4", "6"]
+    assert lines[-1] == "done"
+    workers = [int(pid) for pid in lines[lines.index("workers") + 1:lines.index("done")]]
+    assert workers and all(_gone(pid) for pid in workers)
