@@ -18,7 +18,7 @@ Rules this file keeps:
   * A loop that is not installed is skipped with one line, not an error.
   * Exit status: 0 when every answer given was right (or skipped), 1 when
     one was wrong, 2 for a usage error (an unknown quiz, an answer that is
-    not an order of the choices).
+    not an order of the choices), 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -274,6 +274,9 @@ def main(name: str | None = None, *, list_only: bool = False, answer: str | None
         except ValueError as error:
             print(f"tinyloop quiz: {error}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # Ctrl-C at the prompt or while the loops run: stop, quietly
+            print(file=out)
+            return 130
     graded = [result for result in results if result is not None]
     if len(chosen) > 1:
         print(f"{sum(graded)} right of {len(graded)} answered ({len(chosen)} quizzes).", file=out)
