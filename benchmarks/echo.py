@@ -577,7 +577,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwrote {relative(written)} in {minutes(data['elapsed_s'])}")
     if written.resolve() == REFERENCE.resolve():
         print("this is the book's reference echo run now: commit benchmarks/results/echo.json")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: at the smallest size, the server with the least CPU per message, against the baseline's."""
+    if not data["results"]:
+        return "echo: nothing measured"
+    size = min(data["results"], key=int)
+    rows = {name: row["cpu_us_per_msg"] for name, row in data["results"][size].items()
+            if row.get("cpu_us_per_msg") is not None}
+    if not rows:
+        return f"echo {int(size) // 1024} KiB: nothing measured"
+    best = min(rows, key=rows.get)
+    base = data.get("baseline")
+    against = f", {base} {rows[base]:.1f}" if base in rows else ""
+    return f"echo {int(size) // 1024} KiB: least server CPU per message: {best} {rows[best]:.1f} µs{against}"
 
 
 if __name__ == "__main__":

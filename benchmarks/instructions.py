@@ -180,7 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".md").write_text(render(data))
     print(render(data))
     print(f"wrote {out} and {out.with_suffix('.md')} in {data['seconds']} s")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: per operation, the loop that runs it in the fewest instructions."""
+    parts = []
+    for op in data["operations"]:
+        counted = {loop: row[op] for loop, row in data["counts"].items() if isinstance(row.get(op), (int, float))}
+        if counted:
+            best = min(counted, key=counted.get)
+            parts.append(f"{op} {best} {counted[best]:,.0f}")
+    return ("fewest instructions per operation: " + ", ".join(parts)) if parts else "instructions: nothing counted"
 
 
 if __name__ == "__main__":

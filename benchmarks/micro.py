@@ -347,7 +347,20 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_text(data))
     print(f"\nwrote {relative(out)} and {relative(pyperf_json)} in {minutes(data['elapsed_s'])}")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: each operation's fastest loop, with its time against asyncio's."""
+    parts = []
+    for op, by_loop in data["results"].items():
+        timed = {loop: row["median_ns"] for loop, row in by_loop.items() if row.get("median_ns")}
+        if timed:
+            best = min(timed, key=timed.get)
+            ratio = by_loop[best].get("ratio")
+            parts.append(f"{op} {best}" + (f" {ratio:.2f}× asyncio" if ratio else ""))
+    return ("fastest loop per operation: " + ", ".join(parts)) if parts else "micro: nothing measured"
 
 
 if __name__ == "__main__":

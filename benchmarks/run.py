@@ -520,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drew {relative(png)}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
+    print(conclusion(data))
     if args.syscalls:
         # A pass of its own, after the timed one: strace slows a server down.
         from benchmarks import syscalls
@@ -532,6 +533,23 @@ def main(argv: list[str] | None = None) -> int:
         return syscalls.main([*chosen, *where, *(["--quick"] if args.quick else []),
                               *(["--no-pin"] if args.no_pin else [])])
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: under wrk (else the first load), the stage with the least server CPU
+    per request, against the baseline's."""
+    results = data["results"].get("wrk") or next(iter(data["results"].values()), {})
+    load = "wrk" if "wrk" in data["results"] else next(iter(data["results"]), "?")
+    kinds = {server["name"]: server["kind"] for server in data["servers"]}
+    measured = {name: row["cpu_us_per_req"] for name, row in results.items()
+                if row.get("cpu_us_per_req") is not None}
+    stages_measured = [name for name in measured if kinds.get(name) == "stage"]
+    if not stages_measured:
+        return f"{load}: no stage measured"
+    best = min(stages_measured, key=measured.get)
+    base = data.get("baseline")
+    against = f", {base} {measured[base]:.0f}" if base in measured else ""
+    return f"{load}: server CPU per request, least among the stages: {best} {measured[best]:.0f} µs{against}"
 
 
 if __name__ == "__main__":

@@ -433,7 +433,20 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
     print(f"wrote {display([str(out)])} and its .md in {data['elapsed_s']:.0f} s")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: system calls per request at each depth, fewest and most."""
+    parts = []
+    for depth in sorted({point["depth"] for point in data["points"]}):
+        totals = {point["server"]: sum(point["per_request"].values()) for point in data["points"]
+                  if point["depth"] == depth and point.get("per_request")}
+        if totals:
+            low, high = min(totals, key=totals.get), max(totals, key=totals.get)
+            parts.append(f"depth {depth}: {low} {totals[low]:.2f} to {high} {totals[high]:.2f}")
+    return ("system calls per request, " + "; ".join(parts)) if parts else "syscalls: nothing measured"
 
 
 if __name__ == "__main__":

@@ -523,7 +523,17 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     aio_changes.write_results(data, args.out or (REFERENCE if args.reference else LOCAL), render(data), ".md")
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: server CPU per request under wrk, Part III's loop against each step's."""
+    rows = [row for row in data["rows"] if row["load"] == "wrk" and row.get("cpu_us")]
+    if not rows:
+        return "uv_changes: nothing measured"
+    return "wrk, server CPU µs per request by step: " + ", ".join(
+        f"{row['step']} {row['cpu_us']['median']:.1f}" for row in rows)
 
 
 if __name__ == "__main__":

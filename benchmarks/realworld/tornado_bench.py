@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table.read_text(encoding="utf-8"))
     print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")
+    print(conclusion(data))
     return 0
 
 
@@ -430,6 +431,19 @@ def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layo
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     return data
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: per handler under wrk (else ab), the loop with the most req/s."""
+    parts = []
+    for handler in dict.fromkeys(row["handler"] for row in data["results"]):
+        rows = [row for row in data["results"] if row["handler"] == handler and row.get("rps")]
+        tool = "wrk" if any(row["tool"] == "wrk" for row in rows) else "ab"
+        rows = [row for row in rows if row["tool"] == tool]
+        if rows:
+            best = max(rows, key=lambda row: row["rps"])
+            parts.append(f"{handler} ({tool}) {best['loop']} {best['rps']:.0f} req/s")
+    return ("most req/s per handler: " + ", ".join(parts)) if parts else "tornado: nothing measured"
 
 
 if __name__ == "__main__":
