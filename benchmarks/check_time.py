@@ -1,0 +1,117 @@
+# benchmarks/check_time.py
+"""How long a student waits for `python -m tinyloop check NAME FILE`.
+
+    python -m benchmarks.check_time                        every exercise, 3 runs each
+    python -m benchmarks.check_time --exercises transport-write,uv-write-batch --runs 5
+
+For each exercise, two files a student hands in, each checked ``--runs``
+times as the student's own command (a subprocess, wall-clock time):
+
+  * ``wrong``: the reference with our first mutant that the checker fails
+    (tinyloop/exercises/mutants.py): the time to the first FAILED, what a
+    student waits for between edits;
+  * ``reference``: the reference solution: the time to PASSED, every
+    suite and loop property included.
+
+A Cython exercise's build is cached by content (tinyloop/exercises/build.py):
+the first run of each file compiles, and that run is reported apart
+(``first``), the medians are of the runs after it.  The targets: a median
+of at most 10 s for a Python exercise and 20 s for a Cython one.
+
+Writes benchmarks/results/local/check_time.json (the output rule of
+benchmarks/harness/output.py).  Run it alone on the machine:
+``flock /tmp/tinyloop-bench.lock python -m benchmarks.check_time``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.harness import machine, output, summary
+from tinyloop.exercises import catalog, markers, mutants
+
+TARGET = {"python": 10.0, "cython": 20.0}  # seconds, median
+TIMEOUT = 600.0
+
+
+def timed_check(name: str, path: Path) -> tuple[float, bool]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tinyloop", "check", name, str(path)],
+                          cwd=path.parent, capture_output=True, text=True, timeout=TIMEOUT)
+    return time.monotonic() - started, done.returncode == 0
+
+
+def wrong_solution(exercise, text: str, filename: str) -> tuple[str, str] | None:
+    """A mutant of ours the checker is expected to fail, as (description, text); None if none."""
+    found = mutants.mutants(exercise.name, text, filename)
+    # The condition made True first: the reported kind of mistake.
+    found.sort(key=lambda m: (m.operator != "condition-true", m.line))
+    return (f"line {found[0].line}: {found[0].original} -> {found[0].code}", found[0].text) if found else None
+
+
+def measure(exercise, runs: int, progress) -> dict:
+    filename = Path(markers.default_file(exercise)).name
+    reference = markers.reference(exercise, filename)
+    files = {"reference": ("the reference", reference)}
+    wrong = wrong_solution(exercise, reference, filename)
+    if wrong:
+        files["wrong"] = wrong
+    entry: dict = {"chapter": exercise.chapter, "kind": "cython" if exercise.extension else "python"}
+    with tempfile.TemporaryDirectory(prefix=f"check-time-{exercise.name}-") as tmp:
+        for label, (what, text) in files.items():
+            path = Path(tmp) / label / filename
+            path.parent.mkdir()
+            path.write_text(text, encoding="utf-8")
+            seconds, verdicts = [], []
+            for _ in range(runs + (1 if exercise.extension else 0)):
+                took, passed = timed_check(exercise.name, path)
+                seconds.append(round(took, 2))
+                verdicts.append("PASSED" if passed else "FAILED")
+            first = seconds.pop(0) if exercise.extension else None
+            entry[label] = {"file": what, "seconds": seconds, "verdicts": verdicts,
+                            "first_with_build": first, **(summary.summarize(seconds) or {})}
+            progress(f"  {exercise.name} {label}: median {entry[label]['median']:.1f} s "
+                     f"{sorted(set(verdicts))}" + (f" (first, compiling: {first:.1f} s)" if first else ""))
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.check_time", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exercises", help="comma list (default: every exercise)")
+    parser.add_argument("--runs", type=int, default=3, help="checks of each file (default 3)")
+    output.add_arguments(parser, "check_time.json")
+    args = parser.parse_args(argv)
+    path = output.json_path(parser, args, "check_time.json")
+    known = {e.name: e for e in catalog.exercises()}
+    names = args.exercises.split(",") if args.exercises else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown exercise {', '.join(unknown)}")
+    data = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "python -m benchmarks.check_time " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine.fingerprint(), "targets_seconds": TARGET, "runs": args.runs, "exercises": {}}
+    for name in names:
+        data["exercises"][name] = measure(known[name], args.runs, lambda line: print(line, flush=True))
+        output.write_json(data, path)  # after each exercise: an interrupted run keeps what it measured
+    for label in ("wrong", "reference"):
+        for kind, target in TARGET.items():
+            medians = [e[label]["median"] for e in data["exercises"].values()
+                       if e["kind"] == kind and label in e]
+            if medians:
+                worst = max(medians)
+                print(f"{label:<9} {kind:<6}: medians {min(medians):.1f}-{worst:.1f} s over "
+                      f"{len(medians)} exercises; target {target:g} s: "
+                      f"{'met' if worst <= target else 'NOT met'}")
+    print(f"wrote {output.relative(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
