@@ -79,6 +79,17 @@ def test_the_book_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         assert any(_squeeze(f"Exercise {name}") in t and _squeeze(f"python -m tinyloop start {name}") in t
                    and _squeeze("Try it before you read on") in t for t in texts.values()), \
             f"exercise {name}: no callout before its listing"
+    # The landing page summarises every Part and draws the journey: a row
+    # and a bar (with its whisker) per stage; every table of results has its chart.
+    index = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+    for part in ("Part 0", "Part I,", "Part II", "Part III", "Part IV", "Part V"):
+        assert part in page_text(index), f"the landing page does not summarise {part}"
+    assert "book-journey" in index and 'id="book-whisker-' in index, "no journey picture on the landing page"
+    for chapter in chapter_files():
+        tables = len(re.findall(r"^```\{bench-table\}", chapter.read_text(encoding="utf-8"), re.M))
+        charts = (tmp_path / "html" / f"{chapter.stem}.html").read_text(encoding="utf-8").count(
+            'class="book-chart-svg"')
+        assert charts >= tables, f"{chapter.name}: {tables} result tables, {charts} charts"
     # The API reference has a page for every package, found without naming it.
     import pkgutil
 
