@@ -305,3 +305,47 @@ print("done", flush=True)
     assert lines[-1] == "done"
     workers = [int(pid) for pid in lines[lines.index("workers") + 1:lines.index("done")]]
     assert workers and all(_gone(pid) for pid in workers)
+
+
+def test_ctrl_c_reaches_a_loop_in_a_child_forked_from_a_thread(loop_name):
+    # Forked from a thread other than the main one (uvloop's issue 452):
+    # that thread is the child's main thread, the one Python runs signal
+    # handlers in, so Ctrl-C must reach a loop the child runs there.
+    lines = _finished(run_child(loop_name, WORK + """
+import math, signal
+
+def child():
+    async def forever():
+        print("child-ready", flush=True)
+        await asyncio.sleep(math.inf)
+    try:
+        with asyncio.Runner(loop_factory=make_loop) as runner:
+            runner.run(forever())
+    except KeyboardInterrupt:
+        os._exit(42)
+    os._exit(1)
+
+def fork_here(result):
+    pid = os.fork()
+    if pid == 0:
+        child()
+    result.append(pid)
+
+async def main():
+    result = []
+    thread = threading.Thread(target=fork_here, args=(result,))
+    thread.start()
+    await asyncio.get_running_loop().run_in_executor(None, thread.join)
+    return result[0]
+
+# Not asyncio.Runner in the parent: its SIGINT handler would be the
+# child's too (fork copies it), and the child's Runner would leave it be.
+loop = make_loop()
+pid = loop.run_until_complete(main())
+loop.close()
+time.sleep(1.0)   # the child starts its loop
+os.kill(pid, signal.SIGINT)
+print("child", pid, "exit", reap(pid, 10))
+""", timeout=60))
+    assert "child-ready" in lines
+    assert lines[lines.index("exit") + 1] == "42", lines

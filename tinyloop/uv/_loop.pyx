@@ -96,14 +96,16 @@ include "tcp.pyx"
 # goes on using the loop.  We do it for every open loop, at once, from the
 # at-fork hook (before the child can make any call), as asyncio clears its
 # running-loop state there: then using, closing or dropping the loop in the
-# child touches nothing of the parent's.  Three more things a child
-# inherits and must not share:
+# child touches nothing of the parent's.  And what else a child inherits
+# and must not keep as it is:
 #   * uv_async_send sends nothing while the handle's pending flag is set,
 #     and fork may copy it set (a thread was sending, or the parent had not
 #     yet seen the wake-up): we clear it, or no thread could wake the child;
 #   * the self-pipe (signals' wake-up fd): a new socket pair takes the old
 #     descriptor numbers (dup2), so the wake-up fd and the uv_poll on it
 #     stay valid and are now the child's own;
+#   * the main thread may be another (fork from a thread): run_once then
+#     sets the signal wake-up fd in the child's, whose handlers it runs;
 #   * the default executor's threads did not survive the fork, and a pool
 #     that believes it has idle workers would queue work nobody runs: the
 #     child gets a new pool when it next asks for one.
@@ -111,6 +113,10 @@ cdef object _live_loops = weakref.WeakSet()
 
 
 def _after_fork_in_child():
+    # The thread that forked is the child's main thread, the one Python
+    # runs signal handlers in (uvloop's issue 452, the same mistake).
+    global _MAIN_THREAD
+    _MAIN_THREAD = threading.get_ident()
     for loop in list(_live_loops):
         (<UVLoop>loop)._after_fork_in_child()
 
