@@ -74,7 +74,7 @@ def test_the_panel_under_tmux(stage: str, tmp_path: Path) -> None:
                 break
         assert f"tinyloop serve {stage} on 127.0.0.1:{port}" in screen, screen
         for label in ("iterations/s", "time in wait", "time in callbacks", "ready queue",
-                      "slowest callbacks"):
+                      "slowest callbacks", "tasks"):
             assert label in screen, f"{label!r} not on the panel:\n{screen}"
         assert any(ms >= 40 for ms in slowest), f"the 40 ms handler is among the slowest callbacks:\n{screen}"
         tmux("send-keys", "-t", session, "C-c")

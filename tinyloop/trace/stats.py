@@ -9,6 +9,7 @@
 #                        as callbacks, the rest of it as wait)
 #     ready queue        its length when the callbacks step began: last, max
 #     slowest callbacks  the longest single callbacks of the last windows
+#     tasks              alive now (spawned, not yet exited), steps per second
 #
 # Rules this file keeps:
 #   * Costs nothing unless asked for: nothing here is imported by ``serve``
@@ -43,7 +44,7 @@ class _Window:
     """Counters for one refresh interval."""
 
     __slots__ = ("start", "iterations", "wait", "timers", "callbacks", "callback_count",
-                 "ready_last", "ready_max", "slowest", "read", "written")
+                 "ready_last", "ready_max", "slowest", "read", "written", "steps", "tasks")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -53,6 +54,8 @@ class _Window:
         self.ready_last = self.ready_max = 0
         self.slowest: list[tuple[float, str]] = []       # a min-heap of (seconds, name)
         self.read = self.written = 0                      # bytes
+        self.steps = 0                                    # task steps
+        self.tasks = 0                                    # tasks alive at the window's end
 
 
 class LoopStats:
@@ -70,6 +73,7 @@ class LoopStats:
         self._in_wait = False
         self._nested = 0.0      # callback time inside the current wait (uv's poll phase)
         self._phased = False    # the loop reports phases (uv): timers are not a step of their own
+        self._tasks = 0         # spawned and not yet exited
 
     def before_phase(self, name: str) -> None:
         self._phased = True
@@ -78,6 +82,7 @@ class LoopStats:
         """The current window, closed now; counting goes on in a fresh one."""
         now = time.perf_counter()
         window, self.window = self.window, _Window(now)
+        window.tasks = self._tasks
         start = self._wait_start
         if self._in_wait and start is not None:
             # Blocked in the wait right now (an idle server): count it so far.
@@ -128,6 +133,15 @@ class LoopStats:
         elif entry > window.slowest[0]:
             heapq.heapreplace(window.slowest, entry)
 
+    def task_spawned(self, task: Any) -> None:
+        self._tasks += 1
+
+    def task_exited(self, task: Any) -> None:
+        self._tasks -= 1
+
+    def after_task_step(self, task: Any, awaiting: Any) -> None:
+        self.window.steps += 1
+
     def transport_read(self, transport: Any, nbytes: int, syscalls: int) -> None:
         self.window.read += nbytes
 
@@ -153,9 +167,10 @@ def render(title: str, window: _Window, end: float, slowest: list[tuple[float, s
         share = min(1.0, value / elapsed)
         figures.add_row(f"time in {name}", f"{share:6.1%}  {'█' * round(share * 30)}")
     figures.add_row("ready queue", f"{window.ready_last} now, {window.ready_max} at most")
+    figures.add_row("tasks", f"{window.tasks} alive, {window.steps / elapsed:,.0f} steps/s")
     figures.add_row("read / written", f"{window.read / elapsed / 1024:,.1f} / "
                                      f"{window.written / elapsed / 1024:,.1f} KiB/s")
-    table = Table(title="slowest callbacks (last 10 s)", title_justify="left", expand=False)
+    table = Table(title="slowest callbacks (last 10 s)", title_justify="left", expand=False, min_width=44)
     table.add_column("callback")
     table.add_column("ms", justify="right")
     for duration, name in slowest:
