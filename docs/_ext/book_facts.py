@@ -55,7 +55,7 @@ def libuv_version() -> str | None:
 def _phase_order() -> str:
     version = libuv_version()
     if version is None:
-        return "no libuv was found on the machine that built this book"
+        return "no libuv installed"
     major, minor = (int(part) for part in version.split(".")[:2])
     if (major, minor) >= (1, 45):
         return f"libuv {version}, which runs the order of 1.45 and newer (timers after poll, check and close)"
