@@ -46,6 +46,7 @@ import ssl as ssl_module
 import sys
 import threading
 import time
+import traceback
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
@@ -286,6 +287,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         self._task_factory: Callable[..., asyncio.Future] | None = None
         self._asyncgens: weakref.WeakSet = weakref.WeakSet()
         self._asyncgens_shutdown_called = False
+        self._origin_tracking_enabled = False  # we set the depth, and saved the old one
+        self._origin_tracking_saved_depth = 0
         super().__init__(selector, clock,
                          debug=debug_from_environment() if debug is None else debug)
 
@@ -312,6 +315,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             self._check_thread()
             self._check_callback(callback, "call_soon")
         handle = Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]  # this frame: the stack ends at our caller
         self._ready.append(handle)
         return handle
 
@@ -320,7 +325,10 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """Run ``callback(*args)`` after ``delay`` seconds; returns a :class:`TimerHandle`."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self.time() + delay, callback, *args, context=context)
+        timer = self.call_at(self.time() + delay, callback, *args, context=context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]  # this frame, as in call_at
+        return timer
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,
                 context: Any = None) -> TimerHandle:
@@ -333,6 +341,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             self._check_thread()
             self._check_callback(callback, "call_at")
         timer = TimerHandle(when, next(self._sequence), callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
         heapq.heappush(self._scheduled, timer)
         timer._in_heap = True
         return timer
@@ -394,7 +404,10 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """
         self._check_closed()
         if self._task_factory is None:
-            return asyncio.Task(coro, loop=self, name=name, context=context, **kwargs)
+            task = asyncio.Task(coro, loop=self, name=name, context=context, **kwargs)
+            if task._source_traceback:  # debug mode: where the task was made, not here
+                del task._source_traceback[-1]
+            return task
         # The factory's signature is (loop, coro, **kwargs); the context is
         # passed only when given, so factories written before 3.11 still work.
         if context is not None:
@@ -489,9 +502,21 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
 
     def _set_coroutine_origin_tracking(self, enabled: bool) -> None:
-        # In debug mode "coroutine ... was never awaited" says where the
-        # coroutine was created (sys.set_coroutine_origin_tracking_depth).
-        sys.set_coroutine_origin_tracking_depth(DEBUG_STACK_DEPTH if enabled else 0)
+        """In debug mode "coroutine ... was never awaited" says where the coroutine
+        was created (sys.set_coroutine_origin_tracking_depth).
+
+        The depth is the process's, not the loop's: we set it only while a
+        loop in debug mode runs, and put back what we found (asyncio's rule),
+        so a program's own setting survives us.
+        """
+        if bool(enabled) == self._origin_tracking_enabled:
+            return
+        if enabled:
+            self._origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
+            sys.set_coroutine_origin_tracking_depth(DEBUG_STACK_DEPTH)
+        else:
+            sys.set_coroutine_origin_tracking_depth(self._origin_tracking_saved_depth)
+        self._origin_tracking_enabled = bool(enabled)
 
     # -- Async generators (PEP 525) --------------------------------------------------
     #
@@ -1191,6 +1216,24 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
     def get_exception_handler(self) -> Callable[..., object] | None:
         """The handler set by :meth:`set_exception_handler`, or None for the default."""
         return self._exception_handler
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        """Log ``context`` on the "asyncio" logger, as asyncio's does.
+
+        As Part II's, plus asyncio's one special key: ``source_traceback``
+        (a list of FrameSummary, recorded in debug mode by a handle, a
+        future or a task) is printed as the stack where the object was
+        made, not as a repr.
+        """
+        source = context.get("source_traceback")
+        if not source:
+            super().default_exception_handler(context)
+            return
+        rest = {key: value for key, value in context.items() if key != "source_traceback"}
+        rest["message"] = rest.get("message") or "Unhandled exception in event loop"
+        created = "".join(traceback.format_list(source)).rstrip()
+        rest["message"] += f"\nsource_traceback: Object created at (most recent call last):\n{created}"
+        super().default_exception_handler(rest)
 
 
 class _FlowControlWaiter(asyncio.Protocol):

@@ -45,6 +45,7 @@ from signal import SIGKILL, SIGTERM
 from typing import Any
 
 from tinyloop.aio.base_events import _set_result_unless_cancelled
+from tinyloop.aio.transports import source_traceback, unclosed_message
 
 __all__ = ["BaseSubprocessTransport"]
 
@@ -82,6 +83,7 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
                  **kwargs: Any) -> None:
         super().__init__(extra)
         self._loop = loop
+        self._source_traceback = source_traceback(loop)
         self._protocol: Any = protocol
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
@@ -120,7 +122,7 @@ class BaseSubprocessTransport(asyncio.SubprocessTransport):
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if not getattr(self, "_closed", True):
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            _warn(unclosed_message(self), ResourceWarning, source=self)
             self.close()
 
     # -- What the subclass supplies ----------------------------------------------

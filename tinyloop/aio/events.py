@@ -17,6 +17,10 @@
 #     chapter's table of changes prices it).
 #   * A cancelled handle drops its callback and arguments (Part II's
 #     cancel); its context goes with them.
+#   * In debug mode a handle keeps ``_source_traceback``, the stack that
+#     made it (asyncio's name and format), and an error in its callback
+#     says where it was scheduled.  Handles can be weakly referenced, as
+#     asyncio's can.
 #
 # Where this differs from CPython: asyncio's Handle is one class; ours
 # subclasses Part II's.  asyncio formats a callback with its source line in
@@ -26,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import asyncio.format_helpers
 import contextvars
 import os
 import sys
@@ -72,6 +77,24 @@ class _InContext:
         except BaseException as exc:
             self._report(exc)  # type: ignore[attr-defined]
 
+    def _report(self, exc: BaseException) -> None:
+        context = {
+            "message": f"Exception in callback {self._format_callback()}",
+            "exception": exc,
+            "handle": self,
+        }
+        if self._source_traceback:  # type: ignore[attr-defined]
+            context["source_traceback"] = self._source_traceback  # type: ignore[attr-defined]
+        self._loop.call_exception_handler(context)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        owner = getattr(self._callback, "__self__", None)  # type: ignore[attr-defined]
+        if isinstance(owner, asyncio.Task):
+            # A task's step stands for its task, as asyncio's log lines
+            # print it ("Executing <Task pending ...> took 0.2 seconds").
+            return repr(owner)
+        return super().__repr__()  # type: ignore[misc]
+
     def _format_callback(self) -> str:
         callback = self._callback  # type: ignore[attr-defined]
         owner = getattr(callback, "__self__", None)
@@ -91,7 +114,7 @@ class Handle(_InContext, reactor.Handle):
     ``call_soon_threadsafe``, ``add_reader`` and ``add_writer``.
     """
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_source_traceback", "__weakref__")
 
     def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: Any,
                  context: contextvars.Context | None = None) -> None:
@@ -101,6 +124,10 @@ class Handle(_InContext, reactor.Handle):
         self._cancelled = False
         self._loop = loop
         self._repr = None
+        # The caller's stack, from the method that made us (call_soon trims
+        # its own frame, as asyncio's does).
+        self._source_traceback = asyncio.format_helpers.extract_stack(
+            sys._getframe(1)) if loop._debug else None
 
 
 class TimerHandle(_InContext, reactor.TimerHandle):
@@ -109,11 +136,13 @@ class TimerHandle(_InContext, reactor.TimerHandle):
     Returned by ``call_later`` and ``call_at``; compare ``asyncio.TimerHandle``.
     """
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_source_traceback", "__weakref__")
 
     def __init__(self, when: float, sequence: int, callback: Callable[..., object],
                  args: tuple[Any, ...], loop: Any, context: contextvars.Context | None = None) -> None:
         self._context = contextvars.copy_context() if context is None else context
+        self._source_traceback = asyncio.format_helpers.extract_stack(
+            sys._getframe(1)) if loop._debug else None
         super().__init__(when, sequence, callback, args, loop)
 
 

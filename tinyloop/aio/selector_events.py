@@ -61,7 +61,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinyloop.aio import base_events
-from tinyloop.aio.transports import FlowControlMixin
+from tinyloop.aio.transports import FlowControlMixin, source_traceback, unclosed_message
 from tinyloop.callbacks import loop as reactor
 
 __all__ = ["ACCEPT_RETRY_DELAY", "BaseSelectorEventLoop"]
@@ -492,6 +492,7 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
                  protocol: asyncio.BaseProtocol, extra: dict[str, Any] | None = None,
                  server: base_events.Server | None = None) -> None:
         super().__init__(_socket_extra(sock, extra), loop)
+        self._source_traceback = source_traceback(loop)
         self._sock: socket.socket | None = sock
         self._sock_fd = sock.fileno()
         self._protocol: Any = None
@@ -515,7 +516,7 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if getattr(self, "_sock", None) is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            _warn(unclosed_message(self), ResourceWarning, source=self)
             self._sock.close()
 
     # -- The protocol --------------------------------------------------------------

@@ -27,14 +27,43 @@
 #     write that leaves a byte unsent pause the protocol.
 #   * A protocol's pause_writing/resume_writing that raises is reported
 #     through the loop's exception handler and changes nothing else.
+#
+# Also here, for every transport: in debug mode a transport keeps
+# ``_source_traceback`` (where it was made, asyncio's name for it), and the
+# warning about a transport nobody closed says where that was.
 
 from __future__ import annotations
 
+import asyncio.format_helpers
+import sys
+import traceback
 from typing import Any
 
-__all__ = ["DEFAULT_HIGH_WATER", "FlowControlMixin"]
+__all__ = ["DEFAULT_HIGH_WATER", "FlowControlMixin", "source_traceback", "unclosed_message"]
 
 DEFAULT_HIGH_WATER = 64 * 1024
+
+
+def source_traceback(loop: Any) -> list[traceback.FrameSummary] | None:
+    """In debug mode, the stack of whoever is making a transport (innermost last,
+    the transport's own __init__ methods left out); None outside debug mode."""
+    if not loop.get_debug():
+        return None
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_name == "__init__":
+        frame = frame.f_back  # a subclass's __init__ calling its base's: not news
+    return asyncio.format_helpers.extract_stack(frame)
+
+
+def unclosed_message(transport: Any) -> str:
+    """The ResourceWarning's text for a transport collected while open; in debug
+    mode it ends with where the transport was made."""
+    message = f"unclosed transport {transport!r}"
+    stack = getattr(transport, "_source_traceback", None)
+    if stack:
+        message += ("; object created at (most recent call last):\n"
+                    + "".join(traceback.format_list(stack)).rstrip())
+    return message
 
 
 class FlowControlMixin:

@@ -65,7 +65,7 @@ from typing import Any
 
 from tinyloop.aio import base_events, base_subprocess, selector_events
 from tinyloop.aio.events import Handle
-from tinyloop.aio.transports import FlowControlMixin
+from tinyloop.aio.transports import FlowControlMixin, source_traceback, unclosed_message
 
 __all__ = ["Loop", "SelectorEventLoop", "new_event_loop"]
 
@@ -574,6 +574,7 @@ class _UnixPipeTransport:
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
             raise ValueError("Pipe transport is only for pipes, sockets and character devices")
         os.set_blocking(fileno, False)
+        self._source_traceback = source_traceback(self._loop)
         self._extra["pipe"] = pipe
         self._pipe = pipe
         self._fileno = fileno
@@ -595,7 +596,7 @@ class _UnixPipeTransport:
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if getattr(self, "_pipe", None) is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            _warn(unclosed_message(self), ResourceWarning, source=self)
             self._pipe.close()
 
     def get_protocol(self) -> asyncio.BaseProtocol:
@@ -693,8 +694,13 @@ class _UnixReadPipeTransport(_UnixPipeTransport, asyncio.ReadTransport):
             self._close(None)
 
 
-class _UnixWritePipeTransport(_UnixPipeTransport, FlowControlMixin, asyncio.WriteTransport):
+class _UnixWritePipeTransport(_UnixPipeTransport, FlowControlMixin, asyncio.Transport):
     """The write end of a pipe: write() at once, buffer what the pipe refuses.
+
+    An ``asyncio.Transport``, as asyncio's is (its flow-control mixin is
+    one), so it has the reading methods too, which raise
+    NotImplementedError: a program that checks for them finds what it
+    finds on asyncio.
 
     The buffer is flow-controlled (tinyloop/aio/transports.py): above the
     high-water mark the protocol hears pause_writing().  close() and
