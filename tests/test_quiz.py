@@ -203,3 +203,17 @@ def test_the_command_shows_the_traces_side_by_side():
     assert done.returncode == 0, done.stdout + done.stderr
     shown = done.stdout.split("What each loop did")[1]
     assert "step worker -> yields" in shown and "    | A 1" in shown
+
+
+def test_a_batch_runs_each_program_on_a_loop_of_its_own_in_one_interpreter():
+    differing = [quiz for quiz in catalog.QUIZZES if quiz.differences]
+    for loop in ("aio", "uv"):
+        outcomes = cli.run_batch(differing, loop)
+        for quiz in differing:
+            outcome = outcomes[quiz.name]
+            if outcome.unavailable:
+                continue
+            assert outcome.lines == quiz.expected(loop), f"{quiz.name} on {loop}: {outcome}"
+            assert outcome.steps and any(step.strip().startswith("| ") for step in outcome.steps)
+    missing = cli.run_batch(differing[:1], "uvloop")  # installed here: a batch of one
+    assert missing[differing[0].name].lines is not None or missing[differing[0].name].unavailable

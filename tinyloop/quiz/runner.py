@@ -15,7 +15,8 @@ each printed line as an instant event named ``print: LINE`` on the loop's
 track.  ``--virtual-clock`` (aio only) runs the loop on a clock that moves
 only when the loop would sleep (and 10 µs per reading, so that spans have
 a width), so a trace's times are the same on every run: the book's quiz
-traces are made so.
+traces are made so.  ``--batch DIR LOOP PROGRAM...`` runs and records
+several programs in one interpreter (``run_batch``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FACTORIES", "UNAVAILABLE", "VirtualClock", "VirtualTimeSelector", "loop_factory", "main", "run"]
+__all__ = ["FACTORIES", "UNAVAILABLE", "VirtualClock", "VirtualTimeSelector", "loop_factory", "main", "run",
+           "run_batch"]
 
 UNAVAILABLE = 3
 VIRTUAL_TICK = 1e-5  # seconds the virtual clock moves per reading (--virtual-clock)
@@ -171,8 +173,39 @@ def run(loop: str, program: str, trace: str | None = None, virtual_clock: bool =
         chrome.write(document, trace)
 
 
+def run_batch(loop: str, programs: list[str], folder: str) -> None:
+    """Run and record each of ``programs`` on a new ``loop`` of its own, one after another.
+
+    For each ``NAME.py``: ``folder/NAME.out`` holds what it printed and
+    ``folder/NAME.json`` its trace, or ``folder/NAME.err`` the one line of
+    its exception.  One interpreter for many programs: the book records
+    several quizzes per loop this way.  Raises ImportError when the loop
+    is not installed.
+    """
+    import contextlib
+    from pathlib import Path
+    loop_factory(loop)  # ImportError before any program runs
+    for program in programs:
+        stem = Path(folder) / Path(program).stem
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                run(loop, program, f"{stem}.json")
+        except Exception as error:
+            Path(f"{stem}.err").write_text(f"{type(error).__name__}: {error}\n")
+        else:
+            Path(f"{stem}.out").write_text(printed.getvalue())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["--batch"] and len(args) >= 4:
+        try:
+            run_batch(args[2], args[3:], args[1])
+        except ImportError as error:
+            print(f"{args[2]} is not installed here: {str(error).splitlines()[0]}", file=sys.stderr)
+            return UNAVAILABLE
+        return 0
     trace = None
     virtual = "--virtual-clock" in args
     if virtual:
