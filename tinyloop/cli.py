@@ -7,7 +7,10 @@
   python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
-  python -m tinyloop check EXERCISE [FILE]     grade a solution
+  python -m tinyloop check EXERCISE [FILE] [--format text|json|junit]   grade a solution
+  python -m tinyloop progress [DIR]            which exercises pass, by chapter
+  python -m tinyloop grade DIR [--out OUT]     grade a folder of students' files (CSV, results.json)
+  python -m tinyloop classroom DIR             write a student repository (starters, autograding)
   python -m tinyloop book [--serve] [--class]  build the book (and serve it on 127.0.0.1)
   python -m tinyloop quiz [NAME] [--list]      predict the order of a program's lines, then see it
 """
@@ -101,7 +104,22 @@ def _start(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from tinyloop.exercises import cli
-    return cli.check(args.exercise, args.file)
+    return cli.check(args.exercise, args.file, args.format)
+
+
+def _progress(args: argparse.Namespace) -> int:
+    from tinyloop.exercises import grading
+    return grading.progress(args.dir)
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from tinyloop.exercises import grading
+    return grading.grade(args.dir, args.out, args.timeout)
+
+
+def _classroom(args: argparse.Namespace) -> int:
+    from tinyloop.exercises import grading
+    return grading.classroom(args.dir, args.source)
 
 
 def _quiz(args: argparse.Namespace) -> int:
@@ -147,7 +165,23 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="grade a solution to an exercise")
     check.add_argument("exercise")
     check.add_argument("file", nargs="?", help="the solution (default: ./EXERCISE.py)")
+    check.add_argument("--format", choices=["text", "json", "junit"], default="text",
+                       help="text for a student (default); json or junit for a teacher's tools")
     check.set_defaults(func=_check)
+    progress = sub.add_parser("progress", help="which exercises pass, by chapter")
+    progress.add_argument("dir", nargs="?", default=".", help="where the exercise files are (default .)")
+    progress.set_defaults(func=_progress)
+    grade = sub.add_parser("grade", help="grade a folder of students' files: a CSV and results.json")
+    grade.add_argument("dir", help="DIR/STUDENT/NAME.py (a folder or clone per student) or DIR/STUDENT__NAME.py")
+    grade.add_argument("--out", help="where to write grades.csv and STUDENT/results.json (default DIR/grades)")
+    grade.add_argument("--timeout", type=float, default=600.0,
+                       help="seconds one student's check of one exercise may take (default 600)")
+    grade.set_defaults(func=_grade)
+    classroom = sub.add_parser("classroom", help="write a student repository for GitHub Classroom")
+    classroom.add_argument("dir", help="a new folder")
+    classroom.add_argument("--source", help="the tinyloop repository students check against "
+                                            "(default: this checkout's origin)")
+    classroom.set_defaults(func=_classroom)
     book = sub.add_parser("book", help="build the book from this checkout, print where to open it")
     book.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
     book.add_argument("--port", type=int, default=8080, help="port for --serve; 0 picks a free one (default 8080)")

@@ -463,20 +463,27 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
         # Its own session, so that on any exit the servers the tests started
         # go with it: a server spinning on a wrong solution must not outlive
         # the check.
-        proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=TESTS_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
-                        ["does your code wait for something that never happens?"])
-        finally:
+        # Output goes to files, not pipes: a process the student's code forked
+        # would hold a pipe open, and reading it to its end would wait for that
+        # process rather than for pytest.
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # the group is empty: everything stopped by itself
-            proc.communicate()
+                proc.wait(timeout=TESTS_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
+                            ["does your code wait for something that never happens?"])
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # the group is empty: everything stopped by itself
+                proc.wait()
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
         if proc.returncode < 0:  # killed by a signal: a crash, wherever it happened
             return _crash(exercise, path, -proc.returncode, stdout + stderr)
         if not junit.exists():  # pytest never started: the file fails on import

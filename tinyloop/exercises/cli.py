@@ -6,7 +6,9 @@
 #   exercises               list them, by chapter
 #   start NAME [FILE]       write the starter file (NAME.py, or NAME.pyx for
 #                           a Cython exercise), say what to do
-#   check NAME [FILE]       grade a solution
+#   check NAME [FILE]       grade a solution (--format text|json|junit)
+#
+# grade, progress and classroom are in tinyloop/exercises/grading.py.
 #
 # Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
 # usage error (no such exercise or file, a file in the way).  Errors go to
@@ -73,7 +75,8 @@ def start(name: str, file: str | None) -> int:
     return 0
 
 
-def check(name: str, file: str | None) -> int:
+def check(name: str, file: str | None, fmt: str = "text") -> int:
+    """``fmt``: "text" (for a student), "json" or "junit" (for a teacher's tools)."""
     try:
         exercise = catalog.get(name)
     except KeyError as error:
@@ -87,5 +90,13 @@ def check(name: str, file: str | None) -> int:
                                verdict_only=os.environ.get("TINYLOOP_CHECK_VERDICT_ONLY") == "1")
     except checker.CheckerError as error:
         return _error(str(error))
-    print(report.render())
+    from tinyloop.exercises import grading
+    grading.record(report)
+    if fmt == "json":
+        import json
+        print(json.dumps(grading.report_json(report), indent=1))
+    elif fmt == "junit":
+        print(grading.report_junit(report))
+    else:
+        print(report.render())
     return 0 if report.passed else 1

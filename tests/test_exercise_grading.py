@@ -1,0 +1,119 @@
+# tests/test_exercise_grading.py
+#
+# The teacher's commands (tinyloop/exercises/grading.py) on real attempts at
+# a real exercise, transport-write: the starter, a wrong solution (the
+# reported bug), and the bad inputs a class hands in: a file that does not
+# parse, loops forever, forks, closes stdin, exhausts descriptors, is empty
+# or is binary.  Each must cost only its own row, within the time-out, and
+# leave no process behind.
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tinyloop.exercises import catalog, checker, markers
+
+EXERCISE = "transport-write"
+ROOT = checker.repository_root()
+MARK = "4242.5"  # the forked child's sleep, to find it afterwards
+
+
+def tinyloop(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tinyloop", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def wrong_solution() -> str:
+    """The reference with the reported bug: it fails in the exercise's own tests, in seconds."""
+    text = markers.reference(catalog.get(EXERCISE))
+    region = text.index(f"# exercise {EXERCISE}: begin")
+    at = text.index("if not self._buffer:", region)
+    return text[:at] + "if True:" + text[at + len("if not self._buffer:"):]
+
+
+def with_prelude(prelude: str) -> str:
+    """The wrong solution with ``prelude`` run when it is imported."""
+    text = wrong_solution()
+    at = text.index("from __future__ import annotations\n") + len("from __future__ import annotations\n")
+    return text[:at] + prelude + text[at:]
+
+
+def test_check_speaks_json_and_junit(tmp_path: Path) -> None:
+    (tmp_path / f"{EXERCISE}.py").write_text(markers.starter(catalog.get(EXERCISE)))
+    done = tinyloop("check", EXERCISE, "--format", "json", cwd=tmp_path)
+    data = json.loads(done.stdout)
+    assert done.returncode == 1 and data["passed"] is False and data["exercise"] == EXERCISE
+    assert any(s["status"] == "FAIL" and "not written yet" in s["text"] for s in data["steps"]), data
+    done = tinyloop("check", EXERCISE, "--format", "junit", cwd=tmp_path)
+    suite = ET.fromstring(done.stdout)
+    assert suite.tag == "testsuite" and int(suite.get("failures", "0")) == 1, done.stdout
+
+
+def test_grade_gives_each_student_a_row_and_survives_bad_input(tmp_path: Path) -> None:
+    attempts = {
+        "starter": markers.starter(catalog.get(EXERCISE)),
+        "wrong": wrong_solution(),
+        "unparsable": wrong_solution().replace("def write(self", "def write(self,,", 1),
+        "forever": with_prelude("while True:\n    pass\n"),
+        "forks": with_prelude(f"import os\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '{MARK}'])\n"),
+        "no-stdin": with_prelude("import os\nos.close(0)\n"),
+        "descriptors": with_prelude("_held = []\nwhile True:\n    try:\n        _held.append(open('/dev/null'))\n"
+                                    "    except OSError:\n        break\n"),
+    }
+    folder = tmp_path / "collected"
+    for student, text in attempts.items():
+        (folder / student).mkdir(parents=True)
+        (folder / student / f"{EXERCISE}.py").write_text(text)
+    (folder / "empty").mkdir()
+    (folder / "empty" / f"{EXERCISE}.py").write_text("\n")
+    (folder / "binary").mkdir()
+    (folder / "binary" / f"{EXERCISE}.py").write_bytes(b"\x7fELF\x00\x01\x02")
+    (folder / "nothing").mkdir()
+    (folder / "nothing" / "notes.txt").write_text("no exercise here")
+    done = tinyloop("grade", str(folder), "--timeout", "40", cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr
+    rows = {row["student"]: row for row in csv.DictReader(open(folder / "grades" / "grades.csv"))}
+    status = {student: row["status"] for student, row in rows.items()}
+    assert status == {"starter": "failed", "wrong": "failed", "unparsable": "failed", "forever": "timeout",
+                      "forks": "failed", "no-stdin": "failed", "descriptors": "failed",
+                      "empty": "empty", "binary": "binary", "nothing": "missing"}, status
+    assert "does not compile" in rows["unparsable"]["message"], rows["unparsable"]
+    assert float(rows["forever"]["seconds"]) < 60, rows["forever"]
+    results = json.loads((folder / "grades" / "wrong" / "results.json").read_text())
+    assert results["score"] == 0 and results["max_score"] == 1
+    assert results["tests"][0]["name"] == EXERCISE and "another order" in results["tests"][0]["output"]
+    left = subprocess.run(["pgrep", "-f", f"sleep {MARK}"], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before failing, so that one failure does not leak into the next run
+        os.kill(int(pid), 9)
+    assert not left, f"a student's forked process outlived the grading: {left}"
+
+
+def test_classroom_writes_a_student_repository(tmp_path: Path) -> None:
+    target = tmp_path / "class"
+    done = tinyloop("classroom", str(target), "--source", "https://example.org/tinyloop", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((target / ".github" / "classroom" / "autograding.json").read_text())
+    names = [t["name"] for t in config["tests"]]
+    assert names == [e.name for e in catalog.exercises()]
+    for exercise in catalog.exercises():
+        text = (target / markers.default_file(exercise)).read_text()
+        assert markers.unwritten_lines(text, exercise.name), f"{exercise.name}: not a starter"
+    assert "https://example.org/tinyloop" in (target / "README.md").read_text()
+    assert tinyloop("classroom", str(target), cwd=tmp_path).returncode == 2, "a folder in use is refused"
+
+
+def test_progress_lists_every_exercise_by_chapter(tmp_path: Path) -> None:
+    (tmp_path / f"{EXERCISE}.py").write_text(markers.starter(catalog.get(EXERCISE)))
+    done = tinyloop("progress", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0
+    assert f"{EXERCISE}" in done.stdout and "started, not written yet" in done.stdout, done.stdout
+    assert "0 of" in done.stdout
