@@ -321,7 +321,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)
         args.table.write_text(table)
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: each server's p99 for fast requests beside the slow handler."""
+    busy = [row for row in data["rows"] if row["background"] != "none" and row.get("p99_ms") is not None]
+    if not busy:
+        return "fairness: nothing measured"
+    return "p99 of fast requests beside a slow handler: " + ", ".join(
+        f"{row['server']} {row['p99_ms']:.1f} ms" for row in busy)
 
 
 if __name__ == "__main__":

@@ -199,7 +199,17 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     if args.table:
         args.table.write_text(table)
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: how many stages keep serving at the descriptor limit, before and after."""
+    def fine(side: dict) -> bool:
+        return side.get("status") == "ok" and bool(side.get("alive")) and side.get("new_client_s") is not None
+    rows = data["rows"]
+    return (f"at the descriptor limit: {sum(fine(row['before']) for row in rows)} of {len(rows)} stages "
+            f"recovered before, {sum(fine(row['after']) for row in rows)} of {len(rows)} after")
 
 
 if __name__ == "__main__":

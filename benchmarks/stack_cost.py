@@ -226,7 +226,17 @@ def main(argv=None):
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     if args.table:
         args.table.write_text(table)
+    print(conclusion(data))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: how many times a hand-kept stack costs yield from, per measure at the deepest depth."""
+    deepest = max((row["depth"] for row in data["rows"]), default=None)
+    parts = [f"{row['measure']} {row['stack_ns'] / row['yieldfrom_ns']:.1f}×" for row in data["rows"]
+             if row["depth"] == deepest and row.get("yieldfrom_ns")]
+    return (f"a hand-kept generator stack against yield from, at depth {deepest}: " + ", ".join(parts)) if parts \
+        else "stack_cost: nothing measured"
 
 
 if __name__ == "__main__":

@@ -542,7 +542,21 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".md").write_text(render_markdown(data))
     print(render_markdown({"layouts": {layout.key: entry}}))
     print(f"wrote {out} and {out.with_suffix('.md')}")
+    print(conclusion({"layouts": {layout.key: entry}}))
     return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line, per layout: the row with the best p99 and the row with the most req/s."""
+    parts = []
+    for key, entry in data["layouts"].items():
+        rows = [row for row in entry["rows"] if row.get("p99_ms") is not None and row.get("rps") is not None]
+        if rows:
+            calm = min(rows, key=lambda row: row["p99_ms"])
+            fast = max(rows, key=lambda row: row["rps"])
+            parts.append(f"{key}: best p99 {calm['app']} ({calm['p99_ms']:.0f} ms, {calm['rps']:.0f} req/s), "
+                         f"most req/s {fast['app']} ({fast['rps']:.0f})")
+    return "; ".join(parts) if parts else "notfaster: nothing measured"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+# tests/test_stack_cost_benchmark.py
+#
+# benchmarks/stack_cost.py with tiny counts: every measure at every depth is
+# in the JSON with its three timings, and the run ends on its conclusion.
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(150)
+def test_a_tiny_run_writes_every_row_and_concludes(tmp_path: Path) -> None:
+    out = tmp_path / "stack_cost.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stack_cost.py"), "--number", "200",
+                           "--repeat", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    depths = data["settings"]["depths"]
+    assert {row["depth"] for row in data["rows"]} == set(depths)
+    assert all(row["stack_ns"] > 0 and row["yieldfrom_ns"] > 0 for row in data["rows"])
+    assert done.stdout.strip().splitlines()[-1].startswith(
+        f"a hand-kept generator stack against yield from, at depth {max(depths)}: ")
