@@ -49,9 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "benchmarks" / "results" / "traces"
-LOCAL = ROOT / "benchmarks" / "results" / "local" / "traces"
+from benchmarks.harness import output  # the one output rule: local unless --reference
+from benchmarks.harness.machine import ROOT
+
+REFERENCE = output.RESULTS / "traces"   # committed: the recorded figures the book draws
+LOCAL = output.LOCAL / "traces"         # every other run's, ignored by git
 TICK = 1e-5  # seconds the virtual clock moves at each reading
 
 if str(ROOT / "tests") not in sys.path:
@@ -763,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.reference:
             timeline.write_html(trace, out / f"{figure.name}.html", title=figure.summary,
                                 command=figure.command)
-        print(f"{figure.name}: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        print(f"{figure.name}: {output.relative(path)}")
     return status
 
 
