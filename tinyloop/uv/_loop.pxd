@@ -33,6 +33,7 @@ cdef class Handle:
     cdef readonly object _context
     cdef readonly UVLoop _loop
     cdef readonly bint _cancelled
+    cdef readonly object _source_traceback   # debug mode: where it was made (asyncio's)
     cdef object __weakref__
 
     cdef int _run_c(self) except -1

@@ -423,6 +423,8 @@ cdef class UVLoop:
         timer._loop = self
         timer._context = PyContext_CopyCurrent() if context is None else context
         timer._when = when
+        if self._debug:
+            timer._source_traceback = _source_stack()
         if self._timer_per_handle:
             self._start_own_timer(timer)
         else:

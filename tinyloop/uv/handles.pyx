@@ -27,6 +27,16 @@ cdef extern from "Python.h":
     int PyContext_Exit(object context) except -1
 
 cdef object _Future = asyncio.Future
+cdef object _extract_stack = asyncio.format_helpers.extract_stack
+cdef object _getframe = sys._getframe
+
+
+cdef inline object _source_stack():
+    # Debug mode: the stack that made a handle, innermost last, ending at
+    # the Python code that called the loop (asyncio's _source_traceback).
+    # Our own methods are C and have no frame: the innermost Python frame
+    # is our caller's, where asyncio trims its own two frames to get there.
+    return _extract_stack(_getframe(0))
 
 
 cdef Handle _new_handle(object callback, object args, UVLoop loop, object context):
@@ -35,6 +45,8 @@ cdef Handle _new_handle(object callback, object args, UVLoop loop, object contex
     handle._args = args
     handle._loop = loop
     handle._context = PyContext_CopyCurrent() if context is None else context
+    if loop._debug:
+        handle._source_traceback = _source_stack()
     return handle
 
 
@@ -98,15 +110,23 @@ cdef class Handle:
         return 0
 
     cdef _report(self, BaseException exc):
-        self._loop.call_exception_handler({
+        context = {
             "message": f"Exception in callback {_format_callback(self._callback, self._args)}",
             "exception": exc,
             "handle": self,
-        })
+        }
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
+        self._loop.call_exception_handler(context)
 
     def __repr__(self):
         if self._cancelled:
             return f"<{type(self).__name__} cancelled>"
+        owner = getattr(self._callback, "__self__", None)
+        if isinstance(owner, _Future):
+            # A task's step stands for its task, as in asyncio's log lines
+            # ("Executing <Task pending ...> took 0.2 seconds").
+            return repr(owner)
         return f"<{type(self).__name__} {_format_callback(self._callback, self._args)}>"
 
 
