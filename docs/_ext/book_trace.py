@@ -101,20 +101,20 @@ class TraceFigureDirective(SphinxDirective):
                 _prefixes(self.options["counters"]) if "counters" in self.options else None)
         node = nodes.figure(classes=["book-trace-figure"], ids=[f"trace-{figure.name}"])
         node += _svg_block(trace)
-        if figure.text:
-            from tinyloop.quiz import steps
-            cut = figure.crop(full) if figure.crop else (None, None)
-            text = "\n".join(steps.steps(trace_figures.window(full, *cut)))
-            node += nodes.literal_block(text, text, classes=["book-trace-steps"], language="text")
         caption_text = " ".join(self.content) if self.content else figure.summary
         caption = nodes.caption(caption_text, "")
         caption += self.parse_inline(caption_text, lineno=self.lineno)[0]
         node += caption
         legend = nodes.legend()
+        if figure.text:   # the same trace as text: what a printed page cannot hover over
+            from tinyloop.quiz import steps
+            cut = figure.crop(full) if figure.crop else (None, None)
+            text = "\n".join(steps.steps(trace_figures.window(full, *cut)))
+            legend += nodes.literal_block(text, text, classes=["book-trace-steps"], language="text")
         if figure.source == "build":
             legend += _source_line(
-                "Traced while the book builds, on the virtual clock (10 µs per clock reading: widths "
-                "show what ran, not how long): ", figure.command, ".")
+                f"Traced while the book builds, on the virtual clock ({trace_figures.TICK * 1e6:g} µs per "
+                "clock reading: widths show what ran, not how long): ", figure.command, ".")
         else:
             other = trace.get("otherData", {})
             recorded = f"{other.get('recorded_events', '?')} events" + (
