@@ -82,6 +82,7 @@ class Figure:
     crop: Callable[[dict[str, Any]], tuple[float | None, float | None]] | None = None
     awaits: bool = False
     text: bool = False   # the book prints the drawn trace as text below it too (tinyloop.quiz.steps)
+    facts: Callable[[dict[str, Any]], str] | None = None   # numbers read off the drawn trace, for the caption
 
     def drawn(self, trace: dict[str, Any]) -> dict[str, Any]:
         """What the book draws of ``trace``: its tracks and counters, cut to its crop; with
@@ -631,6 +632,43 @@ def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[fl
     return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _track_names(trace: dict[str, Any]) -> dict[int, str]:
+    return {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == "thread_name"}
+
+
+def _readiness_facts(trace: dict[str, Any]) -> str:
+    """Per server: its waits, the median wait and the median work between two, the load's length."""
+    parts = []
+    for tid, name in sorted(_track_names(trace).items()):
+        spans = [e for e in trace["traceEvents"] if e.get("tid") == tid and e.get("ph") == "X"]
+        waits = [e["dur"] for e in spans if e["name"] == "wait"]
+        work = [e["dur"] for e in spans if e["name"] == "handle events"]
+        if not waits or not work:
+            continue
+        length = max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)
+        parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {_median(waits):.0f} µs, "
+                     f"the median work between two {_median(work):.0f} µs, {length / 1000:.1f} ms in all")
+    return "; ".join(parts) + "."
+
+
+def _clients_facts(trace: dict[str, Any]) -> str:
+    """Per stage: when each client had its last answer, from the moment the three started."""
+    parts = []
+    for stage in ("blocking", "threaded"):
+        ends = sorted(e["ts"] + e["dur"] for e in trace["traceEvents"] if e.get("cat") == "client"
+                      and _track_names(trace).get(e["tid"], "").startswith(stage + ":"))
+        if ends:
+            parts.append(f"{stage}: the clients were done after {', '.join(f'{end / 1000:.0f}' for end in ends)} ms")
+    return "; ".join(parts) + "."
+
+
 def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
     events = trace["traceEvents"]
@@ -658,10 +696,10 @@ def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
 FIGURES: tuple[Figure, ...] = (
     Figure("baselines-clients", "baselines", "reference", baselines_clients,
            "three clients, two 20 ms requests each: the blocking server serves them one after "
-           "another, the threaded one all at once", tracks=("blocking", "threaded")),
+           "another, the threaded one all at once", tracks=("blocking", "threaded"), facts=_clients_facts),
     Figure("readiness-idle", "readiness", "reference", readiness_idle,
            "select against epoll beside 1,000 idle connections: each wait, the work between two, "
-           "and the descriptors each wait returned"),
+           "and the descriptors each wait returned", facts=_readiness_facts),
     Figure("callbacks-iteration", "callbacks", "build", callbacks_iteration,
            "two iterations of Part II's loop: wait, timers, callbacks",
            tracks=("loop",), counters=("ready queue",)),

@@ -68,6 +68,15 @@ def test_every_shown_reference_figure_is_committed_and_valid():
         trace = json.loads(figure.reference_file.read_text())
         assert chrome.problems(trace) == []
         assert any(event["ph"] == "X" for event in figure.drawn(trace)["traceEvents"])
+        if figure.facts is not None:   # the caption's numbers are read off the trace
+            facts = figure.facts(figure.drawn(trace))
+            assert re.search(r"\d", facts) and "?" not in facts, facts
+
+
+def test_the_readiness_facts_compare_the_two_servers():
+    figure = trace_figures.get("readiness-idle")
+    facts = figure.facts(figure.drawn(json.loads(figure.reference_file.read_text())))
+    assert facts.startswith("select: ") and "; epoll: " in facts, facts
 
 
 def test_the_iteration_figure_shows_soon_then_io_then_the_timer():

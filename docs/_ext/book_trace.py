@@ -106,6 +106,8 @@ class TraceFigureDirective(SphinxDirective):
         caption += self.parse_inline(caption_text, lineno=self.lineno)[0]
         node += caption
         legend = nodes.legend()
+        if figure.facts is not None:   # numbers read off the trace drawn above, never typed
+            legend += nodes.paragraph(text="From this trace: " + figure.facts(trace))
         if figure.text:   # the same trace as text: what a printed page cannot hover over
             from tinyloop.quiz import steps
             cut = figure.crop(full) if figure.crop else (None, None)
