@@ -488,7 +488,23 @@ def _main_ours(args, argv) -> int:
               f"({entry['timeouts']} by time-out) in {entry['seconds']:.0f} s", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        args.out.with_name(args.out.stem + "-ours.txt").write_text(ours_table(data), encoding="utf-8")
     return 0
+
+
+def ours_table(data: dict) -> str:
+    """The "ours" part of a run's JSON as the text the teachers' page includes:
+    per exercise, our mutants killed and every survivor."""
+    ours = data.get("ours", {})
+    order = [e.name for e in catalog.exercises()]
+    lines = [f"{'exercise':<22} {'mutants':>7} {'killed':>6} {'score':>6}  survivors"]
+    for name in sorted(ours.get("exercises", {}), key=lambda n: order.index(n) if n in order else len(order)):
+        e = ours["exercises"][name]
+        score = "-" if e.get("score") is None else f"{e['score']:.0%}"
+        lines.append(f"{name:<22} {e['mutants']:>7} {e['killed']:>6} {score:>6}  {e['survived']}")
+        lines += [f"    survived: {s['operator']}: {s['mutant']}" for s in e.get("survivors", [])]
+    lines.append(f"measured {ours.get('date', '?')} by: {ours.get('command', '?')}")
+    return "\n".join(lines) + "\n"
 
 
 def _version(distribution: str) -> str | None:
