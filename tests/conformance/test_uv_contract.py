@@ -313,3 +313,37 @@ def test_a_write_while_sendfile_runs_is_refused(loop, listener, tmp_path):
         await server.wait_closed()
 
     run(loop, main())
+
+
+@pytest.mark.parametrize("tls_on", [False, True], ids=["tcp", "tls"])
+def test_create_connection_with_a_socket_the_loop_connected(loop, listener, tls, tls_on):
+    # CPython's test_create_connection_sock: sock_connect (a writer on the
+    # descriptor while it connects), then the same socket to create_connection.
+    server_ssl, client_kw = _contexts(tls_on, tls)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _ContextRecorder(echo=True), sock=listener,
+                                          ssl=server_ssl)
+        sock = socket.socket()
+        sock.setblocking(False)
+        await asyncio.wait_for(loop.sock_connect(sock, listener.getsockname()), PROMPT)
+        transport, client = await loop.create_connection(_ContextRecorder, sock=sock, **client_kw)
+        transport.write(b"after sock_connect")
+        assert await asyncio.wait_for(client.got_data, PROMPT) == b"after sock_connect"
+        transport.close()
+        await asyncio.wait_for(client.lost, PROMPT)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def test_create_connection_with_a_local_addr_of_no_matching_family_raises_oserror(loop, listener):
+    async def main():
+        with pytest.raises(OSError):
+            await asyncio.get_running_loop().create_connection(
+                asyncio.Protocol, *listener.getsockname(), local_addr=("::1", 0),
+                family=socket.AF_INET)
+
+    run(loop, main())
