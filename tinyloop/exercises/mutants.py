@@ -5,7 +5,9 @@
 # (an operator swapped, a number nudged) do not reach.
 #
 #   condition-true, condition-false   an `if`/`elif`/`while` test replaced by
-#                                     True or False: a case not told apart
+#                                     True or False, or one operand of a
+#                                     returned `and` (`or`) made True (False):
+#                                     a case not told apart
 #   buffer-not-emptied                a statement that takes bytes out of a
 #                                     buffer (`del buf[:n]`, `.clear()`,
 #                                     `.popleft()`, a tail kept) left out
@@ -75,6 +77,7 @@ def _changes(line: str) -> list[tuple[str, str]]:
             if match["kw"] == "while" and word == "True":
                 continue  # a loop that never ends says only "time-out"
             found.append((name, f"{match['indent']}{match['kw']} {word}:"))
+    found += _conjuncts(line)
     if line.rstrip().endswith(":"):
         return found  # a block opener: leaving it out would not parse
     if _BUFFER.match(line):
@@ -84,6 +87,25 @@ def _changes(line: str) -> list[tuple[str, str]]:
     if _REMOVAL.match(line):
         found.append(("registration-not-removed", _replace_statement(line)))
     return found
+
+
+_RETURN_BOOLEAN = re.compile(r"^(?P<head>\s*return\s+)(?P<expr>.+?)\s*(?P<comment>#.*)?$")
+
+
+def _conjuncts(line: str) -> list[tuple[str, str]]:
+    """``return a and b and c``: each operand in turn made True (for ``and``) or
+    False (for ``or``), a case of the condition forgotten."""
+    match = _RETURN_BOOLEAN.match(line)
+    if not match:
+        return []
+    expr = match["expr"]
+    for word, value, name in ((" and ", "True", "condition-true"), (" or ", "False", "condition-false")):
+        parts = expr.split(word)
+        if len(parts) < 2 or any(p.count("(") != p.count(")") for p in parts):
+            continue
+        return [(name, match["head"] + word.join(parts[:i] + [value] + parts[i + 1:]))
+                for i in range(len(parts))]
+    return []
 
 
 def mutants(exercise_name: str, text: str, filename: str = "solution.py") -> list[Mutant]:
