@@ -17,7 +17,6 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 
 from tinyloop.exercises import catalog, checker, markers
 
@@ -81,7 +80,8 @@ def test_grade_gives_each_student_a_row_and_survives_bad_input(tmp_path: Path) -
     (folder / "nothing" / "notes.txt").write_text("no exercise here")
     done = tinyloop("grade", str(folder), "--timeout", "40", cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr
-    rows = {row["student"]: row for row in csv.DictReader(open(folder / "grades" / "grades.csv"))}
+    with open(folder / "grades" / "grades.csv") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
     status = {student: row["status"] for student, row in rows.items()}
     assert status == {"starter": "failed", "wrong": "failed", "unparsable": "failed", "forever": "timeout",
                       "forks": "failed", "no-stdin": "failed", "descriptors": "failed",
