@@ -77,6 +77,9 @@ def test_every_difference_quotes_known_differences_under_its_section():
     differing = [difference for quiz in catalog.QUIZZES for difference in quiz.differences]
     assert differing, "some quizzes show where the loops disagree"
     for difference in differing:
+        if not difference.section:   # not ours: our own reason, for a loop with no entry there
+            assert difference.loops == ("uvloop",) and difference.quote, difference
+            continue
         assert difference.section in sections, difference.section
         assert " ".join(difference.quote.split()) in sections[difference.section], difference.quote
         assert set(difference.loops) <= set(catalog.LOOPS) - {"asyncio"}

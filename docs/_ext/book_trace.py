@@ -167,8 +167,10 @@ class QuizDirective(SphinxDirective):
         for loop in catalog.LOOPS:
             per_loop.append(f"- {loop}: **{quiz.letters(quiz.expected(loop))}**")
         differences = "\n".join(
-            f"\n{' and '.join(d.loops)} {'differ' if len(d.loops) > 1 else 'differs'}: a known difference (`{catalog.KNOWN_DIFFERENCES}`, "
-            f"under \"{d.section}\"): \"{d.quote}\"\n" for d in quiz.differences)
+            f"\n{' and '.join(d.loops)} {'differ' if len(d.loops) > 1 else 'differs'}: "
+            + (f"a known difference (`{catalog.KNOWN_DIFFERENCES}`, under \"{d.section}\"): \"{d.quote}\"\n"
+               if d.section else f"{d.quote}.\n")
+            for d in quiz.differences)
         trace = quiz_trace(quiz.name)
         text = "\n".join(steps.steps(trace))
         # Drawn up to the last printed line (and a little after): the rest is the sleep that ends main.

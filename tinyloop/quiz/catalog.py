@@ -35,6 +35,7 @@ POLL_PHASE = ("tinyloop.uv",
               "libuv's poll phase, as soon as its descriptor is ready, so it may run before callbacks "
               "that `call_soon` queued earlier in the same turn.")
 TIMERS_FIRST = ("uvloop", "libuv runs due timers before the callbacks queued with call_soon (its idle handles)")
+TIES_IN_ORDER = ("tinyloop.aio", "Timers due at the same moment run in the order they were scheduled")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,9 @@ class Difference:
     """Loops that print ``order`` instead of asyncio's, for the reason quoted.
 
     ``section`` is the heading of KNOWN_DIFFERENCES.md the entry is under;
-    ``quote`` its words (whitespace aside).
+    ``quote`` its words (whitespace aside).  A loop that is not ours and
+    has no entry there (uvloop keeping an order asyncio does not) has an
+    empty ``section``, and ``quote`` is then our own one-line reason.
     """
 
     loops: tuple[str, ...]
@@ -121,6 +124,17 @@ QUIZZES: tuple[Quiz, ...] = (
          "callback that requeues itself cannot starve the others. uvloop runs the due timer first, in "
          "libuv's timer phase.",
          differences=(Difference(("uvloop",), ("timer", "first", "second", "queued by first"), *TIMERS_FIRST),)),
+    Quiz("same_deadline", "callbacks",
+         ("first", "third", "second", "fourth", "fifth"),
+         "asyncio's timer heap compares deadlines alone, and heapq is not stable: five timers due at the "
+         "same moment come out in an order that depends on the heap's shape, not on when they were set. "
+         "Part II's heap breaks ties with a sequence number, so aio (in Python) and uv (in C) run them in "
+         "the order they were scheduled; so does uvloop, whose libuv timers break ties by start order. "
+         "The order of timers with equal deadlines is a promise asyncio never made.",
+         differences=(Difference(("aio", "uv"), ("first", "second", "third", "fourth", "fifth"), *TIES_IN_ORDER),
+                      Difference(("uvloop",), ("first", "second", "third", "fourth", "fifth"), "",
+                                 "libuv's timer heap breaks ties between equal deadlines by the order the "
+                                 "timers were started"))),
     Quiz("exception_in_callback", "callbacks",
          ("broken runs", "handler: oops", "next callback"),
          "The loop runs every callback inside a try: the exception goes to the loop's exception handler "

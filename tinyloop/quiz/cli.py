@@ -230,10 +230,14 @@ def _report(quiz: Quiz, answer: tuple[str, ...] | None, outcomes: dict[str, Outc
         _columns(quiz, outcomes, out)
         for difference in quiz.differences:
             if any(outcomes.get(loop) and outcomes[loop].lines == difference.order for loop in difference.loops):
-                print(f"{' and '.join(difference.loops)}: a known difference ({KNOWN_DIFFERENCES}, "
-                      f"under \"{difference.section}\"):", file=out)
-                print(textwrap.fill(f"\"{difference.quote}\"", width=88, initial_indent="  ",
-                                    subsequent_indent="  "), file=out)
+                if difference.section:
+                    print(f"{' and '.join(difference.loops)}: a known difference ({KNOWN_DIFFERENCES}, "
+                          f"under \"{difference.section}\"):", file=out)
+                    quote = f"\"{difference.quote}\""
+                else:
+                    print(f"{' and '.join(difference.loops)}: not ours, so not in {KNOWN_DIFFERENCES}:", file=out)
+                    quote = difference.quote + "."
+                print(textwrap.fill(quote, width=88, initial_indent="  ", subsequent_indent="  "), file=out)
     elif orders:
         names = ", ".join(outcome.loop for outcome in outcomes.values() if outcome.lines is not None)
         print(f"Every loop that ran ({names}) prints {quiz.letters(next(iter(orders)))}.", file=out)
