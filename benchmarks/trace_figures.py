@@ -669,6 +669,22 @@ def _clients_facts(trace: dict[str, Any]) -> str:
     return "; ".join(parts) + "."
 
 
+def _stall_facts(trace: dict[str, Any]) -> str:
+    """The longest callback, and what the wait after it returned."""
+    events = trace["traceEvents"]
+    callbacks = [e for e in events if e.get("cat") == "callback" and e.get("ph") == "X"]
+    if not callbacks:
+        return "no callback recorded."
+    longest = max(callbacks, key=lambda e: e["dur"])
+    end = longest["ts"] + longest["dur"]
+    after = [e for e in events if e.get("name") == "wait" and e.get("ph") == "X" and e["ts"] >= end]
+    facts = f"the longest callback, {longest['name']}, ran {longest['dur'] / 1000:.1f} ms"
+    if after:
+        first = min(after, key=lambda e: e["ts"])
+        facts += f"; the wait after it returned {first['args']['events']} ready descriptors"
+    return facts + "."
+
+
 def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
     events = trace["traceEvents"]
@@ -705,7 +721,7 @@ FIGURES: tuple[Figure, ...] = (
            tracks=("loop",), counters=("ready queue",)),
     Figure("callbacks-stall", "callbacks", "reference", callbacks_stall,
            "a 50 ms handler holds the loop: three clients' requests wait behind it",
-           tracks=("loop",), counters=("ready descriptors",), crop=_after_first_wait),
+           tracks=("loop",), counters=("ready descriptors",), crop=_after_first_wait, facts=_stall_facts),
     Figure("generators-stack", "generators", "build", generators_stack,
            "the trampoline's stack of generators over time, for two tasks",
            counters=("stack depth",)),
