@@ -117,3 +117,24 @@ def test_progress_lists_every_exercise_by_chapter(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert f"{EXERCISE}" in done.stdout and "started, not written yet" in done.stdout, done.stdout
     assert "0 of" in done.stdout
+
+
+def test_watch_checks_again_when_the_file_is_saved(tmp_path: Path) -> None:
+    import signal
+    import time
+    path = tmp_path / f"{EXERCISE}.py"
+    path.write_text(markers.starter(catalog.get(EXERCISE)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "watch", EXERCISE], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(8)
+        path.write_text(path.read_text().replace("from __future__ import annotations\n",
+                                                 "from __future__ import annotations\nimport os (\n", 1))
+        time.sleep(8)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.count(f"check {EXERCISE}:") == 2, out
+    assert "not written yet" in out and "does not compile" in out, out

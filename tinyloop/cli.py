@@ -8,6 +8,7 @@
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE] [--format text|json|junit]   grade a solution
+  python -m tinyloop watch EXERCISE [FILE]     check again on every save
   python -m tinyloop progress [DIR]            which exercises pass, by chapter
   python -m tinyloop grade DIR [--out OUT]     grade a folder of students' files (CSV, results.json)
   python -m tinyloop classroom DIR             write a student repository (starters, autograding)
@@ -107,6 +108,11 @@ def _check(args: argparse.Namespace) -> int:
     return cli.check(args.exercise, args.file, args.format)
 
 
+def _watch(args: argparse.Namespace) -> int:
+    from tinyloop.exercises import cli
+    return cli.watch(args.exercise, args.file)
+
+
 def _progress(args: argparse.Namespace) -> int:
     from tinyloop.exercises import grading
     return grading.progress(args.dir)
@@ -168,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=["text", "json", "junit"], default="text",
                        help="text for a student (default); json or junit for a teacher's tools")
     check.set_defaults(func=_check)
+    watch = sub.add_parser("watch", help="check a solution again on every save (Ctrl-C stops)")
+    watch.add_argument("exercise")
+    watch.add_argument("file", nargs="?", help="the solution (default: ./EXERCISE.py)")
+    watch.set_defaults(func=_watch)
     progress = sub.add_parser("progress", help="which exercises pass, by chapter")
     progress.add_argument("dir", nargs="?", default=".", help="where the exercise files are (default .)")
     progress.set_defaults(func=_progress)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tinyloop.exercises import catalog, checker, markers
 
-__all__ = ["check", "list_exercises", "start"]
+__all__ = ["check", "list_exercises", "start", "watch"]
 
 
 def _error(message: str) -> int:
@@ -100,3 +100,38 @@ def check(name: str, file: str | None, fmt: str = "text") -> int:
     else:
         print(report.render())
     return 0 if report.passed else 1
+
+
+def watch(name: str, file: str | None, interval: float = 0.5) -> int:
+    """Check ``file`` now and again after every save, until Ctrl-C (as rustlings does).
+
+    A save is a change of the file's modification time or size, polled every
+    ``interval`` seconds: the standard library's way, which any editor's
+    save (in place, or a rename over the file) shows.
+    """
+    import time
+    try:
+        exercise = catalog.get(name)
+    except KeyError as error:
+        return _error(error.args[0])
+    path = Path(file if file is not None else markers.default_file(exercise))
+
+    def stamp() -> tuple[float, int] | None:
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        return (info.st_mtime, info.st_size)
+
+    seen = None
+    try:
+        while True:
+            now = stamp()
+            if now != seen:
+                seen = now
+                print("\033[2J\033[H", end="")  # a clear screen for each check
+                check(name, str(path))
+                print(f"\nwatching {path}: the check runs again when you save it (Ctrl-C stops)")
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
