@@ -338,6 +338,69 @@ def coroutines_request() -> dict[str, Any]:
     return recorder.trace()
 
 
+def asyncio_buffered() -> dict[str, Any]:
+    """A 512 KiB echo on tinyloop.aio, the client on the same loop: the answer is more than the socket
+    takes, so write() sends what it can, buffers the rest and registers a writer, whose callbacks send
+    the rest as the client reads.
+    """
+    import asyncio
+    from tinyloop.aio.server import HTTPProtocol
+    from tinyloop.aio.unix_events import SelectorEventLoop
+    from tinyloop.quiz.runner import VirtualTimeSelector
+    from tinyloop.trace.recorder import record
+    clock = _ticking_clock()
+    loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
+    server, client = socket.socketpair()
+    client.setblocking(False)
+    closed = loop.create_future()
+    body = b"x" * (512 * 1024)
+    request = memoryview(b"POST /echo HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    received = bytearray()
+    eof = False
+
+    class Protocol(HTTPProtocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            closed.set_result(None)
+
+    def client_sends() -> None:
+        nonlocal request
+        try:
+            request = request[client.send(request[:65536]):]
+        except BlockingIOError:
+            return
+        if not request:
+            loop.remove_writer(client)
+
+    def client_reads() -> None:
+        nonlocal eof
+        try:
+            chunk = client.recv(65536)
+        except BlockingIOError:
+            return
+        received.extend(chunk)
+        if not chunk:
+            eof = True
+            loop.remove_reader(client)
+
+    async def main() -> None:
+        await loop.connect_accepted_socket(Protocol, server)
+        loop.add_writer(client, client_sends)
+        loop.add_reader(client, client_reads)
+        await closed
+        while not eof:
+            await asyncio.sleep(0)
+
+    recorder = record(loop)
+    try:
+        loop.run_until_complete(main())
+        assert received.startswith(b"HTTP/1.1 200") and received.endswith(body[-100:])
+    finally:
+        client.close()
+        loop.close()
+    return recorder.trace()
+
+
 def asyncio_request() -> dict[str, Any]:
     """One request's path through tinyloop.aio: readable -> _read_ready -> data_received -> write -> send."""
     return _aio_request(LAST_REQUEST, 1)
@@ -685,6 +748,18 @@ def _stall_facts(trace: dict[str, Any]) -> str:
     return facts + "."
 
 
+def _writes(trace: dict[str, Any]) -> tuple[float | None, float | None]:
+    """From the callback that made the first write to the end of the one that made the last."""
+    events = trace["traceEvents"]
+    writes = [e["ts"] for e in events if e.get("name") == "write" and e.get("ph") == "i"]
+    if not writes:
+        return None, None
+    around = [e for e in events if e.get("cat") == "callback" and e.get("ph") == "X"
+              and (e["ts"] <= min(writes) <= e["ts"] + e["dur"] or e["ts"] <= max(writes) <= e["ts"] + e["dur"])]
+    return (min(e["ts"] for e in around) - 5 if around else None,
+            max(e["ts"] + e["dur"] for e in around) + 5 if around else None)
+
+
 def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
     events = trace["traceEvents"]
@@ -730,6 +805,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("asyncio-request", "asyncio", "build", asyncio_request,
            "one request's path through tinyloop.aio's transport and protocol", counters=(),
            crop=_request_path, text=True),
+    Figure("asyncio-buffered", "asyncio", "build", asyncio_buffered,
+           "a 512 KiB answer: write() sends what the socket takes and buffers the rest; a writer sends it "
+           "as the client reads", counters=("buffered",), crop=_writes, text=True),
     Figure("coroutines-request", "asyncio", "build", coroutines_request,
            "Part II's streams, two requests: a registration and a future for each read that waits",
            counters=(), awaits=True, text=True),
