@@ -7,15 +7,18 @@
 #     -s, wrk's --timeout) and a wall-clock limit on top; past the limit the
 #     tool gets SIGINT (ab then prints what it measured so far), then SIGKILL.
 #     Whatever happens, the tool's process is waited for before we return.
-#   * The parsers read the tools' own words ("Requests per second:",
-#     "Latency Distribution") and nothing else; a line they do not find leaves
-#     its figure as None instead of guessing.  They are tested on real output
-#     kept in tests/data/bench_*.
+#   * wrk reports through its Lua done() hook (benchmarks/wrk_json.lua, which
+#     benchmarks/pipeline.lua loads too): one line of JSON with wrk's own
+#     counts and microseconds.  ab has no machine-readable report, so its text
+#     is read ("Requests per second:", ...; its percentiles from -e's CSV).
+#     A figure the output does not hold stays None instead of a guess.  The
+#     parsers are tested on real output kept in tests/data/bench_*.
 #   * Figures leave here in one set of units: requests per second, latency in
 #     milliseconds, counts of requests.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
+__all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
            "parse_ab_csv", "parse_wrk", "run"]
 
 
@@ -74,6 +77,7 @@ LOADS: tuple[Load, ...] = (
 
 # The wrk script that pipelines (see its header): DEPTH requests per write.
 PIPELINE_SCRIPT = Path(__file__).resolve().parent / "pipeline.lua"
+JSON_SCRIPT = Path(__file__).resolve().parent / "wrk_json.lua"  # done(): wrk's figures as JSON
 
 _BY_NAME = {load.name: load for load in LOADS}
 
@@ -126,7 +130,7 @@ def command(load: Load, url: str, settings: Settings, csv_path: Path | None = No
         if load.pipeline > 1:
             # The script's own arguments follow ``--`` (wrk hands them to init()).
             return argv + ["-s", str(PIPELINE_SCRIPT), url, "--", str(load.pipeline)]
-        return argv + [url]
+        return argv + ["-s", str(JSON_SCRIPT), url]
     raise ValueError(f"unknown tool {load.tool!r}")
 
 
@@ -216,44 +220,34 @@ def parse_ab_csv(text: str) -> dict[int, float]:
 
 # --- wrk -----------------------------------------------------------------
 
-# wrk prints durations with the largest unit that keeps them >= 1 (us, ms, s, m, h).
-_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
-_WRK_PERCENT = re.compile(r"^\s*(50|75|90|99)%\s+([\d.]+)(us|ms|s|m|h)\s*$", re.M)
-_WRK_TOTAL = re.compile(r"^\s*(\d+) requests in ([\d.]+)(us|ms|s|m|h)", re.M)
-_WRK_RPS = re.compile(r"^Requests/sec:\s+([\d.]+)", re.M)
-_WRK_SOCKET = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
-_WRK_NON_2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
+# The line benchmarks/wrk_json.lua's done() prints after wrk's own report.
+WRK_JSON_MARK = "tinyloop-wrk-json: "
 
 
 def parse_wrk(text: str) -> Measurement:
-    """Read ``wrk --latency`` output into a :class:`Measurement`.
+    """Read wrk's output, through the JSON line of benchmarks/wrk_json.lua, into a :class:`Measurement`.
 
-    Percentiles come from the "Latency Distribution" block, converted to
-    milliseconds from whatever unit wrk chose.  ``failed`` adds every socket
+    ``rps`` is requests over wrk's own run time, as its "Requests/sec";
+    percentiles are wrk's, from microseconds to milliseconds, and None when
+    nothing completed (wrk then reports 0).  ``failed`` adds every socket
     error (connect, read, write, timeout) to the non-2xx/3xx responses.
+    Output without the line (wrk did not run to its end) gives an empty
+    Measurement.
     """
     result = Measurement()
-    total = _WRK_TOTAL.search(text)
-    if total:
-        result.completed = int(total.group(1))
-        result.seconds = float(total.group(2)) * _UNITS_MS[total.group(3)] / 1000
-    rps = _WRK_RPS.search(text)
-    if rps:
-        result.rps = float(rps.group(1))
-    if result.completed:  # with nothing completed wrk prints 0.00us percentiles
-        percentiles = {int(p): float(v) * _UNITS_MS[unit] for p, v, unit in _WRK_PERCENT.findall(text)}
-        result.p50_ms = percentiles.get(50)
-        result.p99_ms = percentiles.get(99)
-    failed = 0
-    socket_errors = _WRK_SOCKET.search(text)
-    if socket_errors:
-        failed += sum(int(n) for n in socket_errors.groups())
-        result.timed_out = int(socket_errors.group(4)) > 0 and not result.completed
-    non_2xx = _WRK_NON_2XX.search(text)
-    if non_2xx:
-        failed += int(non_2xx.group(1))
-    if total:
-        result.failed = failed
+    line = next((line for line in text.splitlines() if line.startswith(WRK_JSON_MARK)), None)
+    if line is None:
+        return result
+    report = json.loads(line[len(WRK_JSON_MARK):])
+    errors, latency = report["errors"], report["latency_us"]
+    result.completed = report["requests"]
+    result.seconds = report["duration_us"] / 1e6
+    if result.seconds:
+        result.rps = result.completed / result.seconds
+    if result.completed:
+        result.p50_ms, result.p99_ms = latency["50"] / 1000, latency["99"] / 1000
+    result.failed = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"] + errors["status"]
+    result.timed_out = errors["timeout"] > 0 and not result.completed
     return result
 
 

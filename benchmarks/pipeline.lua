@@ -18,6 +18,11 @@
 --     (its ``pipeline`` count): one batch in flight per connection.
 --
 -- Arguments after ``--``: DEPTH (default 24), PATH (default the URL's path).
+--
+-- done() is benchmarks/wrk_json.lua's (the run's figures as JSON), loaded
+-- from beside this file: wrk takes one script per run.
+
+dofile((debug.getinfo(1, "S").source:match("^@(.*[/\\])") or "") .. "wrk_json.lua")
 
 local depth = 24
 local batch = nil

@@ -82,26 +82,28 @@ def test_ab_interrupted_reports_what_it_measured_so_far() -> None:
     assert not result.timed_out  # the harness, which sent SIGINT, marks it
 
 
-def test_wrk_latency_distribution_is_converted_to_milliseconds() -> None:
+def test_wrk_figures_come_from_its_done_hook_in_milliseconds() -> None:
+    # The samples are real wrk runs with -s benchmarks/wrk_json.lua; the text
+    # report above the JSON line shows the same figures, rounded.
     result = loads.parse_wrk(sample("bench_wrk.txt"))
-    assert result.completed == 21707
-    assert result.rps == 21560.60
-    assert (result.p50_ms, result.p99_ms) == (4.64, 10.61)
-    assert result.failed == 0
+    assert result.completed == 6974 and result.seconds == pytest.approx(1.089160)
+    assert result.rps == pytest.approx(6974 / 1.089160)
+    assert "Requests/sec:   6403" in sample("bench_wrk.txt")  # wrk's own figure, to the request
+    assert (result.p50_ms, result.p99_ms) == (pytest.approx(13.683), pytest.approx(93.432))  # "99%   93.43ms"
+    assert result.failed == 0 and not result.timed_out
     result = loads.parse_wrk(sample("bench_wrk_404.txt"))
-    assert result.p50_ms == pytest.approx(0.231)  # "231.00us"
-    assert result.p99_ms == 20.57
+    assert result.p50_ms == pytest.approx(0.258)  # "258.00us"
 
 
-@pytest.mark.parametrize(("unit", "ms"), [("us", 0.25), ("ms", 250.0), ("s", 250_000.0), ("m", 15_000_000.0)])
-def test_wrk_units(unit: str, ms: float) -> None:
-    text = sample("bench_wrk.txt").replace("99%   10.61ms", f"99%  250.00{unit}")
-    assert loads.parse_wrk(text).p99_ms == pytest.approx(ms)
+def test_wrk_without_its_json_line_measured_nothing() -> None:
+    text = "\n".join(line for line in sample("bench_wrk.txt").splitlines()
+                     if not line.startswith(loads.WRK_JSON_MARK))
+    assert loads.parse_wrk(text) == loads.Measurement()
 
 
 def test_wrk_counts_socket_errors_and_non_2xx_as_failed() -> None:
-    assert loads.parse_wrk(sample("bench_wrk_404.txt")).failed == 50223
-    assert loads.parse_wrk(sample("bench_wrk_errors.txt")).failed == 5928 + 5928  # read errors + 500s
+    assert loads.parse_wrk(sample("bench_wrk_404.txt")).failed == 10413
+    assert loads.parse_wrk(sample("bench_wrk_errors.txt")).failed == 1270 + 1271  # read errors + 500s
 
 
 def test_wrk_against_a_silent_server_has_no_responses_and_no_percentiles() -> None:
@@ -116,7 +118,8 @@ def test_commands_carry_the_settings() -> None:
     assert ab == ["ab", "-q", "-r", "-s", "3", "-n", "456", "-c", "100", "-k", "-e", "p.csv",
                   "http://127.0.0.1:1/"]
     wrk = loads.command(loads.get("wrk"), "http://127.0.0.1:1/", settings)
-    assert wrk == ["wrk", "-t1", "-c", "100", "-d", "2.5s", "--timeout", "3s", "--latency", "http://127.0.0.1:1/"]
+    assert wrk == ["wrk", "-t1", "-c", "100", "-d", "2.5s", "--timeout", "3s", "--latency",
+                   "-s", str(loads.JSON_SCRIPT), "http://127.0.0.1:1/"]
     with pytest.raises(KeyError, match="known loads: ab-close, ab-keepalive, wrk"):
         loads.get("siege")
 
