@@ -1,26 +1,33 @@
 # benchmarks/trace_cost.py
 """What do the instrument hooks cost, off and on, on tinyloop.aio and tinyloop.uv?
 
-    python benchmarks/trace_cost.py                the table, on standard output
-    python benchmarks/trace_cost.py --quick        fewer operations, for a look
-    python benchmarks/trace_cost.py --out FILE     the JSON elsewhere (default: benchmarks/results/local/)
+    python benchmarks/trace_cost.py                every loop and variant, counted (a few minutes)
+    python benchmarks/trace_cost.py --quick        fewer requests, for a look
+    python benchmarks/trace_cost.py --reference    maintainers: the book's benchmarks/results/trace_cost.*
 
-Two workloads, in-process, on 127.0.0.1 only:
+Counted in CPU instructions under valgrind's callgrind, like
+benchmarks/instructions.py (whose reasons hold here: a count does not move
+with the machine's load, a time on a shared two-core machine does).  Two
+workloads, on 127.0.0.1 only:
 
-    callbacks   a chain of call_soon callbacks, each scheduling the next: the
-                loop's hot path per callback (run_once's helpers, _run_handle)
-    echo        a TCP ping-pong of small messages between two protocols on
-                one loop: a read and a write per message on each side, the
-                transports' hook sites included
+    http        the server's instructions per request on keep-alive HTTP:
+                the book's HTTPProtocol (tinyloop/aio/server.py) on the loop,
+                run under callgrind, answering GET / on one connection from a
+                client in this process (not counted), one request at a time
+    callbacks   instructions per callback: a chain of call_soon callbacks,
+                each scheduling the next (the loop's hot path alone)
 
-each on every variant of each loop, as CPU time (time.process_time) per
-operation in microseconds, the median of --repeat runs, the variants
-interleaved run by run so machine drift spreads over all:
+Each figure is (count(N + DELTA) - count(N)) / DELTA, so start-up, imports
+and the connection's set-up cancel out.  The variants of each loop:
 
-    no hooks    (aio only) a subclass whose iteration helpers are Part II's
-                without their hook sites: the baseline the issue's "<= 2 %
-                when off" is measured against.  uv has no such row: a uv
-                without hook sites is another build of the extension.
+    no hooks    the loop without its hook sites: the baseline of the issue's
+                "<= 2 % when off".  aio: NoHookSites below, a subclass whose
+                iteration helpers are Part II's without the instrument tests.
+                uv: the extension built from a copy of its sources in which
+                every test of the C flag is the constant False, so the C
+                compiler drops the sites (build_uv; the product ships no
+                switch for it).  uv's other rows use a build of the same
+                sources, unchanged, beside it, not the installed one
     off         the loop as shipped, no instrument installed
     no-op       an instrument with every hook, each doing nothing: the cost
                 of the dispatch alone
@@ -29,36 +36,55 @@ interleaved run by run so machine drift spreads over all:
 Rules this file keeps:
   * The workloads are the same for every variant; only the loop differs.
   * The JSON holds every figure the table shows and how it was measured.
+  * The uv builds go to benchmarks/results/local/build/trace_cost/
+    (ignored by git), rebuilt when the sources change, under the shared
+    build lock (/tmp/tinyloop-uv-build.lock).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import hashlib
 import heapq
-import json
-import platform
+import importlib.machinery
+import importlib.util
+import re
 import selectors
-import statistics
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` importable
+    sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` and ``benchmarks`` importable
 
-from tinyloop import stages  # noqa: E402
+from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
+from benchmarks.harness.output import LOCAL, add_arguments, json_path, write_json, write_text  # noqa: E402
+from tinyloop.aio.server import HTTPProtocol  # noqa: E402
 from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
 from tinyloop.callbacks import loop as reactor  # noqa: E402
+from tinyloop.http import HELLO  # noqa: E402
+from tinyloop.testing import recv_response  # noqa: E402
 from tinyloop.trace.instrument import HOOKS  # noqa: E402
 from tinyloop.trace.recorder import Recorder  # noqa: E402
 
-SCHEMA = "tinyloop-trace-cost/1"
+SCHEMA = "tinyloop-trace-cost/2"
+LOOPS = ("aio", "uv")
 VARIANTS = ("no hooks", "off", "no-op", "recorder")
 MESSAGE = b"x" * 64
+REQUEST = b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n"
+# Operations in the short and the long run of each count (--quick: a tenth).
+SETTINGS = {"http": (200, 2_000), "callbacks": (1_000, 20_000)}
+BUILD = LOCAL / "build" / "trace_cost"
 
 
 class NoHookSites(SelectorEventLoop):
@@ -108,8 +134,84 @@ for _hook in HOOKS:
     setattr(NoOp, _hook, lambda self, *args: None)
 
 
+# -- tinyloop.uv without hook sites ------------------------------------------------------
+
+# A read of the C flag (``loop._instrumented``, ``self._instrumented``, ...),
+# not its assignment in _sync_instrumented; and the check handle's copy of it.
+_FLAG_READ = re.compile(r"\b(?:\w+\.)+_instrumented\b(?!\s*=)")
+_STATE_READ = re.compile(r"\bstate\.instrumented\b")
+
+
+def without_sites(source: str) -> str:
+    """A .pyx/.pxd source with every test of the instrument flag made the constant false."""
+    return _STATE_READ.sub("0", _FLAG_READ.sub("False", source))
+
+
+def build_uv(sites: bool) -> Path:
+    """Build tinyloop.uv._loop from a copy of its sources; returns the extension's path.
+
+    Copies tinyloop/uv/*.pyx, *.pxd and setup.py under BUILD (``with-sites``
+    or ``no-sites``), the latter through without_sites, and runs ``setup.py
+    build_ext --inplace`` (the shipped build's flags) under
+    /tmp/tinyloop-uv-build.lock.  Both builds come from the same sources and
+    compiler, so between them only the hook sites differ.  Skipped when a
+    build of the same sources is there.  Raises RuntimeError if it fails.
+    """
+    build = BUILD / ("with-sites" if sites else "no-sites")
+    uv = ROOT / "tinyloop" / "uv"
+    sources = sorted([*uv.glob("*.pyx"), *uv.glob("*.pxd"), ROOT / "setup.py"])
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
+    stamp = build / "sources.sha256"
+    wanted = build / "tinyloop" / "uv" / f"_loop{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    if wanted.exists() and stamp.exists() and stamp.read_text() == digest:
+        return wanted
+    if build.exists():
+        shutil.rmtree(build)
+    package = build / "tinyloop" / "uv"
+    package.mkdir(parents=True)
+    (build / "tinyloop" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    for source in sources:
+        text = source.read_text()
+        if source.name == "setup.py":
+            (build / "setup.py").write_text(text)
+        else:
+            (package / source.name).write_text(text if sites else without_sites(text))
+    done = subprocess.run(["flock", "/tmp/tinyloop-uv-build.lock", sys.executable, "setup.py",
+                           "build_ext", "--inplace", "-q"], cwd=build, capture_output=True, text=True)
+    if done.returncode or not wanted.exists():
+        raise RuntimeError(f"the uv build in {build} failed: {(done.stderr or done.stdout)[-800:]}")
+    stamp.write_text(digest)
+    return wanted
+
+
+class _Redirect:
+    """A meta-path finder that loads ``tinyloop.uv._loop`` from another file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "tinyloop.uv._loop":
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path)
+
+
+def use_build(path: Path) -> None:
+    """Make ``import tinyloop.uv`` load the extension at ``path``; before any import of it."""
+    if "tinyloop.uv._loop" in sys.modules:
+        raise RuntimeError("tinyloop.uv._loop is already imported")
+    sys.meta_path.insert(0, _Redirect(path))
+
+
+# -- The variants and the workloads ------------------------------------------------------
+
 def make_loop(loop_name: str, variant: str) -> asyncio.AbstractEventLoop:
-    """A new loop of ``loop_name`` ("aio" or "uv") set up as ``variant``."""
+    """A new loop of ``loop_name`` ("aio" or "uv") set up as ``variant``.
+
+    For uv, whichever tinyloop.uv._loop is imported: the worker's use_build
+    first selects the build with or without sites.
+    """
     if loop_name == "uv":
         from tinyloop.uv import new_event_loop
         loop = new_event_loop()
@@ -159,7 +261,7 @@ class _PingPong(asyncio.Protocol):
 
 
 def echo(loop: asyncio.AbstractEventLoop, number: int) -> None:
-    """``number`` round trips of a 64-byte message over TCP on 127.0.0.1."""
+    """``number`` round trips of a 64-byte message over TCP on 127.0.0.1 (both ends on ``loop``)."""
 
     async def main() -> None:
         server = await loop.create_server(lambda: _PingPong(None, 0), "127.0.0.1", 0)
@@ -178,50 +280,166 @@ WORKLOADS: dict[str, Callable[[asyncio.AbstractEventLoop, int], None]] = {
     "callbacks": callbacks, "echo": echo}
 
 
-def measure(loop_name: str, variant: str, workload: str, number: int) -> float:
-    """CPU microseconds per operation of one run."""
+def serve_one_connection(loop: asyncio.AbstractEventLoop, announce: Callable[[int], None]) -> None:
+    """Serve HTTP on 127.0.0.1 (a free port, passed to ``announce``) until the first connection closes."""
+
+    async def main() -> None:
+        closed = loop.create_future()
+
+        class Once(HTTPProtocol):
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not closed.done():
+                    closed.set_result(None)
+
+        server = await loop.create_server(Once, "127.0.0.1", 0)
+        announce(server.sockets[0].getsockname()[1])
+        await closed
+        server.close()
+        await server.wait_closed()
+
+    loop.run_until_complete(main())
+
+
+def client(port: int, requests: int, timeout: float = 600.0) -> None:
+    """Send GET / ``requests`` times, one after another, on one keep-alive connection; check each answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        buffer = bytearray()
+        for _ in range(requests):
+            sock.sendall(REQUEST)
+            status, _, body = recv_response(sock, buffer)
+            if status != 200 or body != HELLO:
+                raise RuntimeError(f"GET / answered {status} {body[:40]!r}")
+
+
+# -- Counting ------------------------------------------------------------------------------
+
+def _worker(loop_name: str, variant: str, workload: str, number: int) -> None:
+    """In the process callgrind counts: run one workload on one variant."""
+    if loop_name == "uv":
+        use_build(build_uv(sites=variant != "no hooks"))
     loop = make_loop(loop_name, variant)
     try:
-        start = time.process_time()
-        WORKLOADS[workload](loop, number)
-        return (time.process_time() - start) / number * 1e6
+        if workload == "http":
+            serve_one_connection(loop, lambda port: print(port, flush=True))
+        else:
+            callbacks(loop, number)
     finally:
         loop.close()
 
 
+def _collected(loop_name: str, variant: str, workload: str, number: int) -> int:
+    """Instructions callgrind counted in the worker for ``number`` operations."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+               sys.executable, __file__, "--worker", loop_name, variant, workload, str(number)]
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            if workload == "http":
+                line = process.stdout.readline()
+                if not line.strip().isdigit():
+                    raise RuntimeError(f"the server did not announce its port: {line!r}")
+                client(int(line), number)
+            process.wait(timeout=900)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        errors.seek(0)
+        text = errors.read()
+    for line in text.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"no count from callgrind for {loop_name} {variant} {workload}: {text[-800:]}")
+
+
+def count(pool: concurrent.futures.Executor, loop_name: str, variant: str, workload: str,
+          short: int, delta: int) -> concurrent.futures.Future:
+    """A future of the instructions per operation: (long run - short run) / delta."""
+    runs = [pool.submit(_collected, loop_name, variant, workload, n) for n in (short + delta, short)]
+    result: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(_: Any) -> None:
+        if all(run.done() for run in runs) and not result.done():
+            try:
+                result.set_result((runs[0].result() - runs[1].result()) / delta)
+            except Exception as error:  # noqa: BLE001 - handed to the caller
+                result.set_exception(error)
+
+    for run in runs:
+        run.add_done_callback(done)
+    return result
+
+
+def render(data: dict[str, Any]) -> str:
+    """The text table of a result: instructions per request and per callback, each against "no hooks"."""
+    lines = [f"{'loop':<5} {'variant':<9} {'per request':>12} {'vs no hooks':>12} "
+             f"{'per callback':>13} {'vs no hooks':>12}"]
+    for loop_name in data["loops"]:
+        counts = data["counts"][loop_name]
+        for variant in VARIANTS:
+            cells = []
+            for workload in ("http", "callbacks"):
+                value, base = counts[variant].get(workload), counts["no hooks"].get(workload)
+                if isinstance(value, (int, float)):
+                    ratio = f"{value / base - 1:+.1%}" if isinstance(base, (int, float)) else "-"
+                    cells += [f"{value:,.0f}", ratio]
+                else:
+                    cells += [str(value), "-"]
+            lines.append(f"{loop_name:<5} {variant:<9} {cells[0]:>12} {cells[1]:>12} {cells[2]:>13} {cells[3]:>12}")
+    lines += ["", f"Instructions per operation, counted by callgrind ({data['valgrind']}); "
+                  f"{data['machine']['python']}; {data['date']}.",
+              "per request: the server's, GET / on one keep-alive connection; "
+              "per callback: a call_soon chain.",
+              f"Command: {data['command']}"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer operations and repeats")
-    parser.add_argument("--repeat", type=int, default=9, help="runs per figure (median)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "local" / "trace_cost.json")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
+    parser.add_argument("--loops", default=",".join(LOOPS), help="aio,uv (default both)")
+    parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once (default 2)")
+    parser.add_argument("--worker", nargs=4, metavar=("LOOP", "VARIANT", "WORKLOAD", "N"), help=argparse.SUPPRESS)
+    add_arguments(parser, "trace_cost.json")
     args = parser.parse_args(argv)
-    numbers = {"callbacks": 2_000 if args.quick else 200_000, "echo": 200 if args.quick else 20_000}
-    repeat = 3 if args.quick else args.repeat
-    loops = ["aio"] + ([] if stages.get("uv").unavailable() else ["uv"])
-    runs: dict[str, list[float]] = {}
-    for _ in range(repeat):
-        for workload in WORKLOADS:
-            for loop_name in loops:
-                for variant in VARIANTS:
-                    if loop_name == "uv" and variant == "no hooks":
-                        continue
-                    key = f"{loop_name}/{workload}/{variant}"
-                    runs.setdefault(key, []).append(measure(loop_name, variant, workload, numbers[workload]))
-    medians = {key: statistics.median(values) for key, values in runs.items()}
-    rows = []
-    for key, value in medians.items():
-        loop_name, workload, _ = key.split("/")
-        base = medians.get(f"{loop_name}/{workload}/no hooks") or medians[f"{loop_name}/{workload}/off"]
-        rows.append({"figure": key, "cpu_us_per_op": round(value, 4),
-                     "vs_baseline": round(value / base - 1, 4)})
-    result = {"schema": SCHEMA, "python": platform.python_version(), "machine": platform.machine(),
-              "numbers": numbers, "repeat": repeat, "quick": args.quick, "rows": rows, "runs": runs}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{'figure':<32} {'CPU µs/op':>10} {'vs baseline':>12}")
-    for row in rows:
-        print(f"{row['figure']:<32} {row['cpu_us_per_op']:>10.3f} {row['vs_baseline']:>+12.1%}")
-    print(f"(baseline: aio's 'no hooks' row, uv's 'off' row; JSON in {args.out})")
+    if args.worker:
+        loop_name, variant, workload, number = args.worker
+        _worker(loop_name, variant, workload, int(number))
+        return 0
+    out = json_path(parser, args, "trace_cost.json")
+    if shutil.which("valgrind") is None:
+        print("trace_cost.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    loops = [name for name in args.loops.split(",") if name]
+    settings = {w: (s // 10, d // 10) if args.quick else (s, d) for w, (s, d) in SETTINGS.items()}
+    if "uv" in loops:
+        print("building tinyloop.uv with and without hook sites ...", flush=True)
+        build_uv(sites=True), build_uv(sites=False)  # once, before the workers need them
+    data: dict[str, Any] = {
+        "schema": SCHEMA, "command": display([sys.executable, *sys.argv]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000"),
+        "machine": fingerprint(), "valgrind": version_line(["valgrind", "--version"]),
+        "quick": args.quick, "settings": {w: {"n": s, "delta": d} for w, (s, d) in settings.items()},
+        "loops": loops, "variants": list(VARIANTS), "counts": {}}
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = {(loop_name, variant, workload): count(pool, loop_name, variant, workload, *settings[workload])
+                   for loop_name in loops for variant in VARIANTS for workload in ("http", "callbacks")}
+        for (loop_name, variant, workload), future in futures.items():
+            row = data["counts"].setdefault(loop_name, {}).setdefault(variant, {})
+            try:
+                row[workload] = future.result()
+            except RuntimeError as error:
+                row[workload] = f"not counted: {error}"
+            print(f"{loop_name:4} {variant:9} {workload:9} {row[workload]:>12,.0f} instructions/op"
+                  if isinstance(row[workload], float) else f"{loop_name} {variant} {workload}: {row[workload]}",
+                  flush=True)
+    data["seconds"] = round(time.monotonic() - started)
+    write_json(data, out)
+    table = render(data)
+    write_text(table, out.with_suffix(".txt"))
+    print(table)
+    print(f"wrote {out} and {out.with_suffix('.txt')} in {data['seconds']} s")
     return 0
 
 

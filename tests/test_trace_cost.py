@@ -1,11 +1,17 @@
-"""benchmarks/trace_cost.py runs every variant's workloads correctly (its timings are not tested).
+"""benchmarks/trace_cost.py runs every variant's workloads correctly (its counts are not tested).
 
-The benchmark itself is run by a maintainer (it times code); here each
-workload runs a few operations on each variant, and the baseline variant is
-checked to have no hook sites at all.
+The benchmark itself is run by a maintainer (it runs callgrind); here each
+workload runs a few operations on each variant, the aio baseline is checked
+to have no hook sites at all, and uv's is checked to be built from sources
+in which no flag is tested (and, marked slow, to record nothing).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,15 +19,21 @@ from benchmarks import trace_cost
 from tinyloop import stages
 from tinyloop.trace.recorder import Recorder
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _skip_without_uv(loop_name: str, variant: str) -> None:
+    if loop_name == "uv" and stages.get("uv").unavailable():
+        pytest.skip(stages.get("uv").unavailable())
+    if loop_name == "uv" and variant == "no hooks":
+        pytest.skip("uv's build without hook sites is tested by test_the_uv_build_without_sites_records_nothing")
+
 
 @pytest.mark.parametrize("workload", list(trace_cost.WORKLOADS))
 @pytest.mark.parametrize("variant", trace_cost.VARIANTS)
 @pytest.mark.parametrize("loop_name", ["aio", "uv"])
 def test_every_variant_runs_its_workload(loop_name: str, variant: str, workload: str) -> None:
-    if loop_name == "uv" and stages.get("uv").unavailable():
-        pytest.skip(stages.get("uv").unavailable())
-    if loop_name == "uv" and variant == "no hooks":
-        pytest.skip("uv has no build without hook sites (the benchmark says so)")
+    _skip_without_uv(loop_name, variant)
     loop = trace_cost.make_loop(loop_name, variant)
     instruments = loop._instrument.instruments if loop._instrument is not None else ()
     try:
@@ -31,6 +43,34 @@ def test_every_variant_runs_its_workload(loop_name: str, variant: str, workload:
     if variant == "recorder":
         recorder = instruments[0]
         assert isinstance(recorder, Recorder) and recorder.recorded > 20
+
+
+@pytest.mark.parametrize("variant", trace_cost.VARIANTS)
+@pytest.mark.parametrize("loop_name", ["aio", "uv"])
+def test_the_http_workload_answers_every_request(loop_name: str, variant: str) -> None:
+    _skip_without_uv(loop_name, variant)
+    loop = trace_cost.make_loop(loop_name, variant)
+    answered: list[object] = []
+    threads: list[threading.Thread] = []
+
+    def start(port: int) -> None:
+        threads.append(threading.Thread(target=load, args=(port,)))
+        threads[0].start()
+
+    def load(port: int) -> None:
+        try:
+            trace_cost.client(port, 25, timeout=20.0)
+            answered.append(25)
+        except Exception as error:  # handed to the test's thread
+            answered.append(error)
+
+    try:
+        trace_cost.serve_one_connection(loop, start)
+    finally:
+        loop.close()
+        for thread in threads:
+            thread.join(30)
+    assert answered == [25], "the server answered every request, then returned when the client closed"
 
 
 def test_the_baseline_has_no_hook_sites() -> None:
@@ -43,3 +83,38 @@ def test_the_baseline_has_no_hook_sites() -> None:
         loop.close()
     names = {event["name"] for event in recorder.events}
     assert names == {"run"}, "only run_forever's hooks are left: the iteration's are gone"
+
+
+def test_the_uv_copy_without_sites_tests_no_flag() -> None:
+    changed = 0
+    for path in sorted((ROOT / "tinyloop" / "uv").glob("*.p*")):
+        if path.suffix not in (".pyx", ".pxd"):
+            continue
+        source = path.read_text()
+        copy = trace_cost.without_sites(source)
+        changed += copy != source
+        assert len(copy.splitlines()) == len(source.splitlines())
+        for number, line in enumerate(copy.splitlines(), 1):
+            code = line.split("#")[0].strip()
+            if code.startswith(("if ", "elif ", "while ")) and "instrumented" in code:
+                pytest.fail(f"{path.name}:{number} still tests the flag: {line.strip()}")
+    assert changed >= 3, "the uv sources have hook sites in several files, and the copy drops them"
+
+
+@pytest.mark.slow
+def test_the_uv_build_without_sites_records_nothing() -> None:
+    if stages.get("uv").unavailable():
+        pytest.skip(stages.get("uv").unavailable())
+    program = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from benchmarks import trace_cost as t\n"
+        "t.use_build(t.build_uv(sites=False))\n"
+        "from tinyloop.trace.recorder import Recorder\n"
+        "loop = t.make_loop('uv', 'recorder')\n"
+        "recorder = loop._instrument.instruments[0]\n"
+        "t.callbacks(loop, 50); loop.close()\n"
+        "import tinyloop.uv._loop as m; assert 'trace_cost' in m.__file__, m.__file__\n"
+        "print(sorted({e['name'] for e in recorder.events}))\n")
+    done = subprocess.run([sys.executable, "-c", program, str(ROOT)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert done.stdout.strip() == "['run']", "only run_forever's hooks are left (with sites: idle, wait, step...)"
