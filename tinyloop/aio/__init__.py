@@ -26,7 +26,7 @@ from typing import Any
 __all__ = ["EventLoopPolicy", "Loop", "new_event_loop", "run"]
 
 _WHERE = {
-    "EventLoopPolicy": "tinyloop.aio.events",
+    "EventLoopPolicy": "tinyloop.aio.unix_events",
     "Loop": "tinyloop.aio.unix_events",
     "new_event_loop": "tinyloop.aio.unix_events",
     "run": "tinyloop.aio.runners",

@@ -53,6 +53,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tinyloop.aio.events import Handle, TimerHandle, debug_from_environment
+from tinyloop.aio.futures import _set_result_unless_cancelled  # also read here by tinyloop.uv
 from tinyloop.callbacks import loop as reactor
 
 __all__ = ["BaseEventLoop", "Server"]
@@ -63,11 +64,6 @@ logger = logging.getLogger("asyncio")
 DEBUG_STACK_DEPTH = 10
 # sendfile's fallback reads the file in pieces of this many bytes.
 SENDFILE_FALLBACK_CHUNK = 256 * 1024
-
-
-def _set_result_unless_cancelled(future: asyncio.Future, result: object) -> None:
-    if not future.cancelled():
-        future.set_result(result)
 
 
 # Discussion: a child made by fork(2) while a loop runs (multiprocessing's

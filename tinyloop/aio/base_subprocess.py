@@ -44,7 +44,7 @@ from collections.abc import Callable
 from signal import SIGKILL, SIGTERM
 from typing import Any
 
-from tinyloop.aio.base_events import _set_result_unless_cancelled
+from tinyloop.aio.futures import _set_result_unless_cancelled
 from tinyloop.aio.transports import source_traceback, unclosed_message
 
 __all__ = ["BaseSubprocessTransport"]

@@ -1,10 +1,11 @@
 # tinyloop/aio/events.py
 #
-# Handles that run their callback inside a contextvars.Context, and the
-# policy that makes asyncio use our loop.  CPython's Lib/asyncio/events.py
-# holds the same two things, beside the abstract classes (AbstractEventLoop,
-# AbstractServer, the policy base) which we import from asyncio rather than
-# write again: they are the contract, not an implementation.
+# Handles that run their callback inside a contextvars.Context.  CPython's
+# Lib/asyncio/events.py holds them too, beside the abstract classes
+# (AbstractEventLoop, AbstractServer, the policy base) which we import from
+# asyncio rather than write again: they are the contract, not an
+# implementation.  The policy that makes asyncio use our loop is in
+# unix_events.py, with the loop, as CPython's default policy is.
 #
 # Rules this file keeps:
 #   * Part II's Handle is reused, and one method is overridden: a Part II
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.format_helpers
 import contextvars
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from typing import Any
 
 from tinyloop.callbacks import loop as reactor
 
-__all__ = ["DEBUG_ENV", "EventLoopPolicy", "Handle", "TimerHandle", "debug_from_environment"]
+__all__ = ["DEBUG_ENV", "Handle", "TimerHandle", "debug_from_environment"]
 
 # Debug mode for our loops, as for asyncio's (see debug_from_environment).
 DEBUG_ENV = "PYTHONASYNCIODEBUG"
@@ -146,29 +148,15 @@ class TimerHandle(_InContext, reactor.TimerHandle):
         super().__init__(when, sequence, callback, args, loop)
 
 
-# -- The policy ------------------------------------------------------------------
+# -- The policy's old address ---------------------------------------------------
 #
-# Discussion: asyncio asks its *policy* for a new loop (asyncio.new_event_loop,
-# asyncio.run on 3.11, get_event_loop in the main thread).  The default
-# policy's only loop-specific line is ``_loop_factory``; uvloop's policy
-# overrides exactly that, and so does ours.  Policies are deprecated from
-# Python 3.14 in favour of ``asyncio.run(..., loop_factory=...)`` and
-# ``asyncio.Runner(loop_factory=...)``, which take tinyloop.aio.new_event_loop
-# directly.
+# The policy lives in unix_events.py, beside the loop it makes, as asyncio's
+# does (CPython's unix_events.DefaultEventLoopPolicy): this module is below
+# the loop, and a policy here had to reach up to it.  The old name still
+# answers, on first use (PEP 562), with the public one: the package's
+# tinyloop.aio.EventLoopPolicy.
 
-_PolicyBase: Any = getattr(asyncio.events, "BaseDefaultEventLoopPolicy", None) or \
-    getattr(asyncio.events, "_BaseDefaultEventLoopPolicy")
-
-
-class EventLoopPolicy(_PolicyBase):
-    """An asyncio event loop policy whose loops are tinyloop's.
-
-    Install it with ``asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())``;
-    from then on ``asyncio.new_event_loop()`` and ``asyncio.run()`` make
-    :class:`tinyloop.aio.Loop` instances.  Source: the asyncio docs,
-    "Policies".
-    """
-
-    def _loop_factory(self) -> asyncio.AbstractEventLoop:
-        from tinyloop.aio.unix_events import Loop  # the loop class is defined last
-        return Loop()
+def __getattr__(name: str) -> Any:
+    if name == "EventLoopPolicy":
+        return importlib.import_module("tinyloop.aio").EventLoopPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinyloop.aio import base_events
+from tinyloop.aio.futures import _set_result_unless_cancelled
 from tinyloop.aio.transports import FlowControlMixin, source_traceback, unclosed_message
 from tinyloop.callbacks import loop as reactor
 
@@ -635,7 +636,7 @@ class _SelectorSocketTransport(_SelectorTransport):
         loop.call_soon(self._protocol.connection_made, self)
         loop.call_soon(self._start_reading)  # after connection_made, which may pause us
         if waiter is not None:
-            loop.call_soon(base_events._set_result_unless_cancelled, waiter, None)
+            loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         # The read path depends on the protocol's kind; choose it once here,
@@ -907,7 +908,7 @@ class _SelectorDatagramTransport(_SelectorTransport, asyncio.DatagramTransport):
         loop.call_soon(self._protocol.connection_made, self)
         loop.call_soon(self._start_reading)
         if waiter is not None:
-            loop.call_soon(base_events._set_result_unless_cancelled, waiter, None)
+            loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
     def _read_ready(self) -> None:
         if self._conn_lost:

@@ -13,8 +13,8 @@
 #               -> unix_events.SelectorEventLoop         signals, pipes,
 #                                                        subprocesses, Unix sockets
 #
-#   * ``Loop`` and ``new_event_loop`` are the public names (tinyloop.aio
-#     exports them), as uvloop's are.
+#   * ``Loop``, ``new_event_loop`` and ``EventLoopPolicy`` are the public
+#     names (tinyloop.aio exports them), as uvloop's are.
 #   * A signal handler runs as an ordinary callback, between two others,
 #     never inside one (see "Signals").
 #   * No SIGCHLD handler, ever.  A child's exit is learnt from a pidfd the
@@ -65,9 +65,10 @@ from typing import Any
 
 from tinyloop.aio import base_events, base_subprocess, selector_events
 from tinyloop.aio.events import Handle
+from tinyloop.aio.futures import _set_result_unless_cancelled
 from tinyloop.aio.transports import FlowControlMixin, source_traceback, unclosed_message
 
-__all__ = ["Loop", "SelectorEventLoop", "new_event_loop"]
+__all__ = ["EventLoopPolicy", "Loop", "SelectorEventLoop", "new_event_loop"]
 
 logger = logging.getLogger("asyncio")
 
@@ -518,6 +519,34 @@ def new_event_loop(**kwargs: Any) -> Loop:
     return Loop(**kwargs)
 
 
+# -- The policy ------------------------------------------------------------------
+#
+# Discussion: asyncio asks its *policy* for a new loop (asyncio.new_event_loop,
+# asyncio.run on 3.11, get_event_loop in the main thread).  The default
+# policy's only loop-specific line is ``_loop_factory``; uvloop's policy
+# overrides exactly that, and so does ours.  It lives here, below the loop it
+# makes, as CPython's DefaultEventLoopPolicy lives in its unix_events.py.
+# Policies are deprecated from Python 3.14 in favour of
+# ``asyncio.run(..., loop_factory=...)`` and
+# ``asyncio.Runner(loop_factory=...)``, which take new_event_loop directly.
+
+_PolicyBase: Any = getattr(asyncio.events, "BaseDefaultEventLoopPolicy", None) or \
+    getattr(asyncio.events, "_BaseDefaultEventLoopPolicy")
+
+
+class EventLoopPolicy(_PolicyBase):
+    """An asyncio event loop policy whose loops are tinyloop's.
+
+    Install it with ``asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())``;
+    from then on ``asyncio.new_event_loop()`` and ``asyncio.run()`` make
+    :class:`tinyloop.aio.Loop` instances.  Source: the asyncio docs,
+    "Policies".
+    """
+
+    def _loop_factory(self) -> asyncio.AbstractEventLoop:
+        return Loop()
+
+
 # -- Unix socket helpers ------------------------------------------------------------------
 
 def _is_abstract(path: str | bytes) -> bool:
@@ -588,7 +617,7 @@ class _UnixPipeTransport:
         for callback in then:  # after connection_made, which may pause or close us
             self._loop.call_soon(callback)
         if waiter is not None:
-            self._loop.call_soon(base_events._set_result_unless_cancelled, waiter, None)
+            self._loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
     def __repr__(self) -> str:
         state = "closed" if self._pipe is None else "closing" if self._closing else "open"
