@@ -40,11 +40,15 @@ TARGET = {"python": 10.0, "cython": 20.0}  # seconds, median
 TIMEOUT = 600.0
 
 
-def timed_check(name: str, path: Path) -> tuple[float, bool]:
+def timed_check(name: str, path: Path) -> tuple[float, bool, list[str]]:
+    """Run the student's command: (seconds, passed, the report's FAIL lines and their details)."""
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "tinyloop", "check", name, str(path)],
-                          cwd=path.parent, capture_output=True, text=True, timeout=TIMEOUT)
-    return time.monotonic() - started, done.returncode == 0
+                          cwd=path.parent, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    lines = done.stdout.splitlines()
+    failed = [i for i, line in enumerate(lines) if line.startswith("FAIL ")]
+    shown = lines[failed[0]:failed[0] + 4] if failed else []
+    return time.monotonic() - started, done.returncode == 0, shown
 
 
 def wrong_solution(exercise, text: str, filename: str) -> tuple[str, str] | None:
@@ -68,13 +72,14 @@ def measure(exercise, runs: int, progress) -> dict:
             path = Path(tmp) / label / filename
             path.parent.mkdir()
             path.write_text(text, encoding="utf-8")
-            seconds, verdicts = [], []
+            seconds, verdicts, failures = [], [], []
             for _ in range(runs + (1 if exercise.extension else 0)):
-                took, passed = timed_check(exercise.name, path)
+                took, passed, shown = timed_check(exercise.name, path)
                 seconds.append(round(took, 2))
                 verdicts.append("PASSED" if passed else "FAILED")
+                failures.append(shown)
             first = seconds.pop(0) if exercise.extension else None
-            entry[label] = {"file": what, "seconds": seconds, "verdicts": verdicts,
+            entry[label] = {"file": what, "seconds": seconds, "verdicts": verdicts, "failures": failures,
                             "first_with_build": first, **(summary.summarize(seconds) or {})}
             progress(f"  {exercise.name} {label}: median {entry[label]['median']:.1f} s "
                      f"{sorted(set(verdicts))}" + (f" (first, compiling: {first:.1f} s)" if first else ""))
