@@ -485,9 +485,7 @@ def test_the_sslcontext_is_let_go_after_a_handshake_that_timed_out(loop):
         gc.enable()
 
 
-@pytest.mark.differs(loops=("uvloop",), reason="uvloop drops the TLS data that arrived while "
-                                              "reading was paused when the peer's EOF follows it")
-def test_a_peer_that_shuts_down_after_its_last_bytes_gets_no_close_notify(loop, tls):
+def test_a_peer_that_shuts_down_after_its_last_bytes_gets_no_close_notify(loop_name, loop, tls):
     """The peer sends, shuts down its side of TCP (its TLS layer gone), and reads on until
     our EOF: it must read nothing, no stray TLS record, and our protocol hears
     connection_lost(None) with every byte delivered, after a paused read resumes."""
@@ -523,5 +521,10 @@ def test_a_peer_that_shuts_down_after_its_last_bytes_gets_no_close_notify(loop, 
         transport.close()
         return exc, protocol.received
 
-    assert run(loop, main()) == (None, b"helloextra bytes")
-    peer.join()
+    exc, received = run(loop, main())
+    peer.join()  # the peer's own assertion: no stray record after its shutdown
+    assert exc is None
+    # uvloop, some of the time, drops the bytes that arrived while reading
+    # was paused when the peer's EOF follows them (a race of its own).
+    if loop_name != "uvloop":
+        assert received == b"helloextra bytes"

@@ -52,7 +52,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from tinyloop.aio.events import Handle, TimerHandle, debug_from_environment
+from tinyloop.aio.events import (DebugHandle, DebugTimerHandle, Handle, TimerHandle,
+                                 debug_from_environment)
 from tinyloop.aio.futures import _set_result_unless_cancelled  # also read here by tinyloop.uv
 from tinyloop.callbacks import loop as reactor
 
@@ -273,8 +274,13 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
     ``debug=None`` reads the environment (:func:`tinyloop.aio.events.debug_from_environment`).
     """
 
-    handle_class = Handle
     _logger = logger
+
+    @property
+    def handle_class(self) -> type[Handle]:  # type: ignore[override]
+        """What add_reader/add_writer wrap a callback in (Part II's switch): in
+        debug mode a handle that keeps the stack that made it."""
+        return DebugHandle if self._debug else Handle
 
     def __init__(self, selector: Any = None, clock: Callable[[], float] = time.monotonic, *,
                  debug: bool | None = None) -> None:
@@ -310,9 +316,10 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_soon")
-        handle = Handle(callback, args, self, context)
-        if handle._source_traceback:
+            handle: Handle = DebugHandle(callback, args, self, context)
             del handle._source_traceback[-1]  # this frame: the stack ends at our caller
+        else:
+            handle = Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
@@ -336,9 +343,11 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-        timer = TimerHandle(when, next(self._sequence), callback, args, self, context)
-        if timer._source_traceback:
+            timer: TimerHandle = DebugTimerHandle(when, next(self._sequence), callback, args,
+                                                  self, context)
             del timer._source_traceback[-1]
+        else:
+            timer = TimerHandle(when, next(self._sequence), callback, args, self, context)
         heapq.heappush(self._scheduled, timer)
         timer._in_heap = True
         return timer
@@ -347,7 +356,7 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                              context: Any = None) -> Handle:
         """Like :meth:`call_soon`, from any thread; wakes the loop through the self-pipe."""
         self._check_callback(callback, "call_soon_threadsafe")
-        handle = Handle(callback, args, self, context)
+        handle = (DebugHandle if self._debug else Handle)(callback, args, self, context)
         self._ready.append(handle)
         self._write_to_self()
         return handle

@@ -41,7 +41,8 @@ from typing import Any
 
 from tinyloop.callbacks import loop as reactor
 
-__all__ = ["DEBUG_ENV", "Handle", "TimerHandle", "debug_from_environment"]
+__all__ = ["DEBUG_ENV", "DebugHandle", "DebugTimerHandle", "Handle", "TimerHandle",
+           "debug_from_environment"]
 
 # Debug mode for our loops, as for asyncio's (see debug_from_environment).
 DEBUG_ENV = "PYTHONASYNCIODEBUG"
@@ -67,6 +68,10 @@ class _InContext:
 
     __slots__ = ()
 
+    # Where the handle was made: a list of FrameSummary in debug mode (the
+    # Debug* classes below), None otherwise (asyncio's attribute).
+    _source_traceback: list | None = None
+
     def get_context(self) -> contextvars.Context:
         """The context the callback runs in (``asyncio.Handle.get_context``, 3.12+)."""
         return self._context  # type: ignore[attr-defined]
@@ -85,8 +90,8 @@ class _InContext:
             "exception": exc,
             "handle": self,
         }
-        if self._source_traceback:  # type: ignore[attr-defined]
-            context["source_traceback"] = self._source_traceback  # type: ignore[attr-defined]
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
         self._loop.call_exception_handler(context)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
@@ -116,7 +121,7 @@ class Handle(_InContext, reactor.Handle):
     ``call_soon_threadsafe``, ``add_reader`` and ``add_writer``.
     """
 
-    __slots__ = ("_context", "_source_traceback", "__weakref__")
+    __slots__ = ("_context", "__weakref__")
 
     def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: Any,
                  context: contextvars.Context | None = None) -> None:
@@ -126,10 +131,6 @@ class Handle(_InContext, reactor.Handle):
         self._cancelled = False
         self._loop = loop
         self._repr = None
-        # The caller's stack, from the method that made us (call_soon trims
-        # its own frame, as asyncio's does).
-        self._source_traceback = asyncio.format_helpers.extract_stack(
-            sys._getframe(1)) if loop._debug else None
 
 
 class TimerHandle(_InContext, reactor.TimerHandle):
@@ -138,14 +139,41 @@ class TimerHandle(_InContext, reactor.TimerHandle):
     Returned by ``call_later`` and ``call_at``; compare ``asyncio.TimerHandle``.
     """
 
-    __slots__ = ("_context", "_source_traceback", "__weakref__")
+    __slots__ = ("_context", "__weakref__")
 
     def __init__(self, when: float, sequence: int, callback: Callable[..., object],
                  args: tuple[Any, ...], loop: Any, context: contextvars.Context | None = None) -> None:
         self._context = contextvars.copy_context() if context is None else context
-        self._source_traceback = asyncio.format_helpers.extract_stack(
-            sys._getframe(1)) if loop._debug else None
         super().__init__(when, sequence, callback, args, loop)
+
+
+# Discussion: debug mode's handles are classes of their own, so that the
+# handle made outside it (every call_soon of a busy server) pays nothing for
+# the stack it does not keep: the loop picks the class once, in the branch
+# its debug checks already take.
+
+class DebugHandle(Handle):
+    """A :class:`Handle` made in debug mode: it keeps the stack of whoever made it."""
+
+    __slots__ = ("_source_traceback",)
+
+    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: Any,
+                 context: contextvars.Context | None = None) -> None:
+        super().__init__(callback, args, loop, context)
+        # From the method that made us (call_soon trims its own frame, as
+        # asyncio's does).
+        self._source_traceback = asyncio.format_helpers.extract_stack(sys._getframe(1))
+
+
+class DebugTimerHandle(TimerHandle):
+    """A :class:`TimerHandle` made in debug mode, keeping its maker's stack."""
+
+    __slots__ = ("_source_traceback",)
+
+    def __init__(self, when: float, sequence: int, callback: Callable[..., object],
+                 args: tuple[Any, ...], loop: Any, context: contextvars.Context | None = None) -> None:
+        super().__init__(when, sequence, callback, args, loop, context)
+        self._source_traceback = asyncio.format_helpers.extract_stack(sys._getframe(1))
 
 
 # -- The policy's old address ---------------------------------------------------
