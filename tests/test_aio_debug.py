@@ -16,6 +16,7 @@ import asyncio
 import gc
 import os
 import socket
+import ssl
 import warnings
 from collections.abc import Iterator
 
@@ -93,3 +94,18 @@ def test_outside_debug_mode_a_transport_keeps_no_stack(loop) -> None:
         assert transport._source_traceback is None
         transport.close()
         loop.run_until_complete(asyncio.sleep(0))
+
+
+def _make_a_tls_transport(loop: asyncio.AbstractEventLoop) -> asyncio.BaseTransport:
+    from tinyloop.aio import sslproto
+
+    protocol = sslproto.SSLProtocol(loop, asyncio.Protocol(), ssl.create_default_context(),
+                                    None, server_hostname="localhost")
+    return protocol._app_transport
+
+
+def test_an_unclosed_tls_transport_says_where_it_was_made(loop) -> None:
+    held = {"transport": _make_a_tls_transport(loop)}
+    messages = _drop(held, "transport")
+    assert len(messages) == 1, messages
+    assert "_make_a_tls_transport" in messages[0]

@@ -72,6 +72,8 @@ import ssl
 import warnings
 from typing import Any
 
+from tinyloop.aio.transports import source_traceback, unclosed_message
+
 __all__ = ["SSL_HANDSHAKE_TIMEOUT", "SSL_SHUTDOWN_TIMEOUT", "SSLHandshakeTimeoutError",
            "SSLProtocol"]
 
@@ -133,13 +135,14 @@ class _SSLProtocolTransport(asyncio.Transport):
         super().__init__()
         self._ssl_protocol = ssl_protocol
         self._closed = False
+        self._source_traceback = source_traceback(ssl_protocol._loop)
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # The default argument keeps warnings.warn reachable at interpreter
         # exit, when module globals may already be None.
         if not self._closed:
             self._closed = True
-            _warn(f"unclosed transport {object.__repr__(self)}", ResourceWarning, source=self)
+            _warn(unclosed_message(self), ResourceWarning, source=self)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """TLS facts (``sslcontext``; after the handshake ``ssl_object``,
