@@ -503,6 +503,9 @@ def ours_table(data: dict) -> str:
         score = "-" if e.get("score") is None else f"{e['score']:.0%}"
         lines.append(f"{name:<22} {e['mutants']:>7} {e['killed']:>6} {score:>6}  {e['survived']}")
         lines += [f"    survived: {s['operator']}: {s['mutant']}" for s in e.get("survivors", [])]
+    missing = [n for n in order if n not in ours.get("exercises", {})]
+    if missing:
+        lines.append(f"not measured: {', '.join(missing)}")
     lines.append(f"measured {ours.get('date', '?')} by: {ours.get('command', '?')}")
     return "\n".join(lines) + "\n"
 
