@@ -22,6 +22,22 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _sigint_restored() -> Iterator[None]:
+    """Give the next test the SIGINT handler this one started with.
+
+    A test that leaves SIGINT ignored (SIG_IGN) would pass that on to every
+    child process the next tests of its pytest-xdist worker start, and their
+    Ctrl-C tests would then wait in vain.
+    """
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before and before is not None:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     """A connected pair of non-blocking sockets (socketpair(2)), closed after the test."""
