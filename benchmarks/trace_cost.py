@@ -18,7 +18,9 @@ workloads, on 127.0.0.1 only:
                 each scheduling the next (the loop's hot path alone)
 
 Each figure is (count(N + DELTA) - count(N)) / DELTA, so start-up, imports
-and the connection's set-up cancel out.  The variants of each loop:
+and the connection's set-up cancel out; with --repeat R, the median of R
+such figures (the JSON keeps each, and their spread).  The workers run
+with PYTHONHASHSEED=0, so that two runs lay out their dicts alike.  The variants of each loop:
 
     no hooks    the loop without its hook sites: the baseline of the issue's
                 "<= 2 % when off".  aio: NoHookSites below, a subclass whose
@@ -47,6 +49,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import hashlib
+import os
 import heapq
 import importlib.machinery
 import importlib.util
@@ -69,6 +72,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
 from benchmarks.harness.output import LOCAL, add_arguments, json_path, write_json, write_text  # noqa: E402
+from benchmarks.harness.summary import summarize  # noqa: E402
 from tinyloop.aio.server import HTTPProtocol  # noqa: E402
 from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
 from tinyloop.callbacks import loop as reactor  # noqa: E402
@@ -329,10 +333,11 @@ def _worker(loop_name: str, variant: str, workload: str, number: int) -> None:
 
 def _collected(loop_name: str, variant: str, workload: str, number: int) -> int:
     """Instructions callgrind counted in the worker for ``number`` operations."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                sys.executable, __file__, "--worker", loop_name, variant, workload, str(number)]
     with tempfile.TemporaryFile("w+") as errors:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         try:
             if workload == "http":
                 line = process.stdout.readline()
@@ -398,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
     parser.add_argument("--loops", default=",".join(LOOPS), help="aio,uv (default both)")
+    parser.add_argument("--repeat", type=int, default=1, help="counts per figure, median (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once (default 2)")
     parser.add_argument("--worker", nargs=4, metavar=("LOOP", "VARIANT", "WORKLOAD", "N"), help=argparse.SUPPRESS)
     add_arguments(parser, "trace_cost.json")
@@ -420,17 +426,21 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000"),
         "machine": fingerprint(), "valgrind": version_line(["valgrind", "--version"]),
         "quick": args.quick, "settings": {w: {"n": s, "delta": d} for w, (s, d) in settings.items()},
-        "loops": loops, "variants": list(VARIANTS), "counts": {}}
+        "repeat": args.repeat, "loops": loops, "variants": list(VARIANTS), "counts": {}, "spread": {}}
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {(loop_name, variant, workload): count(pool, loop_name, variant, workload, *settings[workload])
+        futures = {(loop_name, variant, workload): [count(pool, loop_name, variant, workload, *settings[workload])
+                                                    for _ in range(args.repeat)]
                    for loop_name in loops for variant in VARIANTS for workload in ("http", "callbacks")}
-        for (loop_name, variant, workload), future in futures.items():
+        for (loop_name, variant, workload), repeats in futures.items():
             row = data["counts"].setdefault(loop_name, {}).setdefault(variant, {})
             try:
-                row[workload] = future.result()
+                values = [future.result() for future in repeats]
             except RuntimeError as error:
                 row[workload] = f"not counted: {error}"
+            else:
+                row[workload] = summarize(values)["median"]
+                data["spread"].setdefault(loop_name, {}).setdefault(variant, {})[workload] = values
             print(f"{loop_name:4} {variant:9} {workload:9} {row[workload]:>12,.0f} instructions/op"
                   if isinstance(row[workload], float) else f"{loop_name} {variant} {workload}: {row[workload]}",
                   flush=True)
