@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tinyloop.exercises import catalog, markers  # noqa: E402
+from tinyloop.exercises import catalog, checker, markers  # noqa: E402
 from tinyloop.exercises.properties import last_line as properties_last_line  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "mutation.json"
@@ -375,13 +375,15 @@ def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=pr
         for operator, what, mutated in cases:
             path = Path(tmp) / filename
             path.write_text(mutated, encoding="utf-8")
+            proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
+                                    cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
             try:
-                done = subprocess.run([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
-                                      cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout,
-                                      start_new_session=True)
-                killed = done.returncode != 0
+                killed = proc.wait(timeout=timeout) != 0
             except subprocess.TimeoutExpired:
                 killed, entry["timeouts"] = True, entry["timeouts"] + 1
+            finally:
+                checker.stop_session(proc)  # the check's own test session too
             if killed:
                 entry["killed"] += 1
             else:

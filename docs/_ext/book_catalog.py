@@ -173,7 +173,7 @@ class ExercisesDirective(SphinxDirective):
 
 class MutationTableDirective(SphinxDirective):
     """``{mutation-table}``: how many wrong solutions the checker catches, per exercise,
-    from ``benchmarks/results/mutation.json`` (``benchmarks/mutation.py`` writes it).
+    from ``benchmarks/results/mutation.json`` (``scripts/mutation.py`` writes it).
 
     One row per exercise of the catalog: mutants, killed, equivalent,
     surviving, the score, and the score before, when the file keeps an earlier

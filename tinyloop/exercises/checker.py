@@ -51,7 +51,7 @@ from tinyloop._override import ENV
 from tinyloop.exercises import build, markers, properties
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["CheckerError", "Report", "Step", "check", "own_test_arguments", "repository_root",
+__all__ = ["CheckerError", "Report", "Step", "check", "stop_session", "own_test_arguments", "repository_root",
            "stages_using", "test_arguments", "wider_test_arguments"]
 
 # Time limits, in seconds: one test (pytest-timeout; a wrong solution often
@@ -442,6 +442,33 @@ def _bound_names(tree: ast.Module) -> set[str]:
 
 # The pytest process applies the override before anything can import the
 # reference module, then runs pytest.
+def stop_session(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """Stop ``proc``, started with ``start_new_session=True``, and all it left.
+
+    ``grace`` (seconds): how long SIGTERM has to work before SIGKILL goes to
+    what is left of the group; 0 sends SIGKILL at once.  A check given
+    SIGTERM stops its own test session on the way out (the ``check`` command
+    turns SIGTERM into an exit), which SIGKILL would orphan: the tests run in
+    a session of their own, out of reach of a signal to the check's group.
+    Waits for ``proc``; never raises.
+    """
+    if grace > 0:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # the group is empty: everything stopped by itself
+
+
 _PYTEST_MAIN = """\
 import sys
 from tinyloop._override import apply_override
@@ -479,11 +506,7 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
                 return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
                             ["does your code wait for something that never happens?"])
             finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass  # the group is empty: everything stopped by itself
-                proc.wait()
+                stop_session(proc, grace=0)
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
         if proc.returncode < 0:  # killed by a signal: a crash, wherever it happened

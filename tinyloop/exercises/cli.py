@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -82,6 +83,9 @@ def check(name: str, file: str | None, fmt: str = "text") -> int:
     except KeyError as error:
         return _error(error.args[0])
     path = file if file is not None else markers.default_file(exercise)
+    # SIGTERM (grade's or the mutation runner's time-out) becomes an exit, so
+    # the checker's finally blocks stop the test session it started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
         # and skips the diagnosis (the mutation runner, scripts/mutation.py):

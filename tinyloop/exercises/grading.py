@@ -27,7 +27,6 @@ import csv
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tinyloop.exercises import catalog, markers
-from tinyloop.exercises.checker import Report
+from tinyloop.exercises.checker import Report, stop_session
 
 __all__ = ["GRADE_TIMEOUT", "classroom", "grade", "progress", "record", "report_json", "report_junit"]
 
@@ -178,10 +177,7 @@ def _check_one(name: str, path: Path, timeout: float) -> tuple[str, dict | None,
         else:
             status = ""
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # and whatever the check left behind
-            except ProcessLookupError:
-                pass
+            stop_session(proc)  # and whatever the check left behind, its tests included
             proc.communicate()
     seconds = round(time.monotonic() - started, 1)
     if status == "timeout":
