@@ -1130,7 +1130,9 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
         """
         if sock is not None:
             if sock.type != socket.SOCK_DGRAM:
-                raise ValueError(f"A UDP Socket was expected, got {sock!r}")  # asyncio's words
+                # asyncio's words, which 3.13 changed (a UNIX datagram socket is no UDP one).
+                kind = "A datagram socket" if sys.version_info >= (3, 13) else "A UDP Socket"
+                raise ValueError(f"{kind} was expected, got {sock!r}")
             if local_addr or remote_addr or family or proto or flags or reuse_port or allow_broadcast:
                 raise ValueError("socket modifier keyword arguments can not be used when sock is specified.")
             sock.setblocking(False)

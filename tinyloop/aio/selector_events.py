@@ -308,7 +308,14 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
             return
         except (BlockingIOError, InterruptedError):
             pass
-        await self._sock_retry_when_ready(sock, True, self._connect_result, (sock, address))
+        future = self._sock_retry_when_ready(sock, True, self._connect_result, (sock, address))
+        try:
+            await future
+        finally:
+            # A failure's traceback holds this frame; from 3.12 the frame
+            # holds the future, and the future the failure: a cycle (asyncio
+            # clears its future here too).
+            future = None  # type: ignore[assignment]
 
     @staticmethod
     def _connect_result(sock: socket.socket, address: Any) -> None:
