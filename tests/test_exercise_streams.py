@@ -15,8 +15,9 @@
 #     arrives early, twice or never is seen at its offset, and the message
 #     says which.
 #   * Bounded: hypothesis runs a fixed number of examples, derandomized (a
-#     student gets the same verdict on every run) and with no example
-#     database (nothing written into the checkout); every wait has a deadline.
+#     student gets the same verdict on every run), with no example database
+#     (nothing written into the checkout) and no shrinking; every wait has a
+#     deadline.
 #   * The bug a student reported is an explicit @example, so it is caught
 #     on every run, not by luck: transport-write with `if not self._buffer:`
 #     replaced by `if True:` sends a later write before the buffered bytes.
@@ -34,7 +35,7 @@ from typing import Any
 
 import pytest
 from conftest import stage_params
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 # Small buffers force partial sends (Linux doubles the value and keeps a floor of ~4.6 KB).
@@ -42,9 +43,16 @@ SMALL_BUFFER = 4096
 PERIOD = 251
 _PATTERN = bytes(range(PERIOD)) * (((4 << 20) // PERIOD) + 2)
 DEADLINE = 10.0  # seconds for all bytes to arrive once the writer is done
+# A CPU-time threshold (the idle loop): run without a neighbour.
+pytestmark = pytest.mark.alone
+
 IDLE_WINDOW = 0.05  # seconds the loop runs idle at the end; it may use half of it in CPU
 
+# No shrinking: a failing example is reported as found.  Shrinking re-runs
+# examples, and one that waits out pytest-timeout counts as a failure too, so
+# a hang shrank for minutes before the check said anything.
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
