@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import pkgutil
 import socket
 import sys
@@ -218,6 +219,11 @@ def no_blocking_calls(request: pytest.FixtureRequest) -> Iterator[None]:
     with blockbuster.blockbuster_ctx() as detector:
         for name, filename, functions in ALLOWED_BLOCKING:
             detector.functions[name].can_block_in(filename, functions)
+            if filename.startswith("tinyloop/"):
+                # The module's file of the moment: the exercise checker
+                # replaces it with a student's (TINYLOOP_OVERRIDE).
+                module = importlib.import_module(filename[:-len(".py")].replace("/", "."))
+                detector.functions[name].can_block_in(module.__file__, functions)
         yield
 
 
