@@ -19,15 +19,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks import aio_changes
+from benchmarks.harness.machine import ROOT
+from tinyloop.http import HELLO
+from tinyloop.testing import ServerProcess, recv_response
 
-from benchmarks import aio_changes  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
-
-SCRIPT = str(ROOT / "benchmarks" / "aio_changes.py")
+SCRIPT = [sys.executable, "-m", "benchmarks.aio_changes"]
 needs_ab = pytest.mark.skipif(shutil.which("ab") is None, reason="ApacheBench (ab) is not installed")
 
 
@@ -107,14 +104,22 @@ def test_the_lean_selector_selects_what_selectors_does() -> None:
         b.close()
 
 
+def _committed_results() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--", "benchmarks/results"], cwd=ROOT,
+                          capture_output=True, text=True).stdout
+
+
 @needs_ab
 @pytest.mark.timeout(240)
-def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
-    out = tmp_path / "aio_changes.json"
-    command = [sys.executable, SCRIPT, "--repeat", "1", "--requests", "50", "--warmup", "5",
-               "--micro-repeat", "1", "--micro-ops", "500", "--no-pin", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=200, cwd=ROOT)
+def test_a_quick_run_writes_every_row_under_local_only() -> None:
+    # As a new user types it: --quick, no --out; the committed results stay as they were.
+    before = _committed_results()
+    done = subprocess.run([*SCRIPT, "--quick", "--requests", "50", "--no-pin"], capture_output=True, text=True,
+                          timeout=200, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert _committed_results() == before
+    assert done.stdout.rstrip().splitlines()[-1].startswith("aio_changes: ")
+    out = ROOT / "benchmarks" / "results" / "local" / "aio_changes.json"
     data = json.loads(out.read_text(encoding="utf-8"))
     assert [row["key"] for row in data["rows"]] == [c.key for c in aio_changes.CHANGES]
     assert [row["key"] for row in data["micro"]] == [m.key for m in aio_changes.MICRO]
@@ -128,18 +133,16 @@ def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
     text = out.with_suffix(".txt").read_text(encoding="utf-8")
     for key in [c.key for c in aio_changes.CHANGES] + [m.key for m in aio_changes.MICRO]:
         assert f"\n{key} " in text
-    assert "load average" in text and "benchmarks/aio_changes.py --repeat 1" in text
+    assert "load average" in text and "python -m benchmarks.aio_changes --quick" in text
 
 
 @needs_ab
 @pytest.mark.timeout(120)
 def test_the_profile_sums_time_by_layer(tmp_path: Path) -> None:
-    out = tmp_path / "profile.txt"
-    command = [sys.executable, SCRIPT, "--profile", "aio", "--requests", "50", "--no-pin",
-               "--profile-out", str(out)]
+    command = [*SCRIPT, "--profile", "aio", "--requests", "50", "--no-pin", "--out", str(tmp_path / "x.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    text = out.read_text(encoding="utf-8")
+    text = (tmp_path / "profile_aio.txt").read_text(encoding="utf-8")
     assert text.startswith("aio (") and "ab -k -n 50 -c 10" in text and "calls per request: call_soon" in text
     for layer in ("HTTP: tinyloop/http", "the loop: tinyloop/callbacks + tinyloop/aio",
                   "kernel calls: socket methods, epoll"):
