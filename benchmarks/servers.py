@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import process
-from benchmarks.harness.machine import version_line
+from benchmarks.harness.machine import display, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "launch", "peer_server", "prepare",
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "launch", "peer_server", "prepare",
            "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +54,10 @@ class Server:
     argv: tuple[str, ...]
     chapter: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+    def display(self) -> str:
+        """Its command as a reader would type it (``python`` for this interpreter)."""
+        return display(self.argv)
 
 
 @dataclass(frozen=True)
@@ -131,14 +135,9 @@ def prepare(server: Server) -> str | None:
     elif peer.needs and shutil.which(peer.needs) is None:
         return f"{peer.needs} is not on PATH"
     if server.name == "go-nethttp":
-        return build(BUILD / "go-nethttp", [PEER_DIR / "go" / "main.go", PEER_DIR / "go" / "go.mod"],
-                      lambda out: ["go", "build", "-o", str(out), "."], cwd=PEER_DIR / "go",
-                      env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
-                           "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
+        return build_go(BUILD / "go-nethttp", ".", [PEER_DIR / "go" / "main.go"])
     if server.name == "c-epoll":
-        source = PEER_DIR / "c" / "http_floor.c"
-        return build(BUILD / "http_floor", [source],
-                      lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
+        return build_c(BUILD / "http_floor", PEER_DIR / "c" / "http_floor.c")
     return None
 
 
@@ -168,6 +167,19 @@ def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[
     finally:
         partial.unlink(missing_ok=True)
     return None
+
+
+def build_c(binary: Path, source: Path) -> str | None:
+    """Build one C file, ``cc -O2`` (``$CC`` if set), as :func:`build` does."""
+    return build(binary, [source], lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
+
+
+def build_go(binary: Path, package: str, sources: Sequence[Path]) -> str | None:
+    """Build Go ``package`` of benchmarks/peers/go offline (its caches in BUILD), as :func:`build` does."""
+    return build(binary, [*sources, PEER_DIR / "go" / "go.mod"],
+                 lambda out: ["go", "build", "-o", str(out), package], cwd=PEER_DIR / "go",
+                 env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
+                      "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
 
 
 def launch(server: Server, prefix: Sequence[str] = (), timeout: float = 15.0) -> ServerProcess:

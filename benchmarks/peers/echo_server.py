@@ -32,15 +32,9 @@ import argparse
 import asyncio
 import importlib
 import signal
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop
-
-from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
+from tinyloop.serving import announce, listen, log, stop_on_sigterm
 
 __all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main", "stop_event"]
 
@@ -52,7 +46,7 @@ LOOPS: dict[str, str] = {
     "uv": "tinyloop.uv:new_event_loop",
 }
 APIS = ("protocol", "streams")
-READ_SIZE = 65536  # bytes asked for per read, as the peers in C, Go and Node
+READ_SIZE = 65536  # bytes the streams handler asks for per read, as the Go and Node peers
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:

@@ -1,0 +1,213 @@
+# benchmarks/harness/experiment.py
+"""What every experiment does around its own measurement, written once.
+
+An experiment (``python -m benchmarks.echo``, ``...run``, ``...idle``) is a
+declaration: the servers, loads and variants it crosses, a ``measure``
+function for one cell, and the one line it concludes.  This module gives it:
+
+  * ``parser``: the command line every experiment shares (``--quick``,
+    ``--repeat``, ``--no-pin``, and the output rule's ``--reference`` /
+    ``--out``);
+  * ``interleave``: repetitions in interleaved order, a progress line per run;
+  * ``fold``: the one summary of repeated records (median, min–max, the
+    noise rule, the status of a row whose runs failed, ratios to a baseline);
+  * ``document``: the JSON's common head (schema, date, command, machine
+    fingerprint, tools, pinning, the machine's load before and after);
+  * ``finish``: write the JSON (and its text beside it), print the table and
+    the conclusion;
+  * ``run_tool``: a load generator run under a wall-clock limit.
+
+Rules it keeps: a run's figures are medians of the repetitions whose status
+is ``"ok"``; a row's spread is their min and max; a row is noisy by
+``summary.is_noisy`` on its deciding figures; the load average (other work
+on a shared machine) is recorded at start and end of every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.harness import output
+from benchmarks.harness.machine import display, fingerprint
+from benchmarks.harness.process import choose_pinning
+from benchmarks.harness.summary import NOISE, is_noisy, median
+
+__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "parser", "pinning", "run_tool"]
+
+# Every experiment's JSON carries this in ``schema``; the readers (the book's
+# directives, benchmarks/report.py) accept it.
+SCHEMA = 1
+
+
+def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = True,
+           aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The shared command line of ``python -m benchmarks.NAME``.
+
+    ``--quick`` (a smoke run, never the reference), ``--repeat`` when the
+    experiment repeats (default ``repeat``; None: no such option), ``--no-pin``
+    and ``--no-realtime`` when it pins (``pin``; see :func:`pinning`), and the
+    output rule's ``--reference`` and ``--out`` (``aliases`` are older
+    spellings of ``--out``).
+    """
+    made = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    made.add_argument("--quick", action="store_true",
+                      help="a smoke run: small, one repetition, short time-outs; not a measurement")
+    if repeat is not None:
+        made.add_argument("--repeat", type=int, default=None,
+                          help=f"repetitions, interleaved (default {repeat}; --quick 1)")
+    if pin:
+        made.add_argument("--no-pin", action="store_true",
+                          help="do not pin server and load generator to separate CPUs")
+        made.add_argument("--no-realtime", action="store_true",
+                          help="do not run them at real-time priority (chrt -f 1) where allowed")
+    output.add_arguments(made, f"{name}.json", *aliases)
+    return made
+
+
+def pinning(args: argparse.Namespace) -> dict:
+    """The pinning :func:`parser`'s options ask for: separate CPUs, at real-time priority where allowed."""
+    return choose_pinning(args.no_pin, realtime=not args.no_realtime)
+
+
+class Clock:
+    """When a run started, in UTC and on the monotonic clock, and the machine's load then."""
+
+    def __init__(self) -> None:
+        self.date = datetime.now(timezone.utc)
+        self.started = time.monotonic()
+        self.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 1)
+
+
+def interleave(cells: Sequence, repeat: int, measure: Callable[..., dict],
+               label: Callable[..., str], show: Callable[[dict], str]) -> list[dict]:
+    """Run ``measure(cell)`` for every cell, ``repeat`` times, interleaved; return the records.
+
+    Repetition 1 runs every cell, then repetition 2 does it again: whatever
+    drifts on the machine spreads over every cell instead of landing on one.
+    Each record gets ``rep``; a progress line per run shows ``label(cell)``
+    and, for an ``"ok"`` record, ``show(record)``, else its status and note.
+    """
+    records: list[dict] = []
+    total = len(cells) * repeat
+    for rep in range(1, repeat + 1):
+        for cell in cells:
+            record = {"rep": rep, **measure(cell)}
+            records.append(record)
+            what = (show(record) if record.get("status") == "ok"
+                    else f"{str(record.get('status')).upper()}: {record.get('note')}")
+            print(f"[{len(records):>{len(str(total))}}/{total}] rep {rep} {label(cell)} ... {what}", flush=True)
+    return records
+
+
+def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], *,
+         deciding: Sequence[str] = (), baseline: str | None = None) -> dict[str, dict[str, dict]]:
+    """Fold run records into ``{str(record[group]): {record[row]: summary}}``, in first-seen order.
+
+    A summary holds ``runs``, ``ok_runs``, each of ``figures`` as the median
+    over the ``"ok"`` records (None without any), ``spread`` {figure: [min,
+    max]}, ``noisy`` (two ok runs or more, and a ``deciding`` figure's spread
+    wider than NOISE), ``failed`` (the sum of the records' ``failed``, where
+    they count failures), ``status`` (``"ok"`` when every run was, the failed
+    runs' status when none was, else ``"partial"``), ``note`` (how many runs
+    failed, and their notes) and ``ratio`` {figure: median / the ``baseline``
+    row's median in the same group} (None where either is missing).
+    """
+    grouped: dict[str, dict[str, list[dict]]] = {}
+    for record in records:
+        grouped.setdefault(str(record[group]), {}).setdefault(record[row], []).append(record)
+    out: dict[str, dict[str, dict]] = {}
+    for key, by_row in grouped.items():
+        rows: dict[str, dict] = {}
+        for name, runs in by_row.items():
+            ok = [run for run in runs if run.get("status") == "ok"]
+            bad = [run for run in runs if run.get("status") != "ok"]
+            summary: dict = {"runs": len(runs), "ok_runs": len(ok)}
+            summary.update({figure: median(run.get(figure) for run in ok) for figure in figures})
+            values = {figure: [run[figure] for run in ok if run.get(figure) is not None] for figure in figures}
+            summary["spread"] = {figure: [min(v), max(v)] if v else None for figure, v in values.items()}
+            summary["noisy"] = len(ok) >= 2 and any(is_noisy(summary["spread"][f]) for f in deciding)
+            failed = [run["failed"] for run in runs if run.get("failed") is not None]
+            summary["failed"] = sum(failed) if failed else None
+            summary["status"] = "ok" if not bad else ("partial" if ok else bad[0]["status"])
+            notes = sorted({run["note"] for run in bad if run.get("note")})
+            summary["note"] = (f"{len(bad)} of {len(runs)} runs: {', '.join(sorted({r['status'] for r in bad}))}"
+                               + (f" ({'; '.join(notes)})" if notes else "")) if bad else None
+            rows[name] = summary
+        base = rows.get(baseline) if baseline else None
+        for summary in rows.values():
+            summary["ratio"] = {figure: (summary[figure] / base[figure]
+                                         if base and summary[figure] is not None and base[figure] else None)
+                                for figure in figures}
+        out[key] = rows
+    return out
+
+
+def document(name: str, argv: Sequence[str], clock: Clock, *, settings: dict,
+             pinning: dict | None = None, tools: dict | None = None) -> dict:
+    """The head every experiment's JSON starts with.
+
+    ``schema``, ``date`` (ISO 8601, UTC), ``command`` (as a reader types it),
+    ``machine`` (the fingerprint), ``tools`` (version lines), ``pinning``
+    (without the command prefixes), ``settings`` (with ``noise``), and
+    ``load_average`` [at start, now]: the other work on a shared machine.
+    """
+    load = [clock.load, os.getloadavg()[0]] if clock.load is not None else None
+    return {
+        "schema": SCHEMA,
+        "date": clock.date.isoformat(timespec="seconds"),
+        "command": display(["python", "-m", f"benchmarks.{name}", *argv]),
+        "machine": fingerprint(),
+        "tools": tools or {},
+        "pinning": {key: value for key, value in (pinning or {}).items() if not key.endswith("_prefix")},
+        "settings": {**settings, "noise": NOISE},
+        "load_average": [round(value, 2) for value in load] if load else None,
+    }
+
+
+def finish(data: dict, out: Path, text: str, conclusion: str, *, extra: dict[Path, str] | None = None,
+           keep_copy: bool = False) -> None:
+    """Write ``data`` to ``out`` (and each ``extra`` path's text), print ``text``, where it went,
+    and the one-line ``conclusion`` last."""
+    data.setdefault("conclusion", conclusion)
+    written = [output.write_json(data, out, keep_copy=keep_copy)]
+    for path, content in (extra or {}).items():
+        written.append(output.write_text(content, path))
+    print()
+    print(text.rstrip("\n"))
+    took = f" in {output.minutes(data['elapsed_s'])}" if data.get("elapsed_s") is not None else ""
+    print(f"\nwrote {', '.join(output.relative(path) for path in written)}{took}")
+    if out.parent.resolve() == output.RESULTS.resolve():
+        print(f"this is the book's reference now: commit {', '.join(output.relative(p) for p in written)}")
+    print(conclusion, flush=True)
+
+
+def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:
+    """Run a load generator; ``(exit code, or None past the wall-clock ``limit`` in seconds, its output)``.
+
+    Its own session, so a Ctrl-C at the terminal reaches the harness, which
+    then kills it: no tool outlives the harness.
+    """
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return None, out
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+

@@ -1,0 +1,84 @@
+# benchmarks/harness/render.py
+"""One renderer: an experiment's ``(header, rows)`` as aligned text or as Markdown.
+
+An experiment builds its table once, as a header and rows of strings (the
+book's directives in docs/_ext take the same pair and make docutils tables
+and charts of it); these functions lay it out.  Standard library only and no
+I/O: the book imports this while it builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["DASH", "align", "cell", "describe_machine", "markdown", "number", "spread_cell"]
+
+DASH = "—"
+
+
+def number(value: float | None, digits: int = 0) -> str:
+    """``1234.5`` -> ``"1,234"`` (``digits`` decimals, thousands separated); None -> a dash."""
+    return DASH if value is None else f"{value:,.{digits}f}"
+
+
+def cell(value: float | None, digits: int = 0, ratio: float | None = None) -> str:
+    """A figure with its ratio to the baseline in parentheses when there is one: ``"8,123 (1.32×)"``."""
+    text = number(value, digits)
+    return f"{text} ({ratio:.2f}×)" if ratio is not None and value is not None else text
+
+
+def spread_cell(low_high: Iterable[float] | None, noisy: bool, digits: int = 0) -> str:
+    """``[min, max]`` as ``"7,900–8,300"``, followed by ``noisy`` when the row is; a dash without."""
+    if not low_high:
+        return DASH
+    low, high = low_high
+    return f"{number(low, digits)}–{number(high, digits)}" + (" noisy" if noisy else "")
+
+
+def align(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0])] + [text.rjust(width) for text, width in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return lines
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table: the first column left-aligned, the others right-aligned; ``|`` escaped."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
+    return [line(header), "|---|" + "---:|" * (len(header) - 1), *(line(row) for row in rows)]
+
+
+def describe_machine(data: dict) -> str:
+    """One line saying where and how the numbers were measured (for captions).
+
+    ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython 3.11.2; server on CPU 0, load on
+    CPU 1; median of 3; load average 1.2; 2026-01-31"``: from the JSON's
+    ``machine``, ``pinning``, ``settings`` and ``load_average`` (any may be
+    missing).  ``machine`` may also be a line of text (an older file's).
+    """
+    machine = data.get("machine") or {}
+    if isinstance(machine, str):
+        parts = [machine]
+    else:
+        parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
+                 f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(),
+                 str(machine.get("python"))]
+    pinning = data.get("pinning") or {}
+    settings = data.get("settings") or {}
+    where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
+             if pinning.get("enabled") else "unpinned")
+    if str(pinning.get("realtime") or "").startswith("chrt"):
+        where += ", both at real-time priority"
+    repeat = settings.get("repeat")
+    how = f"median of {repeat}" if repeat and repeat > 1 else "1 run"
+    if settings.get("quick"):
+        how += " (--quick: a smoke test, not a measurement)"
+    load = data.get("load_average")
+    if isinstance(load, list) and load:
+        how += f"; load average {max(load):.1f} (a shared machine)"
+    return f"{', '.join(p for p in parts if p)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
