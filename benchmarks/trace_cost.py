@@ -27,9 +27,10 @@ with PYTHONHASHSEED=0, so that two runs lay out their dicts alike.  The variants
                 iteration helpers are Part II's without the instrument tests.
                 uv: the extension built from a copy of its sources in which
                 every test of the C flag is the constant False, so the C
-                compiler drops the sites (build_uv; the product ships no
-                switch for it).  uv's other rows use a build of the same
-                sources, unchanged, beside it, not the installed one
+                compiler drops the sites (benchmarks/uv_variants.py's
+                ``no-sites``; the product ships no switch for it).  uv's
+                other rows use ``shipped``, a build of the same sources,
+                unchanged, beside it, not the installed one
     off         the loop as shipped, no instrument installed
     no-op       an instrument with every hook, each doing nothing: the cost
                 of the dispatch alone
@@ -38,9 +39,9 @@ with PYTHONHASHSEED=0, so that two runs lay out their dicts alike.  The variants
 Rules this file keeps:
   * The workloads are the same for every variant; only the loop differs.
   * The JSON holds every figure the table shows and how it was measured.
-  * The uv builds go to benchmarks/results/local/build/trace_cost/
-    (ignored by git), rebuilt when the sources change, under the shared
-    build lock (/tmp/tinyloop-uv-build.lock).
+  * The uv builds are benchmarks/uv_variants.py's (its rules: under
+    benchmarks/results/local/build/uv/, rebuilt when the sources change,
+    under the shared build lock).
 """
 
 from __future__ import annotations
@@ -48,12 +49,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import hashlib
 import os
 import heapq
-import importlib.machinery
-import importlib.util
-import re
 import selectors
 import shutil
 import socket
@@ -71,8 +68,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` and ``benchmarks`` importable
 
 from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
-from benchmarks.harness.output import LOCAL, add_arguments, json_path, write_json, write_text  # noqa: E402
+from benchmarks.harness.output import add_arguments, json_path, write_json, write_text  # noqa: E402
 from benchmarks.harness.summary import summarize  # noqa: E402
+from benchmarks import uv_variants  # noqa: E402
 from tinyloop.aio.server import HTTPProtocol  # noqa: E402
 from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
 from tinyloop.callbacks import loop as reactor  # noqa: E402
@@ -88,7 +86,6 @@ MESSAGE = b"x" * 64
 REQUEST = b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n"
 # Operations in the short and the long run of each count (--quick: a tenth).
 SETTINGS = {"http": (200, 2_000), "callbacks": (1_000, 20_000)}
-BUILD = LOCAL / "build" / "trace_cost"
 
 
 class NoHookSites(SelectorEventLoop):
@@ -138,83 +135,18 @@ for _hook in HOOKS:
     setattr(NoOp, _hook, lambda self, *args: None)
 
 
-# -- tinyloop.uv without hook sites ------------------------------------------------------
-
-# A read of the C flag (``loop._instrumented``, ``self._instrumented``, ...),
-# not its assignment in _sync_instrumented; and the check handle's copy of it.
-_FLAG_READ = re.compile(r"\b(?:\w+\.)+_instrumented\b(?!\s*=)")
-_STATE_READ = re.compile(r"\bstate\.instrumented\b")
-
-
-def without_sites(source: str) -> str:
-    """A .pyx/.pxd source with every test of the instrument flag made the constant false."""
-    return _STATE_READ.sub("0", _FLAG_READ.sub("False", source))
-
-
-def build_uv(sites: bool) -> Path:
-    """Build tinyloop.uv._loop from a copy of its sources; returns the extension's path.
-
-    Copies tinyloop/uv/*.pyx, *.pxd and setup.py under BUILD (``with-sites``
-    or ``no-sites``), the latter through without_sites, and runs ``setup.py
-    build_ext --inplace`` (the shipped build's flags) under
-    /tmp/tinyloop-uv-build.lock.  Both builds come from the same sources and
-    compiler, so between them only the hook sites differ.  Skipped when a
-    build of the same sources is there.  Raises RuntimeError if it fails.
-    """
-    build = BUILD / ("with-sites" if sites else "no-sites")
-    uv = ROOT / "tinyloop" / "uv"
-    sources = sorted([*uv.glob("*.pyx"), *uv.glob("*.pxd"), ROOT / "setup.py"])
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
-    stamp = build / "sources.sha256"
-    wanted = build / "tinyloop" / "uv" / f"_loop{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    if wanted.exists() and stamp.exists() and stamp.read_text() == digest:
-        return wanted
-    if build.exists():
-        shutil.rmtree(build)
-    package = build / "tinyloop" / "uv"
-    package.mkdir(parents=True)
-    (build / "tinyloop" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    for source in sources:
-        text = source.read_text()
-        if source.name == "setup.py":
-            (build / "setup.py").write_text(text)
-        else:
-            (package / source.name).write_text(text if sites else without_sites(text))
-    done = subprocess.run(["flock", "/tmp/tinyloop-uv-build.lock", sys.executable, "setup.py",
-                           "build_ext", "--inplace", "-q"], cwd=build, capture_output=True, text=True)
-    if done.returncode or not wanted.exists():
-        raise RuntimeError(f"the uv build in {build} failed: {(done.stderr or done.stdout)[-800:]}")
-    stamp.write_text(digest)
-    return wanted
-
-
-class _Redirect:
-    """A meta-path finder that loads ``tinyloop.uv._loop`` from another file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "tinyloop.uv._loop":
-            return None
-        return importlib.util.spec_from_file_location(fullname, self.path)
-
-
-def use_build(path: Path) -> None:
-    """Make ``import tinyloop.uv`` load the extension at ``path``; before any import of it."""
-    if "tinyloop.uv._loop" in sys.modules:
-        raise RuntimeError("tinyloop.uv._loop is already imported")
-    sys.meta_path.insert(0, _Redirect(path))
-
-
 # -- The variants and the workloads ------------------------------------------------------
+
+def uv_build(variant: str) -> str:
+    """The benchmarks/uv_variants.py build that uv's ``variant`` runs on."""
+    return "no-sites" if variant == "no hooks" else "shipped"
+
 
 def make_loop(loop_name: str, variant: str) -> asyncio.AbstractEventLoop:
     """A new loop of ``loop_name`` ("aio" or "uv") set up as ``variant``.
 
     For uv, whichever tinyloop.uv._loop is imported: the worker's use_build
-    first selects the build with or without sites.
+    first selects the build (uv_build).
     """
     if loop_name == "uv":
         from tinyloop.uv import new_event_loop
@@ -320,7 +252,7 @@ def client(port: int, requests: int, timeout: float = 600.0) -> None:
 def _worker(loop_name: str, variant: str, workload: str, number: int) -> None:
     """In the process callgrind counts: run one workload on one variant."""
     if loop_name == "uv":
-        use_build(build_uv(sites=variant != "no hooks"))
+        uv_variants.use(uv_build(variant))
     loop = make_loop(loop_name, variant)
     try:
         if workload == "http":
@@ -420,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {w: (s // 10, d // 10) if args.quick else (s, d) for w, (s, d) in SETTINGS.items()}
     if "uv" in loops:
         print("building tinyloop.uv with and without hook sites ...", flush=True)
-        build_uv(sites=True), build_uv(sites=False)  # once, before the workers need them
+        for build in ("shipped", "no-sites"):  # once, before the workers need them
+            uv_variants.build(build)
     data: dict[str, Any] = {
         "schema": SCHEMA, "command": display([sys.executable, *sys.argv]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000"),

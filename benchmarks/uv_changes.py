@@ -14,8 +14,11 @@ handles, timers and readiness in C on libuv, with Part III's socket
 transports on ``uv_poll`` (``uv/poll-transports``); transports on
 ``uv_tcp``, writing at once (``uv/no-batching``); and the writes of a turn
 batched into one ``writev`` (``uv``, tinyloop.uv.Loop itself).  The two
-steps between are subclasses of tinyloop.uv.Loop, defined below, each
-overriding one attribute.
+steps between are built here: ``uv/poll-transports`` is a subclass of
+tinyloop.uv.Loop overriding one method, and ``uv/no-batching`` runs
+tinyloop.uv.Loop on benchmarks/uv_variants.py's ``no-batching`` build of
+the extension (one patched line: every write() flushed at once), because
+the product carries no switch for it.
 
 Every step serves the same two programs: the HTTP Protocol server of
 Part III (tinyloop.aio.server.serve_on) and the echo Protocol of
@@ -41,8 +44,10 @@ libuv chapter includes.  ``--profile`` writes profile_uv.txt the same way.
 #     served and profiled by benchmarks/aio_changes.py's functions, and the
 #     per-operation timings are benchmarks/micro.py's.  What is here is the
 #     steps, the order of the runs, and the table.
-#   * A step is tinyloop.aio.Loop, tinyloop.uv.Loop, or a subclass of the
-#     latter that overrides one attribute; nothing in tinyloop/ is patched.
+#   * A step is tinyloop.aio.Loop, tinyloop.uv.Loop, a subclass of the
+#     latter that overrides one method, or tinyloop.uv.Loop on a variant
+#     build of the extension (benchmarks/uv_variants.py, its server in its
+#     own process); nothing in tinyloop/ is patched.
 #   * Repetitions are interleaved (repetition 1 runs every load on every
 #     step, then repetition 2...), and every figure is a median with its min
 #     and max.  Ratios are of medians.
@@ -68,7 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
 
-from benchmarks import aio_changes, echo, loads, micro, servers  # noqa: E402
+from benchmarks import aio_changes, echo, loads, micro, servers, uv_variants  # noqa: E402
 from benchmarks import run as http_run  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.output import RESULTS  # noqa: E402
@@ -109,51 +114,68 @@ LOAD_NAMES = tuple(LOAD_TITLES)
 #
 # Discussion: tinyloop.uv is a C extension, and a checkout without libuv has
 # none.  This script must still import there (for --help, and for the tests
-# to say why they skip), so the uv steps are defined only when the
-# extension imports, and UV_MISSING says why not otherwise.
+# to say why they skip); and a step that runs a variant of the extension
+# (benchmarks/uv_variants.py) must choose its build before anything imports
+# tinyloop.uv.  So nothing here imports tinyloop.uv until a step's loop is
+# asked for, and uv_missing() says why it cannot be.
 
-UV_MISSING: str | None = stages.get("uv").unavailable()
-if UV_MISSING is None:
-    from tinyloop.uv.loop import Loop as UVLoop
-
-    class PollTransportsLoop(UVLoop):
-        """tinyloop.uv's C core with Part III's socket transports, on uv_poll readiness.
-
-        Undoes "transports on uv_tcp": the transport is Part III's Python
-        one (tinyloop/aio/selector_events.py), whose add_reader/add_writer
-        are the C loop's uv_poll handles.
-        """
-
-        def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
-            return SelectorEventLoop._make_socket_transport(self, sock, protocol, waiter,
-                                                            extra=extra, server=server)
-
-    class NoBatchingLoop(UVLoop):
-        """tinyloop.uv with uv_tcp transports that write at once: uv_try_write per write().
-
-        Undoes "writes batched per turn" (tinyloop/uv/tcp.pyx, _batch_writes).
-        """
-
-        _batch_writes = False
-else:
-    UVLoop = PollTransportsLoop = NoBatchingLoop = None  # type: ignore[assignment,misc]
+def uv_missing() -> str | None:
+    """Why tinyloop.uv does not import here, or None (imports it: after any uv_variants.use)."""
+    return stages.get("uv").unavailable()
 
 
 @dataclass(frozen=True)
 class Step:
-    """One row: ``key`` names it, ``loop`` makes its event loop, ``move`` is what it adds to the step before."""
+    """One row: ``key`` names it, ``move`` is what it adds to the step before; ``loop`` is the
+    loop class ("aio", "uv", or "uv-poll-transports": Part III's transports on the C core),
+    ``build`` the benchmarks/uv_variants.py build it runs on (None: the installed extension)."""
 
     key: str
-    loop: Callable[[], asyncio.AbstractEventLoop] | None
+    loop: str
     move: str
+    build: str | None = None
+
+    def factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
+        """The step's loop class.  A step with a ``build`` runs in a process that chose that build
+        first (``serve``); elsewhere RuntimeError, rather than the installed extension's loop."""
+        if self.loop == "aio":
+            return AioLoop
+        from tinyloop.uv import _loop
+        from tinyloop.uv.loop import Loop as UVLoop
+
+        if self.build is not None and f"/build/uv/{self.build}/" not in _loop.__file__:
+            raise RuntimeError(f"step {self.key} runs on benchmarks/uv_variants.py's {self.build!r} build, "
+                               f"in its own process (uv_changes.py --serve), not on {_loop.__file__}")
+        if self.loop == "uv-poll-transports":
+            class PollTransportsLoop(UVLoop):
+                """tinyloop.uv's C core with Part III's socket transports, on uv_poll readiness."""
+
+                _make_socket_transport = _poll_transport
+            return PollTransportsLoop
+        return UVLoop
+
+
+def _poll_transport(self: Any, sock: socket.socket, protocol: asyncio.BaseProtocol, waiter: Any = None, *,
+                    extra: Any = None, server: Any = None) -> asyncio.Transport:
+    """Undoes "transports on uv_tcp": Part III's Python transport (tinyloop/aio/selector_events.py),
+    whose add_reader/add_writer are the C loop's uv_poll handles."""
+    return SelectorEventLoop._make_socket_transport(self, sock, protocol, waiter, extra=extra, server=server)
+
+
+def prepare_builds(keys: list[str]) -> None:
+    """Build the variant extensions that steps ``keys`` run on, before any server waits for one."""
+    for build in dict.fromkeys(_STEPS[key].build for key in keys if _STEPS[key].build):
+        print(f"building tinyloop.uv's {build!r} variant (benchmarks/uv_variants.py) ...", file=sys.stderr, flush=True)
+        uv_variants.build(build)
 
 
 STEPS: tuple[Step, ...] = (
-    Step("aio", AioLoop, "Part III's loop, pure Python (tinyloop.aio.Loop): the baseline"),
-    Step("uv/poll-transports", PollTransportsLoop,
+    Step("aio", "aio", "Part III's loop, pure Python (tinyloop.aio.Loop): the baseline"),
+    Step("uv/poll-transports", "uv-poll-transports",
          "the run loop, handles, timers and readiness in C on libuv (Part III's transports, on uv_poll)"),
-    Step("uv/no-batching", NoBatchingLoop, "transports on uv_tcp, each write() tried at once (uv_try_write)"),
-    Step("uv", UVLoop, "a turn's writes batched into one writev per transport (tinyloop.uv.Loop)"),
+    Step("uv/no-batching", "uv", "transports on uv_tcp, each write() tried at once (uv_try_write)",
+         build="no-batching"),
+    Step("uv", "uv", "a turn's writes batched into one writev per transport (tinyloop.uv.Loop)"),
 )
 _STEPS = {step.key: step for step in STEPS}
 APPS = ("http", "echo")
@@ -178,8 +200,10 @@ def serve(key: str, app: str, port: int, profile_to: str | None = None) -> int:
     """Serve ``app`` (``"http"``: serve_on's HTTPProtocol; ``"echo"``: EchoProtocol) on step
     ``key``'s loop until SIGTERM or Ctrl-C; with ``profile_to``, under cProfile (aio_changes.serve)."""
     main = serve_echo if app == "echo" else (lambda sock: serve_on(sock, "protocol"))
-    loop = _STEPS[key].loop
-    assert loop is not None, UV_MISSING
+    step = _STEPS[key]
+    if step.build is not None:
+        uv_variants.use(step.build)
+    loop = step.factory()
     return aio_changes.serve_until_sigterm(f"{app}:{key}", loop, main, port, profile_to)
 
 
@@ -269,7 +293,7 @@ OPERATIONS = ("call_soon", "timer_cancel", "sleep0")  # benchmarks/micro.py's na
 def measure_micro(repeat: int, ops: int, cpu: int | None) -> list[dict]:
     """micro.py's timings of OPERATIONS on aio and uv, ``repeat`` times interleaved, ``ops``
     operations each, on CPU ``cpu`` (None: where the scheduler puts us); ns per operation."""
-    loops = {"aio": AioLoop, "uv": UVLoop}
+    loops = {"aio": AioLoop, "uv": _STEPS["uv"].factory()}
     previous = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     if cpu is not None and previous is not None:
         os.sched_setaffinity(0, {cpu})
@@ -463,16 +487,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if UV_MISSING is not None:
-        raise SystemExit(f"uv_changes.py: tinyloop.uv is not available here: {UV_MISSING}")
-    if args.serve:
+    if args.serve:   # first: a variant's build must be chosen before tinyloop.uv is imported
         return serve(args.serve, args.app, args.port, args.profile_to)
+    missing = uv_missing()
+    if missing is not None:
+        raise SystemExit(f"uv_changes.py: tinyloop.uv is not available here: {missing}")
     base = QUICK if args.quick else DEFAULTS
     value = {key: getattr(args, key) if getattr(args, key) is not None else default
              for key, default in base.items()}
     command = display(["python", "benchmarks/uv_changes.py", *(sys.argv[1:] if argv is None else argv)])
     pinning = choose_pinning(args.no_pin)
     if args.profile:
+        prepare_builds(_names(args.profile, tuple(_STEPS), "step"))
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"])
                          for key in _names(args.profile, tuple(_STEPS), "step", in_given_order=True))
         text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
@@ -488,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 echo=echo.Settings(duration=value["echo_duration"], warmup=value["echo_warmup"],
                                    timeout=value["timeout"]),
                 warmup=value["warmup"])
+    prepare_builds(plan.steps)
     if plan.steps and ECHO_LOAD in plan.loads:
         failure = echo.prepare_client()
         if failure is not None:
@@ -513,8 +540,7 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)",
                      "micro_clock": "time.perf_counter (benchmarks/micro.py)"},
         "plan": {"steps": plan.steps, "loads": plan.loads},
-        "steps": {step.key: {"move": step.move, "loop": f"{step.loop.__module__}.{step.loop.__qualname__}",
-                             "doc": (step.loop.__doc__ or "").strip().split("\n")[0]}
+        "steps": {step.key: {"move": step.move, "loop": step.loop, "build": step.build or "installed"}
                   for step in STEPS if step.key in plan.steps},
         "loads": {name: LOAD_TITLES[name] for name in plan.loads},
         "rows": summarize(plan, records),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import trace_cost
+from benchmarks import trace_cost, uv_variants
 from tinyloop import stages
 from tinyloop.trace.recorder import Recorder
 
@@ -91,7 +91,7 @@ def test_the_uv_copy_without_sites_tests_no_flag() -> None:
         if path.suffix not in (".pyx", ".pxd"):
             continue
         source = path.read_text()
-        copy = trace_cost.without_sites(source)
+        copy = uv_variants.without_sites(source)
         changed += copy != source
         assert len(copy.splitlines()) == len(source.splitlines())
         for number, line in enumerate(copy.splitlines(), 1):
@@ -107,13 +107,13 @@ def test_the_uv_build_without_sites_records_nothing() -> None:
         pytest.skip(stages.get("uv").unavailable())
     program = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from benchmarks import trace_cost as t\n"
-        "t.use_build(t.build_uv(sites=False))\n"
+        "from benchmarks import trace_cost as t, uv_variants\n"
+        "uv_variants.use(t.uv_build('no hooks'))\n"
         "from tinyloop.trace.recorder import Recorder\n"
         "loop = t.make_loop('uv', 'recorder')\n"
         "recorder = loop._instrument.instruments[0]\n"
         "t.callbacks(loop, 50); loop.close()\n"
-        "import tinyloop.uv._loop as m; assert 'trace_cost' in m.__file__, m.__file__\n"
+        "import tinyloop.uv._loop as m; assert 'no-sites' in m.__file__, m.__file__\n"
         "print(sorted({e['name'] for e in recorder.events}))\n")
     done = subprocess.run([sys.executable, "-c", program, str(ROOT)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-1500:]

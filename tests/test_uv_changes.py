@@ -31,9 +31,15 @@ from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 
 SCRIPT = str(ROOT / "benchmarks" / "uv_changes.py")
 
-pytestmark = pytest.mark.skipif(uv_changes.UV_MISSING is not None,
-                                reason=f"tinyloop.uv is not built: {uv_changes.UV_MISSING}")
+UV_MISSING = uv_changes.uv_missing()
+pytestmark = pytest.mark.skipif(UV_MISSING is not None, reason=f"tinyloop.uv is not built: {UV_MISSING}")
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def variant_builds() -> None:
+    """The variant extensions, built once (a minute), before a server must start in seconds."""
+    uv_changes.prepare_builds([step.key for step in uv_changes.STEPS])
 
 
 @pytest.mark.timeout(60)
@@ -73,28 +79,46 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
     return accepted, client
 
 
-def test_each_step_is_the_loop_its_row_names() -> None:
-    from tinyloop.aio import selector_events
-    from tinyloop.uv import _loop
+# Run in a step's own process, on the step's build: the transport's class, and
+# whether a write() below the high-water mark waits for the end of the turn.
+_STEP_PROGRAM = """
+import asyncio, socket, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks import uv_changes, uv_variants
+step = uv_changes._STEPS[sys.argv[2]]
+if step.build:
+    uv_variants.use(step.build)
+loop = step.factory()()
+with socket.create_server(("127.0.0.1", 0)) as listener:
+    theirs = socket.create_connection(listener.getsockname())
+    ours, _ = listener.accept()
+transport = loop._make_socket_transport(ours, asyncio.Protocol())
+loop.run_until_complete(asyncio.sleep(0))  # connection_made
+transport.write(b"x")
+waiting = transport.get_write_buffer_size()
+transport.abort()
+loop.run_until_complete(asyncio.sleep(0))  # connection_lost runs
+loop.close(); theirs.close()
+print(type(transport).__name__, waiting)
+"""
 
-    expected = {"aio": selector_events._SelectorSocketTransport,
-                "uv/poll-transports": selector_events._SelectorSocketTransport,
-                "uv/no-batching": _loop.TCPTransport, "uv": _loop.TCPTransport}
+
+@pytest.mark.timeout(300)
+def test_each_step_is_the_loop_its_row_names() -> None:
+    # A write of one byte waits for the end of the turn only where writes are batched.
+    expected = {"aio": "_SelectorSocketTransport 0", "uv/poll-transports": "_SelectorSocketTransport 0",
+                "uv/no-batching": "TCPTransport 0", "uv": "TCPTransport 1"}
     assert [step.key for step in uv_changes.STEPS] == list(expected)
     for step in uv_changes.STEPS:
-        loop = step.loop()
-        ours, theirs = _tcp_pair()
-        try:
-            transport = loop._make_socket_transport(ours, asyncio.Protocol())
-            assert isinstance(transport, expected[step.key]), (step.key, type(transport))
-            if step.key.startswith("uv"):
-                assert loop._batch_writes is (step.key != "uv/no-batching"), step.key
-            transport.abort()
-            loop.run_until_complete(asyncio.sleep(0))  # connection_lost runs
-        finally:
-            loop.close()
-            ours.close()
-            theirs.close()
+        done = subprocess.run([sys.executable, "-c", _STEP_PROGRAM, str(ROOT), step.key],
+                              capture_output=True, text=True, timeout=280)
+        assert done.returncode == 0, done.stderr[-1500:]
+        assert done.stdout.strip() == expected[step.key], step.key
+
+
+def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
+    with pytest.raises(RuntimeError, match="no-batching"):
+        uv_changes._STEPS["uv/no-batching"].factory()
 
 
 @needs_wrk

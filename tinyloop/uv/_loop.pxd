@@ -43,7 +43,6 @@ cdef class Handle:
 cdef class TimerHandle(Handle):
     cdef readonly double _when
     cdef bint _in_heap
-    cdef uv.uv_timer_t* _uv_timer   # its own uv_timer_t, in the one-per-timer design
 
 
 cdef class UVPoll:
@@ -111,10 +110,8 @@ cdef class UVLoop:
     cdef int _flush_writes(self) except -1
     cdef void* _alloc_handle(self, size_t size) except NULL
 
-    cdef bint _timer_per_handle   # the design compared in the chapter: see timers.pyx
     cdef TimerHandle _call_at(self, double when, object callback, tuple args, object context)
     cdef _push_timer(self, TimerHandle timer)
-    cdef _start_own_timer(self, TimerHandle timer)
     cdef _arm_timer(self)
     cdef int _fire_timers(self) except -1
     cdef _clear_timers(self)

@@ -236,10 +236,6 @@ cdef void _on_walk_close(uv.uv_handle_t* handle, void* arg) noexcept with gil:
             (<TCPTransport>handle.data)._abandon()
         except BaseException:
             pass   # a warning turned into an error must not stop the close
-    elif handle.type == uv.UV_TIMER and handle.data is not NULL:
-        # A pending timer of the one-per-timer design: drop libuv's reference.
-        (<TimerHandle>handle.data)._uv_timer = NULL
-        Py_DECREF(<TimerHandle>handle.data)
     else:
         (<int*>arg)[0] += 1   # not a transport: one of ours that leaked
     _close_handle(handle)
@@ -268,7 +264,6 @@ cdef class UVLoop:
         self.uvloop.data = <void*>&self._live_handles
         self._polls = {}
         self._to_flush = []
-        self._timer_per_handle = bool(getattr(self, "_timers_per_handle", False))
         self._recv_buffer = <char*>PyMem_RawMalloc(READ_BUFFER_SIZE)
         if self._recv_buffer is NULL:
             raise MemoryError()
@@ -425,10 +420,7 @@ cdef class UVLoop:
         timer._when = when
         if self._debug:
             timer._source_traceback = _source_stack()
-        if self._timer_per_handle:
-            self._start_own_timer(timer)
-        else:
-            self._push_timer(timer)
+        self._push_timer(timer)
         return timer
 
     # -- The ready queue -----------------------------------------------------------------
@@ -537,20 +529,6 @@ cdef class UVLoop:
         timer._in_heap = True
         if self._heap[0].timer == <void*>timer:
             self._arm_timer()
-
-    cdef _start_own_timer(self, TimerHandle timer):
-        # The design we measured against (uvloop's): a uv_timer_t per timer,
-        # in libuv's own heap.  A malloc, an init and a start per call_later;
-        # a stop and a close (and a free one iteration later) per cancel.
-        cdef double delay
-        timer._uv_timer = <uv.uv_timer_t*>self._alloc_handle(sizeof(uv.uv_timer_t))
-        uv.uv_timer_init(self.uvloop, timer._uv_timer)
-        timer._uv_timer.data = <void*>timer
-        Py_INCREF(timer)   # libuv's: dropped when it fires or is cancelled
-        uv.uv_update_time(self.uvloop)
-        delay = timer._when - _now()
-        uv.uv_timer_start(timer._uv_timer, _on_own_timer,
-                          <uint64_t>ceil(delay * 1000.0) if delay > 0 else 0, 0)
 
     cdef _arm_timer(self):
         # Point the one uv_timer_t at the earliest deadline.

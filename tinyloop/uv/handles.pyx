@@ -146,8 +146,6 @@ cdef class TimerHandle(Handle):
             Handle.cancel(self)
             if self._in_heap:
                 self._loop._timer_cancelled(self)
-            elif self._uv_timer is not NULL:
-                _stop_own_timer(self)
 
     def __repr__(self):
         if self._cancelled:

@@ -73,14 +73,6 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
     the time.  Source of the contract: the asyncio docs, "Event Loop".
     """
 
-    # Whether TCP transports batch a turn's writes into one writev (tcp.pyx).
-    # A class attribute so that benchmarks/uv_changes.py can price the
-    # batching with a subclass that turns it off; nothing else should.
-    _batch_writes = True
-    # One uv_timer_t per call_later (uvloop's design) instead of one over a
-    # heap kept in C (ours); the same kind of switch, for the same benchmark.
-    _timers_per_handle = False
-
     def __init__(self, *, debug: bool | None = None) -> None:
         super().__init__(_NoSelector(), time.monotonic, debug=debug)
 

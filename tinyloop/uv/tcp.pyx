@@ -178,7 +178,6 @@ cdef class TCPTransport:
     cdef list _pending
     cdef Py_ssize_t _pending_size
     cdef bint _queued
-    cdef bint _batch              # batch writes per turn (the loop's _batch_writes)
     cdef bint _reading            # uv_read_start is in effect (and we hold a reference)
     cdef bint _paused
     cdef bint _closing
@@ -206,7 +205,6 @@ cdef class TCPTransport:
         self._sock = sock
         self._sock_fd = sock.fileno()
         self._pending = []
-        self._batch = loop._batch_writes
         self._high_water = DEFAULT_HIGH_WATER
         self._low_water = DEFAULT_HIGH_WATER // 4
         self.set_protocol(protocol)
@@ -415,7 +413,7 @@ cdef class TCPTransport:
         # exercise uv-write-batch: begin
         self._pending.append(data)
         self._pending_size += PyBytes_GET_SIZE(data)
-        if self._pending_size > self._high_water or not self._batch:
+        if self._pending_size > self._high_water:
             # Enough to fill a batch: send now rather than pause the
             # protocol for bytes the kernel would have taken at once.
             self._flush()

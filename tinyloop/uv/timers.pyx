@@ -18,9 +18,10 @@
 # callback one iteration later) per cancel, and a Python object kept alive
 # until that callback.  A request timeout is scheduled and cancelled once
 # per request, so that is the path to make cheap.  zuvloop keeps one native
-# heap behind one uv_timer_t; so do we.  The other design is here too,
-# behind Loop._timer_per_handle (off), so that chapters/libuv.md can measure
-# the two in the same build: _start_own_timer and _on_own_timer below.
+# heap behind one uv_timer_t; so do we.  The other design is not shipped:
+# benchmarks/uv_variants.py builds it, from a copy of these sources with
+# benchmarks/uv_patches/timer-per-handle.patch applied, for
+# chapters/libuv.md to measure the two.
 
 from libc.math cimport ceil
 
@@ -85,23 +86,3 @@ cdef void _on_timer(uv.uv_timer_t* handle) noexcept with gil:
             loop._instrument.timers_due(len(loop._ready) - queued, len(loop._ready))
     except BaseException as exc:
         loop._stash_error(exc)
-
-
-cdef void _on_own_timer(uv.uv_timer_t* handle) noexcept with gil:
-    # One-per-timer design: this timer's own uv_timer_t fired.
-    cdef TimerHandle timer = <TimerHandle>handle.data
-    Py_DECREF(timer)             # the reference taken in _start_own_timer
-    timer._uv_timer = NULL
-    _close_handle(<uv.uv_handle_t*>handle)
-    if not timer._cancelled:
-        timer._loop._ready.append(timer)
-        timer._loop._arm_idle()
-
-
-cdef _stop_own_timer(TimerHandle timer):
-    # One-per-timer design: cancel() stops and closes the timer's uv_timer_t.
-    cdef uv.uv_timer_t* handle = timer._uv_timer
-    timer._uv_timer = NULL
-    uv.uv_timer_stop(handle)
-    _close_handle(<uv.uv_handle_t*>handle)
-    Py_DECREF(timer)

@@ -1,0 +1,165 @@
+# benchmarks/uv_variants.py
+"""tinyloop.uv built from a changed copy of its sources: the variants the experiments price.
+
+    from benchmarks import uv_variants
+    uv_variants.use("no-batching")     # before anything imports tinyloop.uv
+    import tinyloop.uv                 # now runs the variant's extension
+
+The product ships no benchmark switch: a design an experiment compares
+against is built here, from a copy of tinyloop/uv's sources and setup.py,
+changed one way, with the shipped build's flags.  The variants:
+
+    shipped            the sources unchanged (a peer built beside the others,
+                       by the same compiler, so that only the change differs)
+    no-sites           every test of the instrument flag made the constant
+                       False, so the C compiler drops the hook sites
+                       (benchmarks/trace_cost.py's "no hooks")
+    no-batching        write() hands every write to uv_try_write at once
+                       (benchmarks/uv_patches/no-batching.patch;
+                       benchmarks/uv_changes.py's ``uv/no-batching``)
+    timer-per-handle   one uv_timer_t per call_later, in libuv's heap
+                       (uvloop's design; benchmarks/uv_patches/timer-per-handle.patch)
+
+Rules this module keeps:
+  * One builder for every experiment: a variant is a name and an edit of
+    the sources, nothing else.
+  * A patch applies exactly (``patch --fuzz=0``) or the build fails and
+    says so: a variant never silently measures the shipped code.
+  * Builds go to benchmarks/results/local/build/uv/VARIANT/ (ignored by
+    git) and are made under the shared build lock
+    (/tmp/tinyloop-uv-build.lock), held from the check to the stamp; a build
+    is reused while the sources, the patch and this file are unchanged.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness.output import LOCAL
+
+__all__ = ["BUILD", "VARIANTS", "build", "use", "use_build", "without_sites"]
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = LOCAL / "build" / "uv"
+PATCHES = Path(__file__).resolve().parent / "uv_patches"
+LOCK = "/tmp/tinyloop-uv-build.lock"
+
+# A read of the C flag (``loop._instrumented``, ``self._instrumented``, ...),
+# not its assignment in _sync_instrumented; and the check handle's copy of it.
+_FLAG_READ = re.compile(r"\b(?:\w+\.)+_instrumented\b(?!\s*=)")
+_STATE_READ = re.compile(r"\bstate\.instrumented\b")
+
+
+def without_sites(source: str) -> str:
+    """A .pyx/.pxd source with every test of the instrument flag made the constant false."""
+    return _STATE_READ.sub("0", _FLAG_READ.sub("False", source))
+
+
+# A variant's edit takes the copy's tinyloop/uv folder and changes it in place.
+def _rewrite(edit: Callable[[str], str]) -> Callable[[Path], None]:
+    def apply(package: Path) -> None:
+        for path in package.iterdir():
+            if path.suffix in (".pyx", ".pxd"):
+                path.write_text(edit(path.read_text()))
+    return apply
+
+
+def _patch(name: str) -> Callable[[Path], None]:
+    def apply(package: Path) -> None:
+        done = subprocess.run(["patch", "-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
+                               "-i", str(PATCHES / f"{name}.patch")],
+                              cwd=package.parent.parent, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"benchmarks/uv_patches/{name}.patch no longer applies to tinyloop/uv "
+                               f"(update the patch): {(done.stdout + done.stderr)[-800:]}")
+    return apply
+
+
+VARIANTS: dict[str, Callable[[Path], None]] = {
+    "shipped": lambda package: None,
+    "no-sites": _rewrite(without_sites),
+    "no-batching": _patch("no-batching"),
+    "timer-per-handle": _patch("timer-per-handle"),
+}
+
+
+def _sources() -> list[Path]:
+    uv = ROOT / "tinyloop" / "uv"
+    return sorted([*uv.glob("*.pyx"), *uv.glob("*.pxd")])
+
+
+def build(variant: str) -> Path:
+    """Build ``variant`` of tinyloop.uv._loop (a key of VARIANTS); returns the extension's path.
+
+    Copies tinyloop/uv/*.pyx, *.pxd and setup.py under BUILD/VARIANT, edits
+    the copy, and runs ``setup.py build_ext --inplace`` there.  Skipped when
+    a build of the same inputs is there.  Raises KeyError for an unknown
+    variant, RuntimeError if the patch or the build fails.
+    """
+    edit = VARIANTS[variant]
+    sources = _sources()
+    inputs = [*sources, ROOT / "setup.py", Path(__file__).resolve(), *sorted(PATCHES.glob("*.patch"))]
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
+    build_dir = BUILD / variant
+    stamp = build_dir / "sources.sha256"
+    wanted = build_dir / "tinyloop" / "uv" / f"_loop{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # flock(1)'s lock: the product's rebuilds wait too
+        if wanted.exists() and stamp.exists() and stamp.read_text() == digest:
+            return wanted
+        if build_dir.exists():
+            shutil.rmtree(build_dir)
+        package = build_dir / "tinyloop" / "uv"
+        package.mkdir(parents=True)
+        (build_dir / "tinyloop" / "__init__.py").write_text("")
+        (package / "__init__.py").write_text("")
+        shutil.copy(ROOT / "setup.py", build_dir / "setup.py")
+        for source in sources:
+            shutil.copy(source, package / source.name)
+        edit(package)
+        done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"],
+                              cwd=build_dir, capture_output=True, text=True)
+        if done.returncode or not wanted.exists():
+            raise RuntimeError(f"the uv build in {build_dir} failed: {(done.stderr or done.stdout)[-800:]}")
+        stamp.write_text(digest)
+    return wanted
+
+
+class _Redirect:
+    """A meta-path finder that loads ``tinyloop.uv._loop`` from another file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "tinyloop.uv._loop":
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path)
+
+
+def use_build(path: Path) -> None:
+    """Make ``import tinyloop.uv`` load the extension at ``path``; before any import of it.
+
+    Raises RuntimeError if tinyloop.uv._loop is imported already.
+    """
+    if "tinyloop.uv._loop" in sys.modules:
+        raise RuntimeError("tinyloop.uv._loop is already imported")
+    sys.meta_path.insert(0, _Redirect(path))
+
+
+def use(variant: str) -> Path:
+    """Build ``variant`` (see build) and make this process's ``import tinyloop.uv`` load it; its path."""
+    path = build(variant)
+    use_build(path)
+    return path
