@@ -1,12 +1,13 @@
 # benchmarks/limits.py
 """What each stage does when it runs out of file descriptors.
 
-    python benchmarks/limits.py                          every stage of this checkout: the table
-    python benchmarks/limits.py --stages epoll,epoll-et  some stages
+    python -m benchmarks.limits                          every stage of this checkout: the table
+    python -m benchmarks.limits --quick                  three stages, short windows: a look
+    python -m benchmarks.limits --stages epoll,epoll-et  some stages
     git worktree add /tmp/before COMMIT                  the servers as they were before a change...
-    python benchmarks/limits.py --before /tmp/before \\
-        --json benchmarks/results/limits.json --table benchmarks/results/limits.txt
-                                                         ...measured beside this checkout's
+    python -m benchmarks.limits --before /tmp/before --reference
+                                                         ...measured beside this checkout's: the book's
+                                                         benchmarks/results/limits.json and .txt
 
 For each stage, a server starts with a soft RLIMIT_NOFILE of ``--limit``
 (set in the child by ``tinyloop.testing.ServerProcess``), one keep-alive
@@ -46,18 +47,15 @@ import socket
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import ROOT
+from tinyloop import stages
+from tinyloop.testing import ServerProcess, recv_response
 
-from benchmarks.harness.machine import fingerprint  # noqa: E402
-from tinyloop import stages  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
-
-SCHEMA = "tinyloop-limits/1"
+SCHEMA = experiment.SCHEMA
+QUICK_STAGES = ("epoll", "coroutines", "aio")
 GET = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n"
 TIMEOUT = 5.0
 
@@ -158,23 +156,23 @@ def cells(record: dict | None) -> str:
     return f"{cpu:>12} {keeper:>9} {new:>10}"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stages", help="comma-separated stage names (default: every stage)")
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment.parser("limits", __doc__, repeat=None, pin=False, aliases=("--json",))
+    parser.add_argument("--stages", help="comma-separated stage names (default: every stage; --quick: "
+                                         f"{','.join(QUICK_STAGES)})")
     parser.add_argument("--before", type=Path, help="also run the servers of this checkout (a git worktree)")
     parser.add_argument("--limit", type=int, default=64, help="the servers' RLIMIT_NOFILE (default 64)")
-    parser.add_argument("--window", type=float, default=2.0, help="seconds of CPU measurement (default 2)")
-    parser.add_argument("--asks", type=int, default=20, help="keep-alive requests while full (default 20)")
+    parser.add_argument("--window", type=float, help="seconds of CPU measurement (default 2; --quick 0.5)")
+    parser.add_argument("--asks", type=int, help="keep-alive requests while full (default 20; --quick 3)")
     parser.add_argument("--recovery", type=float, default=5.0,
                         help="seconds a new client may wait after the others leave (default 5)")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    names = args.stages.split(",") if args.stages else [stage.name for stage in stages.STAGES]
+    args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "limits.json")
+    args.window = args.window or (0.5 if args.quick else 2.0)
+    args.asks = args.asks or (3 if args.quick else 20)
+    names = (args.stages.split(",") if args.stages else
+             list(QUICK_STAGES) if args.quick else [stage.name for stage in stages.STAGES])
+    clock = experiment.Clock()
     rows = []
     for name in names:
         row: dict[str, object] = {"stage": name}
@@ -182,24 +180,16 @@ def main(argv: list[str] | None = None) -> int:
             row["before"] = run_one(name, args.before.resolve(), args)
         row["after"] = run_one(name, ROOT, args)
         rows.append(row)
-        print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'stage'})}", file=sys.stderr)
-    data = {
-        "schema": SCHEMA,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": fingerprint(),
-        "settings": {"limit": args.limit, "window": args.window, "asks": args.asks,
-                     "recovery": args.recovery,
-                     "cpu": "utime + stime from /proc/PID/stat over the window, divided by its wall time",
-                     "before": str(args.before) if args.before else None},
-        "rows": rows,
-    }
-    table = render(data)
-    print(table, end="")
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-    if args.table:
-        args.table.write_text(table)
-    print(conclusion(data))
+        print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'stage'})}", flush=True)
+    data = experiment.document(
+        "limits", sys.argv[1:] if argv is None else argv, clock,
+        settings={"quick": args.quick, "limit": args.limit, "window": args.window, "asks": args.asks,
+                  "recovery": args.recovery,
+                  "cpu": "utime + stime from /proc/PID/stat over the window, divided by its wall time",
+                  "before": str(args.before) if args.before else None})
+    data.update(rows=rows, elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 
@@ -208,8 +198,11 @@ def conclusion(data: dict) -> str:
     def fine(side: dict) -> bool:
         return side.get("status") == "ok" and bool(side.get("alive")) and side.get("new_client_s") is not None
     rows = data["rows"]
+    after = f"{sum(fine(row['after']) for row in rows)} of {len(rows)} stages recovered"
+    if not any("before" in row for row in rows):
+        return f"at the descriptor limit: {after}"
     return (f"at the descriptor limit: {sum(fine(row['before']) for row in rows)} of {len(rows)} stages "
-            f"recovered before, {sum(fine(row['after']) for row in rows)} of {len(rows)} after")
+            f"recovered before, {after} after")
 
 
 if __name__ == "__main__":

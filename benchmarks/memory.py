@@ -1,10 +1,10 @@
 # benchmarks/memory.py
 """What does a connection cost in memory?  Server RSS with 0, 1,000 and 10,000 idle connections.
 
-    python benchmarks/memory.py                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
-    python benchmarks/memory.py --quick          0 and 1000 connections, one repetition: plumbing only
-    python benchmarks/memory.py --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
-    python benchmarks/memory.py --render         rewrite the table from the saved JSON (--reference: the book's)
+    python -m benchmarks.memory                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
+    python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
+    python -m benchmarks.memory --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
+    python -m benchmarks.memory --render         rewrite the table from the saved JSON (--reference: the book's)
 
 For each server and each count N, the server is started fresh, answers one
 request on a connection of its own (so what the first request allocates,
@@ -28,10 +28,7 @@ memory.md, whose table the chapter includes.  Loopback only; every wait is bound
 and every socket closed before the next run.
 """
 
-# Rules this file keeps (the main harness's, benchmarks/run.py):
-#   * A fresh server per run, stopped in ``finally``; repetitions are
-#     interleaved (every server once, then again), and each figure is the
-#     median of the repetitions that succeeded.
+# Rules this file keeps (the harness's, benchmarks/harness/, plus):
 #   * RSS is the kernel's VmRSS (/proc/PID/status), read with
 #     ServerProcess.rss_bytes; the connections come from
 #     tinyloop.testing.Crowd, one thread and selectors, in this process.
@@ -43,30 +40,24 @@ and every socket closed before the next run.
 
 from __future__ import annotations
 
-import argparse
 import json
-import resource
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import fingerprint  # noqa: E402
-from benchmarks import servers  # noqa: E402
-from tinyloop import stages  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import Crowd, ServerProcess, http_get  # noqa: E402
+from benchmarks import servers
+from benchmarks.harness import experiment, output
+from benchmarks.harness import render as render_table
+from benchmarks.harness.process import raise_nofile
+from benchmarks.harness.summary import slope
+from tinyloop import stages
+from tinyloop.http import HELLO
+from tinyloop.testing import Crowd, ServerProcess, http_get
 
 __all__ = ["COUNTS", "SERVERS", "main", "measure", "render", "slope"]
 
-SCHEMA = 1
+SCHEMA = experiment.SCHEMA
 SERVERS = ("aio", "uv", "asyncio-protocol", "uvloop-protocol")
 COUNTS = (0, 1000, 10_000)
 QUICK_COUNTS = (0, 1000)
@@ -76,31 +67,11 @@ TIMEOUT = 60.0      # seconds for each step (start, open, a round of requests)
 ROOM = 1024         # descriptors beyond the connections, per process
 
 
-def slope(points: list[tuple[int, float]]) -> float | None:
-    """The least-squares slope of ``points`` (N, bytes): bytes per connection; None for < 2 counts."""
-    if len({n for n, _ in points}) < 2:
-        return None
-    mean_n = statistics.fmean(n for n, _ in points)
-    mean_r = statistics.fmean(r for _, r in points)
-    return (sum((n - mean_n) * (r - mean_r) for n, r in points)
-            / sum((n - mean_n) ** 2 for n, _ in points))
-
-
 def _server(name: str) -> servers.Server:
     try:
         return servers.stage_server(stages.get(name))
     except KeyError:
         return servers.peer_server(name)
-
-
-def _raise_nofile(need: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE toward ``need``; return the soft limit now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    return soft
 
 
 def measure(server: servers.Server, counts: list[int]) -> dict[str, Any]:
@@ -113,7 +84,8 @@ def measure(server: servers.Server, counts: list[int]) -> dict[str, Any]:
         process.start()
         status, body = http_get(process.address, timeout=TIMEOUT)
         if (status, body) != (200, HELLO):
-            return {"error": f"the warm-up request got {status} {body[:40]!r}"}
+            return {"status": "error", "note": f"the warm-up request got {status} {body[:40]!r}",
+                    "error": f"the warm-up request got {status} {body[:40]!r}"}
         with Crowd(process.address, timeout=TIMEOUT) as crowd:
             for count in counts:
                 if count > len(crowd):
@@ -121,16 +93,18 @@ def measure(server: servers.Server, counts: list[int]) -> dict[str, Any]:
                     answers = crowd.ask()
                     wrong = sum(answer != (200, HELLO) for answer in answers)
                     if wrong:
-                        return {"error": f"{wrong} of {count} connections were not answered"}
+                        why = f"{wrong} of {count} connections were not answered"
+                        return {"status": "error", "note": why, "error": why}
                 time.sleep(SETTLE)
                 rss[str(count)] = process.rss_bytes()
                 fds[str(count)] = process.fd_count()
     except (OSError, RuntimeError, TimeoutError) as error:
-        return {"error": f"{type(error).__name__}: {error}"}
+        why = f"{type(error).__name__}: {error}"
+        return {"status": "error", "note": why, "error": why}
     finally:
         if process.proc is not None:
             process.stop()
-    return {"rss": rss, "fds": fds}
+    return {"status": "ok", "rss": rss, "fds": fds}
 
 
 def summarize(runs: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
@@ -154,59 +128,47 @@ def render(data: dict[str, Any]) -> str:
     """The Markdown table (benchmarks/results/memory.md) from the JSON's ``data``."""
     counts = data["counts"]
     lines = []
-    if data.get("quick"):
+    if data["settings"]["quick"]:
         lines += ["*A `--quick` plumbing run: one repetition, up to "
                   f"{max(counts):,} connections. The book's figures come from the full run "
-                  "(`python benchmarks/memory.py`).*", ""]
+                  "(`python -m benchmarks.memory`).*", ""]
     lines += [f"Server resident memory (VmRSS, MiB) with N idle keep-alive connections, each "
-              f"having served one request; median of {data['repeat']} interleaved run(s), a fresh "
+              f"having served one request; median of {data['settings']['repeat']} interleaved run(s), a fresh "
               "server each. Bytes per connection is the least-squares slope of RSS against N.", ""]
     header = ["server", "what it is", *(f"RSS at {n:,}" for n in counts), "bytes per connection"]
-    lines += ["| " + " | ".join(header) + " |",
-              "| " + " | ".join(["---", "---", *["--:"] * (len(counts) + 1)]) + " |"]
+    rows = []
     for row in data["servers"]:
         result = data["results"].get(row["name"], {})
         if row["skipped"] or result.get("error"):
             why = row["skipped"] or result["error"]
-            lines.append(f"| `{row['name']}` | {row['summary']} (*not measured: {why}*) | "
-                         + " | ".join(["–"] * (len(counts) + 1)) + " |")
+            rows.append([f"`{row['name']}`", f"{row['summary']} (*not measured: {why}*)",
+                         *["–"] * (len(counts) + 1)])
             continue
         per = result["bytes_per_connection"]
-        cells = [_mib(result["rss"].get(str(n))) for n in counts]
-        lines.append(f"| `{row['name']}` | {row['summary']} | " + " | ".join(cells)
-                     + f" | {'–' if per is None else f'{per:,.0f}'} |")
+        rows.append([f"`{row['name']}`", row["summary"], *(_mib(result["rss"].get(str(n))) for n in counts),
+                     "–" if per is None else f"{per:,.0f}"])
+    lines += render_table.markdown(header, rows)
     for note in data.get("notes", []):
         lines += ["", f"*{note}*"]
-    lines += ["", f"Command: `{data['command']}`; Python {data['machine'].get('python', '?')}, "
-              f"{data['machine'].get('cpu_model', '?')}."]
+    lines += ["", f"Command: `{data['command']}`; {render_table.describe_machine(data)}."]
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False, aliases=("--json",))
     parser.add_argument("--servers", help=f"comma-separated (default: {','.join(SERVERS)})")
     parser.add_argument("--counts", help=f"comma-separated connection counts (default: "
-                                         f"{','.join(map(str, COUNTS))}; 0 is always measured)")
-    parser.add_argument("--repeat", type=int, help=f"interleaved repetitions (default {REPEAT})")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"counts {','.join(map(str, QUICK_COUNTS))}, one repetition: plumbing only")
-    output.add_arguments(parser, "memory.json", "--json")  # the Markdown table goes beside it, .md
+                                         f"{','.join(map(str, COUNTS))}; --quick {','.join(map(str, QUICK_COUNTS))}; "
+                                         "0 is always measured)")
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     args = parser.parse_args(argv)
     if args.render and args.reference:
         args.out, args.reference = output.RESULTS / "memory.json", False  # re-render the book's table
-    args.json = output.json_path(parser, args, "memory.json")
-    args.table = args.json.with_suffix(".md")
+    out = output.json_path(parser, args, "memory.json")
     if args.render:
-        output.write_text(render(json.loads(args.json.read_text(encoding="utf-8"))), args.table)
-        print(f"wrote {output.relative(args.table)}")
+        table = output.write_text(render(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
+        print(f"wrote {output.relative(table)}")
         return 0
     names = args.servers.split(",") if args.servers else list(SERVERS)
     known = [stage.name for stage in stages.STAGES] + [peer.name for peer in servers.PEERS]
@@ -216,14 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                     else set(QUICK_COUNTS if args.quick else COUNTS))
     repeat = args.repeat or (1 if args.quick else REPEAT)
     notes = []
-    limit = _raise_nofile(max(counts) + ROOM)
+    limit = raise_nofile(max(counts) + ROOM)
     fitting = [n for n in counts if n + ROOM <= limit]
     if fitting != counts:
         notes.append(f"left out: {', '.join(f'{n:,}' for n in counts if n not in fitting)} connections "
                      f"(the descriptor limit here is {limit:,}; ulimit -Hn raises it)")
         counts = fitting
-
-    rows, plan = [], []
+    rows, ready = [], []
     for name in names:
         server = _server(name)
         note = servers.prepare(server)
@@ -231,38 +192,21 @@ def main(argv: list[str] | None = None) -> int:
         if note:
             print(f"skip {name}: {note}", flush=True)
         else:
-            plan.append(server)
-    runs: dict[str, list[dict[str, Any]]] = {server.name: [] for server in plan}
-    started = time.monotonic()
-    for rep in range(repeat):
-        for server in plan:
-            record = measure(server, counts)
-            runs[server.name].append(record)
-            shown = record.get("error") or ", ".join(
-                f"{n}: {_mib(record['rss'][str(n)])} MiB" for n in counts)
-            print(f"[{rep + 1}/{repeat}] {server.name}: {shown}", flush=True)
-
-    command = "python benchmarks/memory.py" + ("" if argv is None and len(sys.argv) == 1
-                                               else " " + " ".join(sys.argv[1:] if argv is None else argv))
-    data = {
-        "schema": SCHEMA,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "quick": bool(args.quick),
-        "command": command,
-        "seconds": round(time.monotonic() - started, 1),
-        "machine": fingerprint(),
-        "counts": counts,
-        "repeat": repeat,
-        "servers": rows,
-        "results": {name: {**summarize(records, counts), "runs": records}
-                    for name, records in runs.items()},
-        "notes": notes,
-    }
-    output.write_json(data, args.json)
-    output.write_text(render(data), args.table)
-    print(render(data))
-    print(f"wrote {output.relative(args.json)} and {output.relative(args.table)} in {data['seconds']:.0f} s")
-    print(conclusion(data))
+            ready.append(server)
+    clock = experiment.Clock()
+    records = experiment.interleave(
+        ready, repeat, lambda server: {"server": server.name, **measure(server, counts)},
+        lambda server: server.name,
+        lambda record: ", ".join(f"{n}: {_mib(record['rss'][str(n)])} MiB" for n in counts))
+    data = experiment.document("memory", sys.argv[1:] if argv is None else argv, clock,
+                               settings={"quick": args.quick, "repeat": repeat, "counts": counts,
+                                         "settle_s": SETTLE, "rss": "VmRSS, /proc/PID/status"})
+    data.update(counts=counts, servers=rows, notes=notes, elapsed_s=clock.elapsed(),
+                results={server.name: {**summarize([r for r in records if r["server"] == server.name], counts),
+                                       "runs": [r for r in records if r["server"] == server.name]}
+                         for server in ready})
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
     return 0
 
 

@@ -1,7 +1,7 @@
 # benchmarks/report.py
 """Turn the harness's JSON into tables and plots: the one reader of the results.
 
-    python benchmarks/report.py [JSON] [--plot OUT.png] [--loads L] [--markdown OUT.md]
+    python -m benchmarks.report [JSON] [--plot OUT.png] [--loads L] [--markdown OUT.md]
 
 prints the tables of a saved run (default: your last run,
 benchmarks/results/local/latest.json, else the book's reference run,
@@ -12,16 +12,19 @@ no I/O, no matplotlib (``plot`` imports it when called, and draws with the
 Agg canvas, never a window).  It reads the JSON alone and needs nothing else
 from the project.
 
-The JSON (schema 1), as benchmarks/run.py writes it::
+The JSON (schema 1), as ``python -m benchmarks.run`` writes it (its head,
+schema to load_average, is every experiment's: benchmarks/harness/experiment.py)::
 
     schema      1
     date        ISO 8601, UTC
     command     the command line that produced it
     machine     cpu_model, cpus, cpus_usable, memory_gib, os, system, kernel, machine, python
     tools       ab, wrk, go, node, cc, taskset, uvloop, matplotlib: version strings (None: absent)
-    pinning     enabled, tool, server_cpus, load_cpus, harness_cpus, reason
+    pinning     enabled, tool, server_cpus, load_cpus, harness_cpus, reason, realtime
     settings    quick, repeat, requests {load: N}, warmup_requests, duration_s, socket_timeout_s,
-                run_timeout_s, cpu_source, order
+                run_timeout_s, cpu_source, order, noise
+    load_average  [at the start, at the end]: other work on the machine (1-minute load average)
+    conclusion  the run in one line
     baseline    the server every ratio divides by ("asyncio-protocol"), or None
     loads       [{name, tool, title, measures, concurrency, keepalive, requests,
                   duration_s, command, and pipeline (requests per write) for
@@ -59,11 +62,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks.harness.summary import NOISE, is_noisy  # noqa: E402  (the one noise rule)
+from benchmarks.harness import render
+from benchmarks.harness.render import align, describe_machine
+from benchmarks.harness.summary import NOISE, is_noisy  # the one noise rule
 
 __all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "align", "describe_machine", "footnotes", "format_text", "load",
            "markdown", "noisy", "plot", "server_names", "spread", "table"]
@@ -111,26 +112,6 @@ def load(path: str | Path | None = None) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a tinyloop benchmark JSON of schema {SCHEMA}")
     return data
-
-
-def describe_machine(data: dict) -> str:
-    """One line saying where and how the numbers were measured (for captions).
-
-    ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython 3.11.2; server on CPU 0, load on
-    CPU 1; median of 3; 2026-01-31"``.
-    """
-    machine = data.get("machine", {})
-    pinning = data.get("pinning", {})
-    settings = data.get("settings", {})
-    parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
-             f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
-    where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
-             if pinning.get("enabled") else "unpinned")
-    repeat = settings.get("repeat")
-    how = f"median of {repeat}" if repeat and repeat > 1 else "1 run"
-    if settings.get("quick"):
-        how += " (--quick: a smoke test, not a measurement)"
-    return f"{', '.join(p for p in parts if p)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
 
 
 def server_names(data: dict, load_name: str | None = None) -> list[str]:
@@ -287,17 +268,6 @@ def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> l
     return notes
 
 
-def align(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A plain-text table: the first column left-aligned, the others right-aligned."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for row in [header, *rows]:
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return lines
-
-
 def format_text(data: dict, load_names: list[str] | None = None) -> str:
     """Every load's table for a terminal, each with its notes, then the general footnotes."""
     out = [f"tinyloop benchmarks: {describe_machine(data)}"]
@@ -335,10 +305,7 @@ def markdown(data: dict, load_names: list[str] | None = None) -> str:
         if load_names is not None and entry["name"] not in load_names:
             continue
         header, rows = table(data, entry["name"], ratios=baseline is not None)
-        out += [f"**{entry['name']}**: {entry['title']}", "",
-                "| " + " | ".join(header) + " |",
-                "|---|" + "---:|" * (len(header) - 1)]
-        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows)]
         out += ["", f"Command: `{entry['command']}`", ""]
         out += [f"- {note}" for note in footnotes(data, entry["name"])]
     keys = (["ratio"] if baseline else []) + ["latency", "cpu", "failed"]
@@ -420,7 +387,7 @@ def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="benchmarks/report.py", description="Print a saved run's tables.")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description="Print a saved run's tables.")
     parser.add_argument("json", nargs="?", type=Path, default=None,
                         help="results file (default: your last run, benchmarks/results/local/latest.json, "
                              "else the book's reference run, benchmarks/results/latest.json)")
@@ -433,10 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = load(args.json)
     except FileNotFoundError:
-        print(f"report.py: {args.json} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
+        print(f"report: {args.json} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
         return 1
     except ValueError as error:
-        print(f"report.py: {error}", file=sys.stderr)
+        print(f"report: {error}", file=sys.stderr)
         return 1
     print(f"results: {args.json}")
     print(format_text(data, args.loads.split(",") if args.loads else None))

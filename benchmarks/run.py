@@ -1,39 +1,27 @@
 # benchmarks/run.py
 """Measure every stage's server and the peers under ab and wrk.
 
-    python benchmarks/run.py                     every stage, every peer, 3 loads, 3 repetitions
-    python benchmarks/run.py --quick             a smoke run: tiny loads, 1 repetition
-    python benchmarks/run.py --stages epoll,poll --peers asyncio-protocol --loads ab-close
-    python benchmarks/run.py --list              what can run here, and why not the rest
-    python benchmarks/run.py --loads wrk-pipeline   Japronto's load: 24 requests pipelined per write
+    python -m benchmarks.run                     every stage, every peer, 3 loads, 3 repetitions
+    python -m benchmarks.run --quick             a smoke run: tiny loads, 1 repetition
+    python -m benchmarks.run --stages epoll,poll --peers asyncio-protocol --loads ab-close
+    python -m benchmarks.run --list              what can run here, and why not the rest
+    python -m benchmarks.run --loads wrk-pipeline   Japronto's load: 24 requests pipelined per write
 
 Writes benchmarks/results/local/latest.json (and a timestamped copy under
 benchmarks/results/local/runs/), prints one table per load with each row's
-spread, and draws benchmarks/results/local/latest.png.  That directory is
-ignored by git: a run dirties nothing.  The book shows the committed
-reference run, benchmarks/results/latest.json, which only ``--reference``
-(a maintainer refreshing it on purpose) overwrites.
-``python benchmarks/report.py`` prints the tables again from a saved JSON.
+spread, and draws benchmarks/results/local/latest.png.  The book shows the
+committed reference run, benchmarks/results/latest.json, which only
+``--reference`` overwrites.  ``python -m benchmarks.report`` prints the
+tables again from a saved JSON.
 """
 
-# Rules this file keeps:
+# Rules this file keeps (the harness's, benchmarks/harness/, plus):
 #
-#   * Repetitions are interleaved: repetition 1 runs every load on every
-#     server, then repetition 2 does it again, and so on.  Whatever drifts on
-#     the machine while we measure (a cron job, thermal throttling) then
-#     spreads over every server instead of landing on one.  Each figure
-#     reported is the median of the repetitions, with its spread (min and
-#     max); a row whose repetitions differ by more than NOISE (25%)
-#     is flagged noisy, in the JSON and in the tables.
-#   * A user's run writes under benchmarks/results/local/ (ignored by git);
-#     the committed reference results change only with --reference.
 #   * Every run gets a fresh server process: started, warmed up with GET /
 #     on one keep-alive connection (the first answer also says it is up),
 #     loaded once, stopped.  No run inherits another's connections or memory.
-#   * With two or more CPUs the server runs on one and the load generator on
-#     another (taskset), so they never take turns on the same core.  On a
-#     two-core machine the load generator is then the first to saturate, which
-#     is why the table's headline figure is CPU time per request (see
+#   * On a two-core machine the load generator is the first to saturate,
+#     which is why the table's headline figure is CPU time per request (see
 #     report.FOOTNOTES).
 #   * Nothing hangs and nothing is left behind: the tools have time-outs
 #     (benchmarks/loads.py), servers are stopped in ``finally`` blocks, and a
@@ -48,30 +36,21 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import loads, report, servers  # noqa: E402
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.output import LOCAL as LOCAL_DIR  # noqa: E402
-from benchmarks.harness.output import RESULTS, minutes, relative, write_json  # noqa: E402
-from benchmarks.harness.process import (CPU_SOURCE, choose_names, choose_pinning, cpu_seconds,  # noqa: E402
-                                        warm_up)
-from benchmarks.harness.summary import is_noisy, median  # noqa: E402
-from benchmarks.loads import Load, Settings  # noqa: E402
-from benchmarks.servers import Server  # noqa: E402
-from tinyloop import stages  # noqa: E402
-from tinyloop.testing import recv_response  # noqa: E402
+from benchmarks import loads, report, servers
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import display
+from benchmarks.harness.output import RESULTS, relative
+from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds, warm_up
+from benchmarks.loads import Load, Settings
+from benchmarks.servers import Server
+from tinyloop import stages
+from tinyloop.testing import recv_response
 
 REFERENCE = RESULTS / "latest.json"     # the book's, committed; only --reference writes it
-LOCAL = LOCAL_DIR / "latest.json"        # a user's run: ignored by git
-SCHEMA = 1
+LOCAL = output.LOCAL / "latest.json"      # a user's run: ignored by git
+SCHEMA = experiment.SCHEMA
 
 # Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
 # takes about ten minutes on a 2-core machine; --quick is for tests.
@@ -80,9 +59,6 @@ DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
          "socket_timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
 
-# Rough speeds for the estimate printed at start (a Python stage on one core).
-_ESTIMATE_RPS = {"ab-close": 4000, "ab-keepalive": 12000, "warm-up": 8000}
-_ESTIMATE_OVERHEAD = 0.3  # seconds to start, warm up and stop a server
 
 
 # --- choosing what to run -------------------------------------------------
@@ -109,19 +85,15 @@ def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = experiment.parser("run", __doc__, repeat=DEFAULTS["repeat"], results="NAME.json")
     stage_names = ", ".join(stage.name for stage in stages.STAGES)
     peer_names = ", ".join(peer.name for peer in servers.PEERS)
     load_names = ", ".join(load.name for load in loads.LOADS if load.default)
     extra_loads = ", ".join(load.name for load in loads.LOADS if not load.default)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny loads, one repetition, short time-outs: a smoke test, not a measurement")
     parser.add_argument("--stages", help=f"comma list, 'all' or 'none' (default all: {stage_names})")
     parser.add_argument("--peers", help=f"comma list, 'all' or 'none' (default all but stall: {peer_names})")
     parser.add_argument("--loads", help=f"comma list, or 'all' (default: {load_names}; "
                                         f"only when named, or with 'all': {extra_loads})")
-    parser.add_argument("--repeat", type=int, help="repetitions, interleaved (default 3; --quick 1)")
     parser.add_argument("--requests", help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M "
                                            f"(default ab-close={DEFAULTS['ab-close']},"
                                            f"ab-keepalive={DEFAULTS['ab-keepalive']})")
@@ -134,13 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int,
                         help="requests sent on one keep-alive connection before each load, not measured "
                              f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
-    output.add_arguments(parser, "NAME.json")  # and its plot; a timestamped copy goes to runs/ beside it
     parser.add_argument("--name", default="latest",
                         help="the results' file name without .json (default latest; the book's pipelined "
                              "table is --loads wrk-pipeline --name pipeline)")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
     parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
     parser.add_argument("--syscalls", action="store_true",
                         help="afterwards, count system calls per request on the same servers under strace, "
@@ -274,65 +244,17 @@ FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")
 
 
 def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dict]]:
-    """Fold the run records into ``{load: {server: summary}}``.
-
-    A summary's figures (FIGURES, ``completed``, ``newcomer_ms``) are medians over the
-    runs whose status is ``"ok"``; ``spread`` holds each FIGURES' ``[min, max]``
-    over those runs, and ``noisy`` is true when two or more of them differ by
-    more than ``NOISE`` in req/s or CPU µs/req; ``failed`` is the sum
-    over every run.
-    ``status`` is ``"ok"`` when every run was, the failing runs' status when
-    none was, and ``"partial"`` in between.  ``ratio`` divides each figure by
-    the ``baseline`` server's in the same load (None where either is missing).
-    """
-    grouped: dict[str, dict[str, list[dict]]] = {}
-    for run in runs:
-        grouped.setdefault(run["load"], {}).setdefault(run["server"], []).append(run)
-    results: dict[str, dict[str, dict]] = {}
-    for load_name, by_server in grouped.items():
-        table: dict[str, dict] = {}
-        for server_name, server_runs in by_server.items():
-            ok = [run for run in server_runs if run["status"] == "ok"]
-            bad = [run for run in server_runs if run["status"] != "ok"]
-            summary: dict = {"runs": len(server_runs), "ok_runs": len(ok)}
-            for figure in (*FIGURES, "completed", "newcomer_ms"):
-                summary[figure] = median([run[figure] for run in ok])
-            summary["spread"] = {}
-            for figure in FIGURES:
-                values = [run[figure] for run in ok if run[figure] is not None]
-                summary["spread"][figure] = [min(values), max(values)] if values else None
-            summary["noisy"] = len(ok) >= 2 and any(
-                is_noisy(low_high)
-                for figure, low_high in summary["spread"].items() if figure in ("rps", "cpu_us_per_req"))
-            failed = [run["failed"] for run in server_runs if run["failed"] is not None]
-            summary["failed"] = sum(failed) if failed else None
-            if not bad:
-                summary["status"], summary["note"] = "ok", None
-            else:
-                summary["status"] = bad[0]["status"] if not ok else "partial"
-                kinds = sorted({run["status"] for run in bad})
-                notes = sorted({run["note"] for run in bad if run["note"]})
-                summary["note"] = (f"{len(bad)} of {len(server_runs)} runs: {', '.join(kinds)}"
-                                   + (f" ({'; '.join(notes)})" if notes else ""))
-            table[server_name] = summary
-        base = table.get(baseline) if baseline else None
-        for summary in table.values():
-            summary["ratio"] = {
-                figure: (summary[figure] / base[figure]
-                         if base and summary[figure] is not None and base[figure] else None)
-                for figure in FIGURES}
-        results[load_name] = table
-    return results
+    """``{load: {server: summary}}``: the harness's one fold (experiment.fold) of FIGURES,
+    ``completed`` and ``newcomer_ms``; req/s and CPU µs/req decide whether a row is noisy,
+    and ``ratio`` divides FIGURES by the ``baseline`` server's in the same load."""
+    return experiment.fold(runs, "load", "server", (*FIGURES, "completed", "newcomer_ms"),
+                           deciding=("rps", "cpu_us_per_req"), baseline=baseline, ratios=FIGURES)
 
 
 # --- the whole run ------------------------------------------------------
 
-def _progress(index: int, total: int, rep: int, repeat: int, record: dict, width: int) -> str:
-    """``[ 7/66] rep 1/3 epoll ab-close ... 8123 req/s p99 3.1 ms cpu 95 µs/req``"""
-    head = (f"[{index:>{len(str(total))}}/{total}] rep {rep}/{repeat} "
-            f"{record['server']:<{width}} {record['load']:<12} ...")
-    if record["status"] != "ok":
-        return f"{head} {record['status'].upper()}: {record['note']}"
+def _show(record: dict) -> str:
+    """``8123 req/s p99 3.1 ms cpu 95 µs/req``"""
     parts = [f"{record['rps']:.0f} req/s" if record["rps"] is not None else "? req/s"]
     if record["p99_ms"] is not None:
         parts.append(f"p99 {record['p99_ms']:.1f} ms")
@@ -340,57 +262,17 @@ def _progress(index: int, total: int, rep: int, repeat: int, record: dict, width
         parts.append(f"cpu {record['cpu_us_per_req']:.0f} µs/req")
     if record["failed"]:
         parts.append(f"{record['failed']} failed")
-    return f"{head} {' '.join(parts)}"
+    return " ".join(parts)
 
 
-@dataclass
-class Plan:
-    """What one invocation will measure, decided before anything starts."""
-
-    loads: list[Load]
-    candidates: list[Server]  # every server asked for, in table order
-    skipped: dict[str, str]  # name -> why it cannot run here
-    settings: Settings
-    repeat: int
-    warmup: int
-    quick: bool
-
-    @property
-    def ready(self) -> list[Server]:
-        return [server for server in self.candidates if server.name not in self.skipped]
-
-    def runs(self) -> list[tuple[int, Load, Server]]:
-        """``(rep, load, server)`` in the order they run: interleaved repetitions."""
-        return [(rep, load, server) for rep in range(1, self.repeat + 1)
-                for load in self.loads for server in self.ready]
-
-    def estimate_seconds(self) -> float:
-        """A rough wall-clock estimate, in seconds."""
-        per_server = 0.0
-        for load in self.loads:
-            per_server += _ESTIMATE_OVERHEAD + self.warmup / _ESTIMATE_RPS["warm-up"]
-            if load.tool == "ab":
-                per_server += self.settings.requests[load.name] / _ESTIMATE_RPS[load.name]
-            else:
-                per_server += self.settings.duration + 0.3
-        return per_server * len(self.ready) * self.repeat
-
-
-def make_plan(args: argparse.Namespace) -> Plan:
-    """Check the command line's names and numbers, and get every server ready (building peers)."""
+def _settings(args: argparse.Namespace) -> tuple[Settings, int, int]:
+    """``(settings, repeat, warm-up requests)`` from the command line, checked."""
     base = QUICK if args.quick else DEFAULTS
-    every_stage = [stage.name for stage in stages.STAGES]
-    every_load = [load.name for load in loads.LOADS]
-    stage_names = choose_names(args.stages, every_stage, "stage", every_stage)
-    peer_names = choose_names(args.peers, [peer.name for peer in servers.PEERS], "peer",
-                        [peer.name for peer in servers.PEERS if peer.default])
-    load_names = choose_names(args.loads, every_load, "load",
-                        [load.name for load in loads.LOADS if load.default])
 
     def pick(given: float | None, key: str, flag: str, least: float) -> float:
         value = base[key] if given is None else given
         if value < least:
-            raise SystemExit(f"run.py: {flag} must be at least {least:g}, got {value:g}")
+            raise SystemExit(f"run: {flag} must be at least {least:g}, got {value:g}")
         return value
 
     settings = Settings(
@@ -398,121 +280,74 @@ def make_plan(args: argparse.Namespace) -> Plan:
                                            "ab-keepalive": int(base["ab-keepalive"])}),
         duration=pick(args.duration, "duration", "--duration", 1),
         socket_timeout=pick(args.timeout, "socket_timeout", "--timeout", 0.1),
-        run_timeout=pick(args.run_timeout, "run_timeout", "--run-timeout", 1),
-    )
-    candidates = ([servers.stage_server(stages.get(name)) for name in stage_names]
-                  + [servers.peer_server(name) for name in peer_names])
-    skipped = {}
-    for server in candidates:
-        note = servers.prepare(server)
-        if note:
-            skipped[server.name] = note
-    return Plan([loads.get(name) for name in load_names], candidates, skipped, settings,
-                int(pick(args.repeat, "repeat", "--repeat", 1)), int(pick(args.warmup, "warmup", "--warmup", 1)),
-                args.quick)
-
-
-def execute(plan: Plan, pinning: dict) -> list[dict]:
-    """Run the plan, printing a progress line per run; return the run records."""
-    order = plan.runs()
-    width = max(len(server.name) for server in plan.ready)
-    per_rep = len(order) // plan.repeat
-    records: list[dict] = []
-    rep_started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tinyloop-bench-") as workdir:
-        for index, (rep, load, server) in enumerate(order, 1):
-            record = {"rep": rep, **measure(server, load, plan.settings, pinning, Path(workdir), plan.warmup)}
-            records.append(record)
-            print(_progress(index, len(order), rep, plan.repeat, record, width), flush=True)
-            if index % per_rep == 0 and rep < plan.repeat:
-                took, rep_started = time.monotonic() - rep_started, time.monotonic()
-                print(f"rep {rep}/{plan.repeat} took {minutes(took)}; "
-                      f"about {minutes(took * (plan.repeat - rep))} to go", flush=True)
-    return records
-
-
-def results_json(plan: Plan, pinning: dict, records: list[dict], command: list[str],
-                 date: datetime, elapsed: float) -> dict:
-    """Everything the book and report.py read: the JSON's schema is in report.py's docstring."""
-    baseline = servers.BASELINE if any(s.name == servers.BASELINE for s in plan.ready) else None
-    settings = plan.settings
-    return {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": display(["python", "benchmarks/run.py", *command]),
-        "machine": fingerprint(),
-        "tools": servers.tool_versions(),
-        "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
-        "settings": {
-            "quick": plan.quick, "repeat": plan.repeat, "requests": settings.requests,
-            "warmup_requests": plan.warmup, "duration_s": settings.duration,
-            "socket_timeout_s": settings.socket_timeout, "run_timeout_s": settings.run_timeout,
-            "cpu_source": CPU_SOURCE,
-            "order": "interleaved: each repetition runs every load on every server; "
-                     "a fresh server process per run; figures are medians over repetitions",
-        },
-        "baseline": baseline,
-        "loads": [{"name": load.name, "tool": load.tool, "title": load.title, "measures": load.measures,
-                   "concurrency": load.concurrency, "keepalive": load.keepalive,
-                   "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
-                   "duration_s": settings.duration if load.tool == "wrk" else None,
-                   "command": display(loads.command(load, "http://127.0.0.1:PORT/", settings,
-                                                     Path("PERCENTILES.csv") if load.tool == "ab" else None)),
-                   # Only a pipelined load says so: the other loads' entries stay as they were.
-                   **({"pipeline": load.pipeline} if load.pipeline > 1 else {})}
-                  for load in plan.loads],
-        "servers": [{"name": server.name, "kind": server.kind, "summary": server.summary,
-                     "chapter": server.chapter, "command": display(server.argv),
-                     "env": server.env or None, "skipped": plan.skipped.get(server.name)}
-                    for server in plan.candidates],
-        "runs": records,
-        "results": summarize(records, baseline),
-        "elapsed_s": round(elapsed, 1),
-    }
+        run_timeout=pick(args.run_timeout, "run_timeout", "--run-timeout", 1))
+    return (settings, int(pick(args.repeat, "repeat", "--repeat", 1)),
+            int(pick(args.warmup, "warmup", "--warmup", 1)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.out = output.json_path(parser, args, f"{args.name}.json")
-    plan = make_plan(args)
+    settings, repeat, warmup = _settings(args)
+    every_stage = [stage.name for stage in stages.STAGES]
+    candidates = ([servers.stage_server(stages.get(name))
+                   for name in choose_names(args.stages, every_stage, "stage", every_stage)]
+                  + [servers.peer_server(name) for name in choose_names(
+                      args.peers, [peer.name for peer in servers.PEERS], "peer",
+                      [peer.name for peer in servers.PEERS if peer.default])])
+    chosen = [loads.get(name) for name in choose_names(args.loads, [load.name for load in loads.LOADS], "load",
+                                                       [load.name for load in loads.LOADS if load.default])]
+    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
     if args.list:
-        for server in plan.candidates:
-            note = plan.skipped.get(server.name)
+        for server in candidates:
+            note = skipped.get(server.name)
             print(f"{server.kind:<5}  {server.name:<16}  {'skipped: ' + note if note else 'ready'}")
         for load in loads.LOADS:
             state = "ready" if shutil.which(load.tool) else f"skipped: {load.tool} is not installed"
             print(f"load   {load.name:<16}  {state}  ({load.title})")
         return 0
-    missing = sorted({load.tool for load in plan.loads if shutil.which(load.tool) is None})
+    missing = sorted({load.tool for load in chosen if shutil.which(load.tool) is None})
     if missing:
-        raise SystemExit(f"run.py: {' and '.join(missing)} not found; install ApacheBench (Debian: "
+        raise SystemExit(f"run: {' and '.join(missing)} not found; install ApacheBench (Debian: "
                          "apache2-utils) and wrk, or run `bash scripts/setup.sh`")
-    for name, note in plan.skipped.items():
+    for name, note in skipped.items():
         print(f"skip {name}: {note}")
-    if not plan.ready:
-        raise SystemExit("run.py: no server can run here")
-
-    pinning = choose_pinning(args.no_pin)
-    where = (f"server on CPU {pinning['server_cpus']}, load generator on CPU {pinning['load_cpus']}"
-             if pinning["enabled"] else f"unpinned ({pinning['reason']})")
-    print(f"{len(plan.ready)} servers x {len(plan.loads)} loads x {plan.repeat} repetitions = "
-          f"{len(plan.runs())} runs; {where}; estimate about {minutes(plan.estimate_seconds())}", flush=True)
-
-    date, started = datetime.now(timezone.utc), time.monotonic()
-    records = execute(plan, pinning)
-    data = results_json(plan, pinning, records, sys.argv[1:] if argv is None else argv,
-                        date, time.monotonic() - started)
-    out = write_json(data, args.out, keep_copy=True)
-    print()
-    print(report.format_text(data))
-    print(f"\nwrote {relative(out)} in {minutes(data['elapsed_s'])}")
-    if out.resolve() == REFERENCE.resolve():
-        print("this is the book's reference run now: commit it with its plot, "
-              "git add benchmarks/results/latest.json benchmarks/results/latest.png")
-    else:
-        print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
-              f"in it, build with -D book_bench_results={relative(out)}")
+    ready = [server for server in candidates if server.name not in skipped]
+    if not ready:
+        raise SystemExit("run: no server can run here")
+    pinning = experiment.pinning(args)
+    width = max(len(server.name) for server in ready)
+    clock = experiment.Clock()
+    with tempfile.TemporaryDirectory(prefix="tinyloop-bench-") as workdir:
+        records = experiment.interleave(
+            [(load, server) for load in chosen for server in ready], repeat,
+            lambda cell: measure(cell[1], cell[0], settings, pinning, Path(workdir), warmup),
+            lambda cell: f"{cell[1].name:<{width}} {cell[0].name:<12}", _show)
+    baseline = servers.BASELINE if any(s.name == servers.BASELINE for s in ready) else None
+    data = experiment.document(
+        "run", sys.argv[1:] if argv is None else argv, clock, pinning=pinning, tools=servers.tool_versions(),
+        settings={"quick": args.quick, "repeat": repeat, "requests": settings.requests,
+                  "warmup_requests": warmup, "duration_s": settings.duration,
+                  "socket_timeout_s": settings.socket_timeout, "run_timeout_s": settings.run_timeout,
+                  "cpu_source": CPU_SOURCE,
+                  "order": "interleaved: each repetition runs every load on every server; "
+                           "a fresh server process per run; figures are medians over repetitions"})
+    data.update(
+        baseline=baseline,
+        loads=[{"name": load.name, "tool": load.tool, "title": load.title, "measures": load.measures,
+                "concurrency": load.concurrency, "keepalive": load.keepalive,
+                "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
+                "duration_s": settings.duration if load.tool == "wrk" else None,
+                "command": display(loads.command(load, "http://127.0.0.1:PORT/", settings,
+                                                 Path("PERCENTILES.csv") if load.tool == "ab" else None)),
+                # Only a pipelined load says so: the other loads' entries stay as they were.
+                **({"pipeline": load.pipeline} if load.pipeline > 1 else {})} for load in chosen],
+        servers=[{"name": server.name, "kind": server.kind, "summary": server.summary,
+                  "chapter": server.chapter, "command": server.display(),
+                  "env": server.env or None, "skipped": skipped.get(server.name)} for server in candidates],
+        runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
+    experiment.finish(data, args.out, report.format_text(data), conclusion(data), keep_copy=True)
     if not args.no_plot:
         png = args.plot or args.out.with_suffix(".png")
         try:
@@ -520,17 +355,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drew {relative(png)}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
-    print(conclusion(data))
+    if args.out.resolve() != REFERENCE.resolve():
+        print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
+              f"in it, build with -D book_bench_results={relative(args.out)}")
     if args.syscalls:
         # A pass of its own, after the timed one: strace slows a server down.
         from benchmarks import syscalls
         print(flush=True)
         where = ["--reference"] if args.reference else ["--out", str(args.out.parent / "syscalls.json")]
-        chosen = []
+        chosen_names = []
         for flag, value in (("--stages", args.stages), ("--peers", args.peers)):
             if value is not None:
-                chosen += [flag, value]
-        return syscalls.main([*chosen, *where, *(["--quick"] if args.quick else []),
+                chosen_names += [flag, value]
+        return syscalls.main([*chosen_names, *where, *(["--quick"] if args.quick else []),
                               *(["--no-pin"] if args.no_pin else [])])
     return 0
 

@@ -1,10 +1,10 @@
 # benchmarks/stack_cost.py
 """What does keeping a task's stack by hand cost, against ``yield from``?
 
-    python benchmarks/stack_cost.py                   the table, on standard output
-    python benchmarks/stack_cost.py --quick           fewer iterations, for a look
-    python benchmarks/stack_cost.py --json benchmarks/results/stack_cost.json --table benchmarks/results/stack_cost.txt
-    python benchmarks/stack_cost.py --profile --profile-out benchmarks/results/profile_generators.txt
+    python -m benchmarks.stack_cost                 the table; benchmarks/results/local/stack_cost.json and .txt
+    python -m benchmarks.stack_cost --quick         fewer iterations, for a look
+    python -m benchmarks.stack_cost --reference     maintainers: the book's benchmarks/results/stack_cost.json and .txt
+    python -m benchmarks.stack_cost --profile       the two servers under cProfile: profile_generators.txt
 
 Three measurements, each on both generator schedulers, in nanoseconds:
 
@@ -25,7 +25,7 @@ waits for the kernel.
 
 ``--profile`` instead runs the two stages' servers under cProfile and
 ``ab -k -n 2000 -c 10`` (benchmarks/fairness.py does the profiling) and writes
-its summary.
+its summary, profile_generators.txt, by the same output rule.
 """
 
 # Rules this file keeps:
@@ -37,25 +37,17 @@ its summary.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import timeit
-from datetime import datetime, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
+from benchmarks.harness import experiment, output
+from tinyloop.callbacks.loop import Loop
+from tinyloop.generators.scheduler import Scheduler
+from tinyloop.generators.traps import current_task, sleep
+from tinyloop.generators.yieldfrom import YieldFromScheduler
 
-from benchmarks.harness.machine import fingerprint  # noqa: E402
-from tinyloop.callbacks.loop import Loop  # noqa: E402
-from tinyloop.generators.scheduler import Scheduler  # noqa: E402
-from tinyloop.generators.traps import current_task, sleep  # noqa: E402
-from tinyloop.generators.yieldfrom import YieldFromScheduler  # noqa: E402
-
-SCHEMA = "tinyloop-stack-cost/1"
+SCHEMA = experiment.SCHEMA
 DEPTHS = (1, 5, 20)
 
 
@@ -188,45 +180,29 @@ def render(data):
     return "\n".join(lines) + "\n"
 
 
-def profile(requests):
-    from benchmarks import fairness
-    return "\n".join(fairness.profile_stage(stage, requests) for stage in ("generators", "yieldfrom"))
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--number", type=int, default=20_000, help="operations per run (default 20000)")
-    parser.add_argument("--repeat", type=int, default=7, help="runs per figure; the median is kept (default 7)")
-    parser.add_argument("--quick", action="store_true", help="--number 2000 --repeat 3")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
+    parser = experiment.parser("stack_cost", __doc__, repeat=7, pin=False, aliases=("--json",))
+    parser.add_argument("--number", type=int, default=None, help="operations per run (default 20000; --quick 2000)")
     parser.add_argument("--profile", action="store_true",
                         help="instead: profile the generators and yieldfrom servers under ab -k")
-    parser.add_argument("--profile-out", type=Path, help="write the profile summary here")
     args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "stack_cost.json")
     if args.profile:
-        text = profile(2000)
+        from benchmarks import fairness
+        text = "\n".join(fairness.profile_stage(stage, 2000) for stage in ("generators", "yieldfrom"))
         print(text, end="")
-        if args.profile_out:
-            args.profile_out.write_text(text)
+        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
         return 0
-    if args.quick:
-        args.number, args.repeat = 2000, 3
-    data = {
-        "schema": SCHEMA,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": fingerprint(),
-        "settings": {"number": args.number, "repeat": args.repeat, "depths": list(DEPTHS),
-                     "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"},
-        "rows": measure(args.number, args.repeat),
-    }
-    table = render(data)
-    print(table, end="")
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-    if args.table:
-        args.table.write_text(table)
-    print(conclusion(data))
+    number = args.number or (2000 if args.quick else 20_000)
+    repeat = args.repeat or (3 if args.quick else 7)
+    clock = experiment.Clock()
+    data = experiment.document(
+        "stack_cost", sys.argv[1:] if argv is None else argv, clock,
+        settings={"quick": args.quick, "number": number, "repeat": repeat, "depths": list(DEPTHS),
+                  "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"})
+    data.update(rows=measure(number, repeat), elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 

@@ -20,16 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import loads, report
+from benchmarks import run as run_module
+from benchmarks.harness.process import warm_up
+from benchmarks.run import summarize
+from tinyloop import stages
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import loads, report  # noqa: E402
-from benchmarks import run as run_module  # noqa: E402
-from benchmarks.harness.process import warm_up  # noqa: E402
-from benchmarks.run import summarize  # noqa: E402
-from tinyloop import stages  # noqa: E402
 
 QUICK_RUN_TIMEOUT = 80  # seconds; the run below takes about 15
 
@@ -262,9 +260,9 @@ def test_text_report_has_every_table_and_the_notes() -> None:
 
 
 def test_importing_report_loads_neither_matplotlib_nor_the_project() -> None:
-    code = ("import sys; sys.path.insert(0, %r); import benchmarks.report; "
-            "bad = [m for m in sys.modules if m.startswith(('matplotlib', 'tinyloop'))]; print(bad)") % str(ROOT)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    code = ("import sys, benchmarks.report; "
+            "bad = [m for m in sys.modules if m.startswith(('matplotlib', 'tinyloop'))]; print(bad)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.stdout.strip() == "[]", done.stderr
 
 
@@ -288,7 +286,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     peers = ["asyncio-protocol", "stall"] + (["c-epoll"] if shutil.which("cc") else [])
     marker = uuid.uuid4().hex
     env = {**os.environ, "TINYLOOP_BENCH_TEST": marker}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+    cmd = [sys.executable, "-m", "benchmarks.run", "--quick",
            "--stages", ",".join(chosen_stages) or "none", "--peers", ",".join(peers), "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=QUICK_RUN_TIMEOUT, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -370,8 +368,8 @@ def test_quick_run_leaves_no_process_behind(quick_run: dict) -> None:
 
 
 def test_report_cli_prints_the_saved_tables(quick_run: dict) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(quick_run["out"])],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.report", str(quick_run["out"])],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     for load in ("ab-close:", "ab-keepalive:", "wrk:"):
         assert load in done.stdout
@@ -385,18 +383,18 @@ def test_a_run_writes_under_the_ignored_local_directory_unless_told_reference() 
     assert run_module.LOCAL == ROOT / "benchmarks" / "results" / "local" / "latest.json"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(run_module.LOCAL)], cwd=ROOT)
     assert ignored.returncode == 0, "benchmarks/results/local/ must be ignored by git"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--reference", "--quick"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--reference", "--quick"],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode != 0 and "--reference" in done.stderr
 
 
 def test_unknown_names_are_refused_with_the_choices() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--stages", "epoll,nope"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--stages", "epoll,nope"],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode != 0
     assert "unknown stage 'nope'" in done.stderr and "choose from: blocking, threaded" in done.stderr
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--peers", "apache"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--peers", "apache"],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert "unknown peer 'apache'" in done.stderr and "asyncio-protocol" in done.stderr
 
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(150)
 def test_quick_run_writes_json_and_table_and_concludes(tmp_path: Path) -> None:
     out = tmp_path / "memory.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--quick",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--quick",
                            "--servers", "aio", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -34,6 +34,6 @@ def test_quick_run_writes_json_and_table_and_concludes(tmp_path: Path) -> None:
 
 
 def test_a_quick_run_cannot_be_the_reference() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--quick", "--reference"],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--quick", "--reference"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "--reference" in done.stderr

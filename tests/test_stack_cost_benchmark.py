@@ -18,13 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(150)
 def test_a_tiny_run_writes_every_row_and_concludes(tmp_path: Path) -> None:
     out = tmp_path / "stack_cost.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stack_cost.py"), "--number", "200",
-                           "--repeat", "1", "--json", str(out)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stack_cost", "--number", "200",
+                           "--repeat", "1", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
     depths = data["settings"]["depths"]
     assert {row["depth"] for row in data["rows"]} == set(depths)
     assert all(row["stack_ns"] > 0 and row["yieldfrom_ns"] > 0 for row in data["rows"])
+    assert {"cpu_model", "python"} <= set(data["machine"]) and data["load_average"]
+    assert "yield from" in out.with_suffix(".txt").read_text(encoding="utf-8")  # the table, beside
     assert done.stdout.strip().splitlines()[-1].startswith(
         f"a hand-kept generator stack against yield from, at depth {max(depths)}: ")

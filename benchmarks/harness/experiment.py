@@ -46,14 +46,14 @@ SCHEMA = 1
 
 
 def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = True,
-           aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+           aliases: Sequence[str] = (), results: str | None = None) -> argparse.ArgumentParser:
     """The shared command line of ``python -m benchmarks.NAME``.
 
     ``--quick`` (a smoke run, never the reference), ``--repeat`` when the
     experiment repeats (default ``repeat``; None: no such option), ``--no-pin``
     and ``--no-realtime`` when it pins (``pin``; see :func:`pinning`), and the
     output rule's ``--reference`` and ``--out`` (``aliases`` are older
-    spellings of ``--out``).
+    spellings of ``--out``; ``results`` names the JSON, default NAME.json).
     """
     made = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +67,7 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
                           help="do not pin server and load generator to separate CPUs")
         made.add_argument("--no-realtime", action="store_true",
                           help="do not run them at real-time priority (chrt -f 1) where allowed")
-    output.add_arguments(made, f"{name}.json", *aliases)
+    output.add_arguments(made, results or f"{name}.json", *aliases)
     return made
 
 
@@ -110,7 +110,8 @@ def interleave(cells: Sequence, repeat: int, measure: Callable[..., dict],
 
 
 def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], *,
-         deciding: Sequence[str] = (), baseline: str | None = None) -> dict[str, dict[str, dict]]:
+         deciding: Sequence[str] = (), baseline: str | None = None,
+         ratios: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:
     """Fold run records into ``{str(record[group]): {record[row]: summary}}``, in first-seen order.
 
     A summary holds ``runs``, ``ok_runs``, each of ``figures`` as the median
@@ -120,7 +121,8 @@ def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], 
     they count failures), ``status`` (``"ok"`` when every run was, the failed
     runs' status when none was, else ``"partial"``), ``note`` (how many runs
     failed, and their notes) and ``ratio`` {figure: median / the ``baseline``
-    row's median in the same group} (None where either is missing).
+    row's median in the same group, for each of ``ratios``, default every
+    figure} (None where either is missing).
     """
     grouped: dict[str, dict[str, list[dict]]] = {}
     for record in records:
@@ -147,7 +149,7 @@ def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], 
         for summary in rows.values():
             summary["ratio"] = {figure: (summary[figure] / base[figure]
                                          if base and summary[figure] is not None and base[figure] else None)
-                                for figure in figures}
+                                for figure in (figures if ratios is None else ratios)}
         out[key] = rows
     return out
 

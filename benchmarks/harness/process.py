@@ -19,6 +19,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,8 @@ from collections.abc import Sequence
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, recv_response
 
-__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "realtime_prefix", "warm_up"]
+__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "raise_nofile", "realtime_prefix",
+           "warm_up"]
 
 
 def choose_names(argument: str | None, known: list[str], what: str, default: list[str]) -> list[str]:
@@ -160,3 +162,18 @@ def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[st
     except (OSError, ValueError, IndexError) as error:
         return "error", f"GET / failed: {error}"
     return None
+
+
+def raise_nofile(need: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE toward ``need`` (up to the hard limit); return it now.
+
+    Servers started from here inherit it.  The caller compares the result
+    with what it needs and says what does not fit (``ulimit -Hn`` raises
+    the hard limit).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft

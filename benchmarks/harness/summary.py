@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-__all__ = ["NOISE", "is_noisy", "median", "median_range", "spread", "summarize"]
+__all__ = ["NOISE", "is_noisy", "median", "median_range", "slope", "spread", "summarize"]
 
 # Repetitions further apart than this (max > min x 1.25) make a row noisy.
 NOISE = 0.25
@@ -56,3 +56,19 @@ def summarize(values: Iterable[float | None]) -> dict | None:
     low_high = spread(present)
     return {"median": statistics.median(present), "min": low_high[0], "max": low_high[1],
             "noisy": len(present) >= 2 and is_noisy(low_high)}
+
+
+def slope(points: Iterable[tuple[float, float]]) -> float | None:
+    """The least-squares slope of y on x through ``points`` ``(x, y)``; None with fewer than two x.
+
+    What one more of x adds to y (a connection's bytes, an idle descriptor's
+    microseconds): whatever every point shares, such as the interpreter's
+    own memory, drops out of it.
+    """
+    points = list(points)
+    if len({x for x, _ in points}) < 2:
+        return None
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    return (sum((x - mean_x) * (y - mean_y) for x, y in points)
+            / sum((x - mean_x) ** 2 for x, _ in points))
