@@ -43,16 +43,11 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import micro  # noqa: E402
-from benchmarks.harness.output import RESULTS  # noqa: E402
-from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
+from benchmarks import micro
+from benchmarks.harness.output import RESULTS
+from benchmarks.peers.echo_server import LOOPS, loop_factory
 
 __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
@@ -101,7 +96,7 @@ def factory_for(name: str) -> Callable[[], Any]:
 def _collected(loop: str, op: str, n: int) -> int:
     """Instructions callgrind counted for a whole run of ``n`` operations."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-               sys.executable, __file__, "--worker", loop, op, str(n)]
+               sys.executable, "-m", "benchmarks.instructions", "--worker", loop, op, str(n)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600)
     for line in out.stderr.splitlines():
         if "Collected :" in line:

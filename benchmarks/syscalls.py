@@ -62,16 +62,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import loads, servers  # noqa: E402
-from benchmarks.loads import Settings  # noqa: E402
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
-from benchmarks.harness.process import choose_names, choose_pinning, warm_up  # noqa: E402
-from tinyloop import stages  # noqa: E402
+from benchmarks.harness.machine import ROOT
+from benchmarks import loads, servers
+from benchmarks.loads import Settings
+from benchmarks.harness import output
+from benchmarks.harness.machine import display, fingerprint, version_line
+from benchmarks.harness.process import choose_names, choose_pinning, warm_up
+from tinyloop import stages
 
 __all__ = ["DEPTH_LOADS", "GROUPS", "SCHEMA", "Strace", "main", "markdown", "measure",
            "parse_strace_summary", "strace_problem"]
@@ -441,7 +438,7 @@ def conclusion(data: dict) -> str:
     """The run in one line: system calls per request at each depth, fewest and most."""
     parts = []
     for depth in sorted({point["depth"] for point in data["points"]}):
-        totals = {point["server"]: sum(point["per_request"].values()) for point in data["points"]
+        totals = {point["server"]: point["per_request"]["total"] for point in data["points"]
                   if point["depth"] == depth and point.get("per_request")}
         if totals:
             low, high = min(totals, key=totals.get), max(totals, key=totals.get)

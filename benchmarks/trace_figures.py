@@ -34,6 +34,7 @@ Rules this file keeps:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import selectors
@@ -51,13 +52,12 @@ from typing import Any
 
 from benchmarks.harness import output  # the one output rule: local unless --reference
 from benchmarks.harness.machine import ROOT
+from benchmarks.harness.summary import median
 
 REFERENCE = output.RESULTS / "traces"   # committed: the recorded figures the book draws
 LOCAL = output.LOCAL / "traces"         # every other run's, ignored by git
 TICK = 1e-5  # seconds the virtual clock moves at each reading
 
-if str(ROOT / "tests") not in sys.path:
-    sys.path.append(str(ROOT / "tests"))  # tests/fakes.py: the virtual clock and the scripted selector
 
 __all__ = ["FIGURES", "Figure", "get", "main", "select_tracks", "trace_of", "window"]
 
@@ -112,11 +112,19 @@ class Figure:
 # -- the virtual clock -------------------------------------------------------------------
 
 
+def _fakes() -> Any:
+    """tests/fakes.py (the virtual clock, the scripted selector), loaded from its file: tests/ is no package."""
+    if "fakes" not in sys.modules:  # (under pytest, tests/ is on sys.path and it may be imported already)
+        spec = importlib.util.spec_from_file_location("fakes", ROOT / "tests" / "fakes.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fakes"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["fakes"]
+
+
 def _ticking_clock() -> Any:
     """tests/fakes.py's VirtualClock, moving TICK seconds at each reading."""
-    from fakes import VirtualClock
-
-    class TickingClock(VirtualClock):
+    class TickingClock(_fakes().VirtualClock):
         def __call__(self) -> float:
             now = self.now
             self.now += TICK
@@ -131,8 +139,7 @@ def _part2_loop(selector_kind: str = "fake") -> tuple[Any, Any, Any]:
     from tinyloop.trace.recorder import record
     clock = _ticking_clock()
     if selector_kind == "fake":
-        from fakes import FakeSelector
-        selector = FakeSelector(clock)
+        selector = _fakes().FakeSelector(clock)
     else:
         from tinyloop.quiz.runner import VirtualTimeSelector
         selector = VirtualTimeSelector(clock)
@@ -158,7 +165,7 @@ def _read_all(sock: socket.socket) -> bytes:
 
 def callbacks_iteration() -> dict[str, Any]:
     """Part II's loop, two iterations: soon, I/O and a timer due at once; then a later timer."""
-    from fakes import READ
+    READ = _fakes().READ
     loop, selector, recorder = _part2_loop()
     a, b = socket.socketpair()
     try:
@@ -695,12 +702,6 @@ def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[fl
     return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def _track_names(trace: dict[str, Any]) -> dict[int, str]:
     return {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
             if e.get("ph") == "M" and e.get("name") == "thread_name"}
@@ -716,8 +717,8 @@ def _readiness_facts(trace: dict[str, Any]) -> str:
         if not waits or not work:
             continue
         length = max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)
-        parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {_median(waits):.0f} µs, "
-                     f"the median work between two {_median(work):.0f} µs, {length / 1000:.1f} ms in all")
+        parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {median(waits):.0f} µs, "
+                     f"the median work between two {median(work):.0f} µs, {length / 1000:.1f} ms in all")
     return "; ".join(parts) + "."
 
 

@@ -47,19 +47,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import loads, servers  # noqa: E402
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.process import warm_up  # noqa: E402
-from benchmarks.harness.summary import median  # noqa: E402
-from benchmarks.loads import Settings  # noqa: E402
-from benchmarks.realworld.services import process_tree_cpu  # noqa: E402
-from benchmarks.servers import Server  # noqa: E402
-from tinyloop import stages, workers  # noqa: E402
+from benchmarks import loads, servers
+from benchmarks.harness import output
+from benchmarks.harness.machine import display, fingerprint
+from benchmarks.harness.process import warm_up
+from benchmarks.harness.summary import median
+from benchmarks.loads import Settings
+from benchmarks.realworld.services import process_tree_cpu
+from benchmarks.servers import Server
+from tinyloop import stages, workers
 
 SCHEMA = 1
 
@@ -110,7 +106,7 @@ def server_for(name: str, count: int) -> Server:
         return server
     if name != "uvloop-protocol":
         raise SystemExit(f"workers.py: only stages and uvloop-protocol run on several workers, not {name!r}")
-    return replace(server, argv=(sys.executable, str(Path(__file__).resolve()), "--serve", name,
+    return replace(server, argv=(sys.executable, "-m", "benchmarks.workers", "--serve", name,
                                  "--workers", str(count), "--port", "0"))
 
 

@@ -42,7 +42,7 @@ from benchmarks.syscalls import Strace, strace_problem
 from tinyloop import stages
 from tinyloop.testing import ServerProcess, recv_response
 
-from conftest import stage_params  # noqa: E402  (tests/ is on sys.path)
+from conftest import stage_params  # tests/ is on sys.path under pytest
 
 STAGE_NAMES = [stage.name for stage in stages.STAGES]
 DEPTH = 24       # Japronto's depth, and the wrk-pipeline load's
@@ -156,15 +156,19 @@ def test_strace_summary_is_read_by_name_and_grouped_per_request() -> None:
 
 
 @pytest.mark.timeout(90)
-def test_syscalls_cli_counts_one_stage_at_both_depths(strace_ok: None, tmp_path: Path) -> None:
+def test_syscalls_cli_counts_one_stage_at_both_depths(strace_ok: None) -> None:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed")
+    # As a new user types it: --quick, no --out; the committed results stay as they were.
     root = Path(__file__).resolve().parent.parent
-    out = tmp_path / "syscalls.json"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "syscalls.py"), "--stages", "epoll",
-                           "--peers", "none", "--duration", "1", "--out", str(out)],
-                          capture_output=True, text=True, timeout=80, cwd=root)
+    committed = ["git", "status", "--porcelain", "--", "benchmarks/results"]
+    before = subprocess.run(committed, cwd=root, capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-m", "benchmarks.syscalls", "--stages", "epoll", "--peers", "none",
+                           "--quick"], capture_output=True, text=True, timeout=80, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert subprocess.run(committed, cwd=root, capture_output=True, text=True).stdout == before
+    assert done.stdout.rstrip().splitlines()[-1].startswith("system calls per request, depth 1: epoll")
+    out = root / "benchmarks" / "results" / "local" / "syscalls.json"
     data = json.loads(out.read_text())
     assert [(p["server"], p["depth"], p["status"]) for p in data["points"]] == [("epoll", 1, "ok"), ("epoll", 24, "ok")]
     shallow, deep = data["points"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import importlib
 import os
 import shutil
 import sys
@@ -23,8 +24,8 @@ from tinyloop.testing import ServerProcess
 
 pytest.importorskip("asyncpg")
 pytest.importorskip("tornado")
-
-from benchmarks.realworld import tornado_app, tornado_bench  # noqa: E402
+tornado_app = importlib.import_module("benchmarks.realworld.tornado_app")  # after the skips: it imports both
+tornado_bench = importlib.import_module("benchmarks.realworld.tornado_bench")
 
 pytestmark = pytest.mark.timeout(120)
 ROWS = 20
@@ -48,7 +49,7 @@ def test_app_on_aio_answers_every_handler_with_postgres_and_upstream() -> None:
         pytest.skip(str(missing))
     try:
         with ServerProcess("epoll") as upstream:
-            command = [sys.executable, str(tornado_bench.APP), "--loop", "aio", "--port", "0",
+            command = [sys.executable, "-m", "benchmarks.realworld.tornado_app", "--loop", "aio", "--port", "0",
                        "--dsn", pg.dsn, "--rows", str(ROWS), "--upstream", f"http://127.0.0.1:{upstream.port}/"]
             with ServerProcess("tornado-aio", command=command, timeout=30) as app:
                 assert _get(app.port, "/hello") == (200, tornado_app.HELLO.encode())

@@ -294,8 +294,7 @@ def test_benchmark_layouts_account_for_the_load_generators_core() -> None:
 
 def test_benchmark_serves_the_uvloop_peer_on_two_workers() -> None:
     pytest.importorskip("uvloop")
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "workers.py")
-    command = [sys.executable, script, "--serve", "uvloop-protocol", "--workers", "2",
+    command = [sys.executable, "-m", "benchmarks.workers", "--serve", "uvloop-protocol", "--workers", "2",
                "--port", "0"]
     server = ServerProcess("uvloop-protocol", command=command, timeout=TIMEOUT).start()
     try:
@@ -315,7 +314,7 @@ def test_benchmark_table_is_generated_from_the_json() -> None:
     root = Path(__file__).resolve().parent.parent
     data = json.loads((root / "benchmarks/results/workers.json").read_text(encoding="utf-8"))
     assert (root / "benchmarks/results/workers.md").read_text(encoding="utf-8") == markdown(data), \
-        "regenerate the table: python benchmarks/workers.py --table --reference"
+        "regenerate the table: python -m benchmarks.workers --table --reference"
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
 
 
@@ -331,7 +330,7 @@ def test_benchmark_quick_run_writes_under_local_or_out_and_concludes(tmp_path) -
         pytest.skip("wrk is needed for a benchmark run")
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "workers.json"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "workers.py"), "--quick", "--servers", "epoll",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.workers", "--quick", "--servers", "epoll",
                            "--duration", "0.5", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -339,7 +338,7 @@ def test_benchmark_quick_run_writes_under_local_or_out_and_concludes(tmp_path) -
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
     assert out.with_suffix(".md").exists()
     assert done.stdout.strip().splitlines()[-1].startswith("2 workers on 2 cores")
-    refused = subprocess.run([sys.executable, str(root / "benchmarks" / "workers.py"), "--quick", "--out",
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.workers", "--quick", "--out",
                               str(root / "benchmarks" / "results" / "workers.json")],
                              capture_output=True, text=True, timeout=60, cwd=root)
     assert refused.returncode == 2 and "only with --reference" in refused.stderr

@@ -43,14 +43,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
-
-from benchmarks.peers.echo_server import LOOPS, stop_event  # noqa: E402
-from tinyloop.serving import announce, listen, log, stop_on_sigterm  # noqa: E402
+from benchmarks.harness.machine import ROOT
+from benchmarks.peers.echo_server import LOOPS, stop_event
+from tinyloop.serving import announce, listen, log, stop_on_sigterm
 
 __all__ = ["APPS", "ASYNC_POOL", "NOTFASTER_LOOPS", "PATH", "SYNC_POOL", "App", "aiohttp_app",
            "falcon_app", "loop_factory", "loop_missing", "main", "starlette_app"]

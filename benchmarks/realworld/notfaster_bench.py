@@ -62,16 +62,13 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import loads  # noqa: E402
-from benchmarks.realworld import services  # noqa: E402
-from benchmarks.realworld.notfaster_apps import (  # noqa: E402
+from benchmarks.harness.machine import ROOT
+from benchmarks import loads
+from benchmarks.realworld import services
+from benchmarks.realworld.notfaster_apps import (
     APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App)
-from benchmarks.harness.machine import fingerprint  # noqa: E402
-from benchmarks.harness.summary import NOISE, is_noisy, median  # noqa: E402
+from benchmarks.harness.machine import fingerprint
+from benchmarks.harness.summary import NOISE, is_noisy, median
 
 __all__ = ["Layout", "default_layout", "main", "measure", "render_markdown", "start_app"]
 

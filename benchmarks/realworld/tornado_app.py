@@ -35,23 +35,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
+import asyncpg
+import tornado
+import tornado.httpclient
+import tornado.httpserver
+import tornado.web
 
-import asyncpg  # noqa: E402
-import tornado  # noqa: E402
-import tornado.httpclient  # noqa: E402
-import tornado.httpserver  # noqa: E402
-import tornado.web  # noqa: E402
-
-from benchmarks.realworld.notfaster_apps import NOTFASTER_LOOPS as LOOPS  # noqa: E402
-from benchmarks.realworld.notfaster_apps import loop_factory, loop_missing  # noqa: E402
-from benchmarks.peers.echo_server import stop_event  # noqa: E402
-from tinyloop.serving import announce, listen, log  # noqa: E402
+from benchmarks.realworld.notfaster_apps import NOTFASTER_LOOPS as LOOPS
+from benchmarks.realworld.notfaster_apps import loop_factory, loop_missing
+from benchmarks.peers.echo_server import stop_event
+from tinyloop.serving import announce, listen, log
 
 __all__ = ["HANDLERS", "HELLO", "LOOPS", "POOL", "TornadoApp", "loop_missing", "main", "serve"]
 

@@ -52,22 +52,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: find tinyloop, benchmarks
-
-from benchmarks import loads, servers  # noqa: E402
-from benchmarks.realworld import services  # noqa: E402
-from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions  # noqa: E402
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.summary import is_noisy, median  # noqa: E402
-from tinyloop.testing import ServerProcess  # noqa: E402
+from benchmarks.harness.machine import ROOT
+from benchmarks import loads, servers
+from benchmarks.realworld import services
+from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions
+from benchmarks.harness import output
+from benchmarks.harness.machine import display, fingerprint
+from benchmarks.harness.summary import is_noisy, median
+from tinyloop.testing import ServerProcess
 
 RESULTS = ROOT / "benchmarks" / "results"
 REFERENCE = RESULTS / "tornado.json"         # the book's; only --reference writes it
 LOCAL = RESULTS / "local" / "tornado.json"   # every other run's: ignored by git
-APP = ROOT / "benchmarks" / "realworld" / "tornado_app.py"
 SCHEMA = 1
 TOOLS = ("ab", "wrk")  # the two loads of the article: ab -k -c 100, and wrk
 CONCURRENCY = 100
@@ -146,7 +142,7 @@ def warm_up(port: int, path: str, requests: int, timeout: float) -> str | None:
 
 def app_command(loop: str, layout: Layout, dsn: str | None, upstream_port: int) -> list[str]:
     """The command that starts the app on ``loop``, pinned to the server's cores."""
-    argv = [*layout.prefix("server"), sys.executable, str(APP), "--loop", loop, "--port", "0",
+    argv = [*layout.prefix("server"), sys.executable, "-m", "benchmarks.realworld.tornado_app", "--loop", loop, "--port", "0",
             "--rows", str(ROWS), "--upstream", f"http://127.0.0.1:{upstream_port}/"]
     return argv + (["--dsn", dsn] if dsn else [])
 
