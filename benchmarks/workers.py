@@ -1,15 +1,15 @@
 # benchmarks/workers.py
 """One server on 1 and on 2 worker processes (``serve STAGE --workers N``), under wrk.
 
-    python benchmarks/workers.py            the reference run: aio, epoll and uvloop-protocol, three
-                                            layouts each, 3 interleaved repetitions of 5 s (about 3 minutes)
-    python benchmarks/workers.py --quick    a smoke run: 1 repetition of 1 s (about 20 seconds)
-    python benchmarks/workers.py --table    write the Markdown table again from the JSON
+    python -m benchmarks.workers              aio, epoll and uvloop-protocol, three layouts each,
+                                              3 interleaved repetitions of 5 s (about 3 minutes)
+    python -m benchmarks.workers --quick      a smoke run: 1 repetition of 1 s (about 20 seconds)
+    python -m benchmarks.workers --table      write the Markdown table again from the JSON
+    python -m benchmarks.workers --reference  the book's benchmarks/results/workers.json and .md
 
-Writes benchmarks/results/local/workers.json and its Markdown table beside it
-(ignored by git); ``--reference`` writes the book's committed
-benchmarks/results/workers.json and workers.md instead.  (``--serve NAME --workers N --port P`` is
-how the harness starts the uvloop peer on N workers; not for people.)
+A run writes benchmarks/results/local/workers.json and its Markdown table
+beside it.  (``--serve NAME --workers N --port P`` is how the harness starts
+the uvloop peer on N workers; not for people.)
 """
 
 # Rules this file keeps:
@@ -25,9 +25,9 @@ how the harness starts the uvloop peer on N workers; not for people.)
 #     cores can be told apart: 1 worker on 1 core (run.py's layout), 2
 #     workers on that same core (more processes, no more CPU: the control),
 #     2 workers on 2 cores.  With 3 or more CPUs wrk gets a core of its own.
-#   * The rest is benchmarks/run.py's way: a fresh server per run, warmed up
-#     first, repetitions interleaved, medians; the wrk command and its parser
-#     are benchmarks/loads.py's.
+#   * The rest is the harness's: a fresh server per run, warmed up, the
+#     repetitions interleaved, medians; wrk's command and report are
+#     benchmarks/loads.py's.
 
 from __future__ import annotations
 
@@ -42,22 +42,19 @@ import signal
 import socket
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import loads, servers
-from benchmarks.harness import output
-from benchmarks.harness.machine import display, fingerprint
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import display
 from benchmarks.harness.process import warm_up
+from benchmarks.harness.render import markdown as table
 from benchmarks.harness.summary import median
 from benchmarks.loads import Settings
 from benchmarks.realworld.services import process_tree_cpu
 from benchmarks.servers import Server
 from tinyloop import stages, workers
-
-SCHEMA = 1
 
 SERVERS = ("epoll", "aio", "uvloop-protocol")
 DEFAULTS = {"duration": 5.0, "repeat": 3, "warmup": 1000}
@@ -105,7 +102,7 @@ def server_for(name: str, count: int) -> Server:
     if count == 1:
         return server
     if name != "uvloop-protocol":
-        raise SystemExit(f"workers.py: only stages and uvloop-protocol run on several workers, not {name!r}")
+        raise SystemExit(f"benchmarks.workers: only stages and uvloop-protocol run on several workers, not {name!r}")
     return replace(server, argv=(sys.executable, "-m", "benchmarks.workers", "--serve", name,
                                  "--workers", str(count), "--port", "0"))
 
@@ -181,30 +178,26 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
 
 def summarize(records: list[dict]) -> list[dict]:
     """One row per (server, layout): medians over the runs that were ok, and each side's busy cores."""
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple, list[dict]] = {}
     for record in records:
-        key = (record["server"], record["workers"], tuple(record["server_cpus"]), record["load_cpu"])
-        rows.setdefault(key, {"runs": []})["runs"].append(record)
+        rows.setdefault((record["server"], record["workers"], tuple(record["server_cpus"]), record["load_cpu"]),
+                        []).append(record)
     out = []
-    for (name, count, server_cpus, load_cpu), row in rows.items():
-        ok = [r for r in row["runs"] if r["status"] == "ok"]
+    for (name, count, server_cpus, load_cpu), runs in rows.items():
+        ok = [r for r in runs if r["status"] == "ok"]
         summary = {"server": name, "workers": count, "server_cpus": list(server_cpus), "load_cpu": load_cpu,
-                   "shared": load_cpu is not None and load_cpu in server_cpus,
-                   "runs": len(row["runs"]), "ok_runs": len(ok),
-                   "status": "ok" if len(ok) == len(row["runs"]) else ("partial" if ok else row["runs"][0]["status"]),
-                   "note": "; ".join(sorted({r["note"] for r in row["runs"] if r["status"] != "ok" and r["note"]}))
-                   or None}
-        for figure in ("rps", "p50_ms", "p99_ms"):
-            summary[figure] = median([r[figure] for r in ok])
-        summary["cpu_us_per_req"] = median([r["server_cpu_s"] * 1e6 / r["completed"] for r in ok
-                                             if r["server_cpu_s"] is not None and r["completed"]])
-        summary["server_cores_busy"] = median([r["server_cpu_s"] / r["seconds"] for r in ok
-                                                if r["server_cpu_s"] is not None and r["seconds"]])
-        summary["wrk_core_busy"] = median([r["wrk_cpu_s"] / r["seconds"] for r in ok
-                                            if r["wrk_cpu_s"] is not None and r["seconds"]])
-        shares = [[cpu / sum(r["worker_cpu_s"]) for cpu in r["worker_cpu_s"]] for r in ok
-                  if r["worker_cpu_s"] and sum(r["worker_cpu_s"]) > 0 and len(r["worker_cpu_s"]) > 1]
-        summary["busiest_worker_share"] = median([max(share) for share in shares])
+                   "shared": load_cpu is not None and load_cpu in server_cpus, "runs": len(runs), "ok_runs": len(ok),
+                   "status": "ok" if len(ok) == len(runs) else ("partial" if ok else runs[0]["status"]),
+                   "note": "; ".join(sorted({r["note"] for r in runs if r["status"] != "ok" and r["note"]})) or None,
+                   **{figure: median(r[figure] for r in ok) for figure in ("rps", "p50_ms", "p99_ms")}}
+        measured = [r for r in ok if r["server_cpu_s"] is not None and r["seconds"] and r["completed"]]
+        summary["cpu_us_per_req"] = median(r["server_cpu_s"] * 1e6 / r["completed"] for r in measured)
+        summary["server_cores_busy"] = median(r["server_cpu_s"] / r["seconds"] for r in measured)
+        summary["wrk_core_busy"] = median(r["wrk_cpu_s"] / r["seconds"] for r in ok
+                                          if r["wrk_cpu_s"] is not None and r["seconds"])
+        summary["busiest_worker_share"] = median(max(r["worker_cpu_s"]) / sum(r["worker_cpu_s"]) for r in ok
+                                                 if r["worker_cpu_s"] and len(r["worker_cpu_s"]) > 1
+                                                 and sum(r["worker_cpu_s"]) > 0)
         out.append(summary)
     for summary in out:  # each server's 1-worker row is what its other rows are divided by
         base = next((s for s in out if s["server"] == summary["server"] and s["workers"] == 1), None)
@@ -223,134 +216,26 @@ def markdown(data: dict) -> str:
     how = (f"median of {settings['repeat']}" if settings["repeat"] > 1 else "1 run")
     if settings["quick"]:
         how += " (`--quick`: a smoke run, not a measurement)"
-    lines = [
-        f"`{data['command']}`: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} "
-        f"{machine['kernel']}, {machine['python']}; `{data['load']['command']}`, {how}; {data['date'][:10]}.",
-        "",
-        "| server | workers | server CPUs | wrk CPU | req/s | × 1 worker | p50 ms | p99 ms "
-        "| server CPU µs/req | server cores busy | wrk core busy | busiest worker |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for row in data["rows"]:
-        cpus = ",".join(map(str, row["server_cpus"])) or "any"
-        load_cpu = "any" if row["load_cpu"] is None else str(row["load_cpu"])
-        if row["shared"]:
-            load_cpu += " (shared)"
-        if row["status"] not in ("ok", "partial"):
-            cells = [row["status"]] + ["–"] * 7
-        else:
-            cells = [_cell(row["rps"]), _cell(row["rps_ratio"], 2, "×"), _cell(row["p50_ms"], 2),
-                     _cell(row["p99_ms"], 2), _cell(row["cpu_us_per_req"]), _cell(row["server_cores_busy"], 2),
-                     _cell(row["wrk_core_busy"], 2),
-                     _cell(None if row["busiest_worker_share"] is None else row["busiest_worker_share"] * 100,
-                           0, "%")]
-        lines.append(f"| {row['server']} | {row['workers']} | {cpus} | {load_cpu} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
+        load_cpu = ("any" if row["load_cpu"] is None else str(row["load_cpu"])) + (" (shared)" if row["shared"] else "")
+        share = row["busiest_worker_share"]
+        cells = ([row["status"]] + ["–"] * 7 if row["status"] not in ("ok", "partial") else
+                 [_cell(row["rps"]), _cell(row["rps_ratio"], 2, "×"), _cell(row["p50_ms"], 2),
+                  _cell(row["p99_ms"], 2), _cell(row["cpu_us_per_req"]), _cell(row["server_cores_busy"], 2),
+                  _cell(row["wrk_core_busy"], 2), _cell(None if share is None else share * 100, 0, "%")])
+        rows.append([row["server"], str(row["workers"]), ",".join(map(str, row["server_cpus"])) or "any",
+                     load_cpu, *cells])
+    header = ["server", "workers", "server CPUs", "wrk CPU", "req/s", "× 1 worker", "p50 ms", "p99 ms",
+              "server CPU µs/req", "server cores busy", "wrk core busy", "busiest worker"]
+    return "\n".join([
+        f"`{data['command']}`: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} "
+        f"{machine['kernel']}, {machine['python']}; `{data['load']['command']}`, {how}; {data['date'][:10]}.", "",
+        *table(header, rows), "",
         "*server cores busy*: the CPU seconds of the supervisor and all its workers over the run's length "
         "(1.00 is one core, all the time); *wrk core busy*: the same for wrk; *busiest worker*: the share "
         "of the workers' CPU time the busiest one used (50% is an even split of two). "
-        "*(shared)*: wrk runs on a CPU the workers may use too, so wrk and a worker take turns on it.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmarks/workers.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1 repetition of 1 s: a smoke run")
-    parser.add_argument("--servers", default=",".join(SERVERS),
-                        help=f"comma list of stages, or uvloop-protocol (default {','.join(SERVERS)})")
-    parser.add_argument("--repeat", type=int, help=f"repetitions, interleaved (default {DEFAULTS['repeat']})")
-    parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
-    parser.add_argument("--no-pin", action="store_true", help="run unpinned (no taskset)")
-    output.add_arguments(parser, "workers.json")
-    parser.add_argument("--table", action="store_true",
-                        help="only write the Markdown table again from the JSON (--out's, or with --reference the book's)")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.serve:  # the uvloop peer on several workers (see server_for)
-        return workers.supervise(args.serve, serve_uvloop, "127.0.0.1", args.port, args.workers)
-    if args.table and args.reference:
-        args.out, args.reference = output.RESULTS / "workers.json", False  # rewrite the book's table from its JSON
-    args.out = output.json_path(parser, args, "workers.json")
-    table_out = args.out.with_suffix(".md")
-    if args.table:
-        table_out.write_text(markdown(json.loads(args.out.read_text(encoding="utf-8"))), encoding="utf-8")
-        print(f"wrote {table_out}")
-        return 0
-    missing = workers.reuse_port_missing()
-    if missing:
-        raise SystemExit(f"workers.py: {missing}")
-    if shutil.which("wrk") is None:
-        raise SystemExit("workers.py: wrk not found; install it (Debian: apt-get install wrk) "
-                         "or run `bash scripts/setup.sh`")
-    base = QUICK if args.quick else DEFAULTS
-    repeat = args.repeat or int(base["repeat"])
-    settings = Settings(requests={}, duration=args.duration or base["duration"], socket_timeout=SOCKET_TIMEOUT,
-                        run_timeout=60.0)
-    names = [name.strip() for name in args.servers.split(",") if name.strip()]
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = not args.no_pin and shutil.which("taskset") is not None and len(cpus) >= 2
-    plan = layouts(cpus, pin)
-    if pin:
-        os.sched_setaffinity(0, {plan[-1].load_cpu})  # the harness mostly waits: keep it beside wrk
-    chosen = []
-    for name in names:
-        note = servers.prepare(server_for(name, 1))
-        if note:
-            print(f"skip {name}: {note}")
-        else:
-            chosen.append(name)
-    order = [(rep, name, layout) for rep in range(1, repeat + 1) for name in chosen for layout in plan]
-    estimate = len(order) * (settings.duration + 1.5)
-    print(f"{len(chosen)} servers x {len(plan)} layouts x {repeat} repetitions = {len(order)} runs of "
-          f"{settings.duration:g} s; about {estimate / 60:.1f} min", flush=True)
-    if pin and plan[-1].shared:
-        print(f"note: {len(cpus)} CPUs: with 2 workers on CPUs {cpus[0]},{cpus[1]} wrk shares CPU "
-              f"{plan[-1].load_cpu} with one of them", flush=True)
-    date, started = datetime.now(timezone.utc), time.monotonic()
-    records = []
-    with tempfile.TemporaryDirectory(prefix="tinyloop-workers-") as workdir:
-        for index, (rep, name, layout) in enumerate(order, 1):
-            record = {"rep": rep, **measure(server_for(name, layout.workers), layout, settings,
-                                            int(base["warmup"]), Path(workdir))}
-            records.append(record)
-            figures = (f"{record['rps']:.0f} req/s, server {record['server_cpu_s']} s CPU, wrk {record['wrk_cpu_s']} s"
-                       if record["status"] == "ok" else f"{record['status']}: {record['note']}")
-            print(f"[{index}/{len(order)}] rep {rep} {name} {layout.label} ... {figures}", flush=True)
-    data = {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": "python benchmarks/workers.py" + ("".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))),
-        "machine": fingerprint(),
-        "tools": {key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")},
-        "settings": {"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
-                     "warmup_requests": int(base["warmup"]), "pinned": pin,
-                     "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
-                                   "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
-        "load": {"name": WRK.name, "title": WRK.title,
-                 "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
-        "servers": {name: {"workers_1": display(server_for(name, 1).argv),
-                           "workers_2": display(server_for(name, 2).argv)} for name in chosen},
-        "runs": records,
-        "rows": summarize(records),
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    output.write_json(data, args.out)
-    output.write_text(markdown(data), table_out)
-    print()
-    print(markdown(data))
-    print(f"wrote {output.relative(args.out)} and {output.relative(table_out)} in {data['elapsed_s']:.0f} s")
-    print(conclusion(data["rows"]))
-    return 0
+        "*(shared)*: wrk runs on a CPU the workers may use too, so wrk and a worker take turns on it."]) + "\n"
 
 
 def conclusion(rows: list[dict]) -> str:
@@ -359,6 +244,74 @@ def conclusion(rows: list[dict]) -> str:
              if row["workers"] == 2 and len(row["server_cpus"]) != 1 and row["rps_ratio"] is not None]
     return ("2 workers on 2 cores, req/s against 1 worker: " + ", ".join(parts)) if parts else \
         "2 workers on 2 cores: no row measured"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("workers", __doc__, repeat=DEFAULTS["repeat"])
+    parser.add_argument("--servers", default=",".join(SERVERS),
+                        help=f"comma list of stages, or uvloop-protocol (default {','.join(SERVERS)})")
+    parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
+    parser.add_argument("--table", action="store_true",
+                        help="only write the Markdown table again from the JSON (--out's, or with --reference the book's)")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:  # the uvloop peer on several workers (see server_for)
+        return workers.supervise(args.serve, serve_uvloop, "127.0.0.1", args.port, args.workers)
+    out = output.json_path(parser, args, "workers.json")
+    if args.table:
+        path = output.write_text(markdown(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
+        print(f"wrote {output.relative(path)}")
+        return 0
+    if missing := workers.reuse_port_missing():
+        raise SystemExit(f"benchmarks.workers: {missing}")
+    if shutil.which("wrk") is None:
+        raise SystemExit("benchmarks.workers: wrk not found (Debian: apt-get install wrk; or bash scripts/setup.sh)")
+    base = QUICK if args.quick else DEFAULTS
+    repeat = args.repeat or int(base["repeat"])
+    settings = Settings(requests={}, duration=args.duration or base["duration"], socket_timeout=SOCKET_TIMEOUT,
+                        run_timeout=60.0)
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and shutil.which("taskset") is not None and len(cpus) >= 2
+    plan = layouts(cpus, pin)
+    if pin:
+        os.sched_setaffinity(0, {plan[-1].load_cpu})  # the harness mostly waits: keep it beside wrk
+        if plan[-1].shared:
+            print(f"note: {len(cpus)} CPUs: with 2 workers on CPUs {cpus[0]},{cpus[1]} wrk shares CPU "
+                  f"{plan[-1].load_cpu} with one of them", flush=True)
+    chosen = []
+    for name in (name.strip() for name in args.servers.split(",") if name.strip()):
+        if note := servers.prepare(server_for(name, 1)):
+            print(f"skip {name}: {note}")
+        else:
+            chosen.append(name)
+    cells = [(name, layout) for name in chosen for layout in plan]
+    print(f"{len(cells)} cells x {repeat} repetitions of {settings.duration:g} s; "
+          f"about {len(cells) * repeat * (settings.duration + 1.5) / 60:.1f} min", flush=True)
+    clock = experiment.Clock()
+    with tempfile.TemporaryDirectory(prefix="tinyloop-workers-") as workdir:
+        records = experiment.interleave(
+            cells, repeat, lambda cell: measure(server_for(cell[0], cell[1].workers), cell[1], settings,
+                                                int(base["warmup"]), Path(workdir)),
+            lambda cell: f"{cell[0]} {cell[1].label}",
+            lambda r: f"{r['rps']:.0f} req/s, server {r['server_cpu_s']} s CPU, wrk {r['wrk_cpu_s']} s")
+    data = experiment.document(
+        "workers", argv, clock,
+        settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
+                  "warmup_requests": int(base["warmup"]), "pinned": pin,
+                  "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
+                                "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
+        tools={key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")})
+    data.update(load={"name": WRK.name, "title": WRK.title,
+                      "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
+                servers={name: {"workers_1": display(server_for(name, 1).argv),
+                                "workers_2": display(server_for(name, 2).argv)} for name in chosen},
+                runs=records, rows=summarize(records), elapsed_s=clock.elapsed())
+    text = markdown(data)
+    experiment.finish(data, out, text, conclusion(data["rows"]), extra={out.with_suffix(".md"): text})
+    return 0
 
 
 if __name__ == "__main__":
