@@ -1,10 +1,11 @@
 # benchmarks/fairness.py
 """How long does a fast request wait behind a slow one?  p50/p99 latency, measured.
 
-    python benchmarks/fairness.py                          every server, with and without a compute load
-    python benchmarks/fairness.py --json benchmarks/results/fairness.json --table benchmarks/results/fairness.txt
-    python benchmarks/fairness.py --servers coroutines,threaded --requests 200
-    python benchmarks/fairness.py --profile callbacks,coroutines --profile-out benchmarks/results/profile.txt
+    python -m benchmarks.fairness                   every server, with and without a compute load
+    python -m benchmarks.fairness --quick           two servers, few requests: a look
+    python -m benchmarks.fairness --reference       maintainers: the book's benchmarks/results/fairness.json and .txt
+    python -m benchmarks.fairness --servers coroutines,threaded --requests 200
+    python -m benchmarks.fairness --profile callbacks,coroutines --reference     the book's profile.txt
 
 Each row starts one server and sends ``--requests`` fast ``GET /`` requests
 from ``--clients`` keep-alive connections, each client pausing a random 1 to
@@ -39,11 +40,8 @@ on one core.  Loopback only, bounded in requests and time.
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import os
-import platform
 import pstats
 import random
 import shutil
@@ -55,17 +53,15 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` importable
+from benchmarks.harness import experiment, output
+from benchmarks.harness import render as render_table
+from benchmarks.harness.machine import ROOT
+from tinyloop.coroutines.server import COMPUTE_ENV
+from tinyloop.testing import ServerProcess, recv_response
 
-from tinyloop.coroutines.server import COMPUTE_ENV  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
-
-SCHEMA = 1
+SCHEMA = experiment.SCHEMA
+QUICK = {"servers": ("threaded", "coroutines"), "requests": 40}
 TIMEOUT = 10.0  # seconds any one request may take before the row fails
 
 # label -> (stage, environment)
@@ -169,17 +165,11 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
 
 def render(data: dict) -> str:
     """The rows of ``data`` (this script's JSON) as an aligned text table, with how it was measured."""
-    header, rows = table(data)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
-                       enumerate(zip(line, widths))).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
     settings = data["settings"]
-    lines.append("")
-    lines.append(f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per row, "
-                 f"1-10 ms pauses; latency measured by the client.")
-    lines.append(f"{data['machine']}; load average {data['load_average']:.1f} at the end.")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*render_table.align(*table(data)), "",
+                      f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per row, "
+                      "1-10 ms pauses; latency measured by the client.",
+                      render_table.describe_machine(data)]) + "\n"
 
 
 # -- where the time goes ------------------------------------------------------------------
@@ -268,60 +258,48 @@ def profile_stage(stage: str, requests: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--servers", default=",".join(SERVERS),
-                        help=f"comma list from {', '.join(SERVERS)} (default: all)")
-    parser.add_argument("--requests", type=int, default=400, help="fast requests per row (default 400)")
+    parser = experiment.parser("fairness", __doc__, repeat=None, pin=False, aliases=("--json",))
+    parser.add_argument("--servers", help=f"comma list from {', '.join(SERVERS)} (default: all; "
+                                          f"--quick {','.join(QUICK['servers'])})")
+    parser.add_argument("--requests", type=int, help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
     parser.add_argument("--clients", type=int, default=4, help="fast keep-alive clients (default 4)")
     parser.add_argument("--compute-ms", type=int, default=50, help="the slow handler's CPU time (default 50)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--table", type=Path, help="write the text table here (the book includes it)")
     parser.add_argument("--profile", metavar="STAGES",
-                        help="instead: profile these stages (comma list) under ab -k, by layer")
-    parser.add_argument("--profile-out", type=Path, help="write the profile summary here")
+                        help="instead: profile these stages (comma list) under ab -k, by layer, into profile.txt")
     args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "fairness.json")
     if args.profile:
         _pin(None, 1)
-        text = "\n".join(profile_stage(stage.strip(), args.requests if args.requests != 400 else 2000)
+        text = "\n".join(profile_stage(stage.strip(), args.requests or 2000)
                          for stage in args.profile.split(",") if stage.strip())
         print(text, end="")
-        if args.profile_out:
-            args.profile_out.parent.mkdir(parents=True, exist_ok=True)
-            args.profile_out.write_text(text)
+        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile.txt')))}")
         return 0
-    chosen = [name.strip() for name in args.servers.split(",") if name.strip()]
+    chosen = [name.strip() for name in (args.servers or ",".join(QUICK["servers"] if args.quick else SERVERS)
+                                        ).split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SERVERS]
     if unknown:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+    requests = args.requests or (QUICK["requests"] if args.quick else 400)
     _pin(None, 1)
+    clock = experiment.Clock()
     rows = []
     for name in chosen:
         for compute_ms in (None, args.compute_ms):
-            row = measure(name, requests=args.requests, clients=args.clients,
-                          compute_ms=compute_ms, seed=args.seed)
+            row = measure(name, requests=requests, clients=args.clients, compute_ms=compute_ms, seed=args.seed)
             print(f"  {row.server:<18} {row.background:<16} p50 {row.p50_ms:7.2f} ms  "
-                  f"p99 {row.p99_ms:7.2f} ms", file=sys.stderr, flush=True)
+                  f"p99 {row.p99_ms:7.2f} ms", flush=True)
             rows.append(asdict(row))
-    data = {
-        "schema": SCHEMA,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-                   f"{platform.system()} {platform.release()}",
-        "load_average": os.getloadavg()[0],  # other work on the machine, at the end of the run
-        "settings": {"requests": args.requests, "clients": args.clients,
-                     "compute_ms": args.compute_ms, "seed": args.seed},
-        "rows": rows,
-    }
-    table = render(data)
-    print(table, end="")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-    if args.table:
-        args.table.parent.mkdir(parents=True, exist_ok=True)
-        args.table.write_text(table)
-    print(conclusion(data))
+    pinned = hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1  # as _pin does
+    data = experiment.document(
+        "fairness", sys.argv[1:] if argv is None else argv, clock,
+        pinning={"enabled": pinned, "server_cpus": "0", "load_cpus": "1"} if pinned else {"enabled": False},
+        settings={"quick": args.quick, "requests": requests, "clients": args.clients,
+                  "compute_ms": args.compute_ms, "seed": args.seed})
+    data.update(rows=rows, elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 

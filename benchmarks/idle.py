@@ -1,10 +1,11 @@
 # benchmarks/idle.py
 """What do idle connections cost?  O(n) scans against O(ready), measured.
 
-    python benchmarks/idle.py                               every readiness stage at 0, 250, 1000, 4000 idle
-    python benchmarks/idle.py --stages poll,epoll --counts 0,2000 --repeat 1
-    python benchmarks/idle.py --out /tmp/idle.json          the JSON there, its table beside it (idle.txt)
-    python benchmarks/idle.py --reference                   maintainers: the book's committed results
+    python -m benchmarks.idle                               every readiness stage at 0, 250, 1000, 4000 idle
+    python -m benchmarks.idle --quick                       poll and epoll at 0 and 250 idle: a look
+    python -m benchmarks.idle --stages poll,epoll --counts 0,2000 --repeat 1
+    python -m benchmarks.idle --out /tmp/idle.json          the JSON there, its table beside it (idle.txt)
+    python -m benchmarks.idle --reference                   maintainers: the book's committed results
 
 For each stage and each count N, one run starts the stage's server, opens N
 *idle* keep-alive connections to it (each sends one ``GET /``, reads the
@@ -33,55 +34,44 @@ whose table the book shows through its ``{bench-idle}`` directive.  Loopback onl
 time-out; every socket and process is closed before the next run.
 """
 
-# Rules this file keeps (the main harness's, benchmarks/run.py, reused from it):
-#   * A fresh server per run, pinned to its own CPU, warmed up, stopped in
-#     ``finally``; the idle clients are opened by this process, on the other
-#     CPU, and closed after the server has stopped.
-#   * Repetitions are interleaved (every stage at every N, then again), and
-#     each figure is the median of the repetitions that succeeded.
+# Rules this file keeps (the harness's, benchmarks/harness/, plus):
+#   * The idle clients are opened by this process, on the load's CPU, and
+#     closed after the server has stopped.
 #   * The JSON holds every figure the table shows; the table is rendered from
 #     the JSON and nothing else.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import resource
 import select
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import loads, report, servers  # noqa: E402
-from benchmarks.harness import output  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.process import choose_pinning, cpu_seconds, warm_up  # noqa: E402
-from benchmarks.harness.summary import median  # noqa: E402
-from benchmarks.loads import Load, Settings  # noqa: E402
-from tinyloop import stages  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.raw.select_server import FD_SETSIZE  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+from benchmarks import loads, servers
+from benchmarks.harness import experiment, output, render as render_table
+from benchmarks.harness.machine import display
+from benchmarks.harness.process import cpu_seconds, raise_nofile, warm_up
+from benchmarks.harness.summary import slope
+from benchmarks.loads import Load, Settings
+from tinyloop import stages
+from tinyloop.http import HELLO
+from tinyloop.raw.select_server import FD_SETSIZE
+from tinyloop.testing import ServerProcess, recv_response
 
 __all__ = ["COUNTS", "LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
 
-SCHEMA = 1
-RESULTS = ROOT / "benchmarks" / "results"
+SCHEMA = experiment.SCHEMA
 STAGES = ("select", "poll", "epoll", "epoll-et", "kqueue")
 COUNTS = (0, 250, 1000, 4000)
 DEFAULTS = {"requests": 20000, "repeat": 3, "warmup": 200, "timeout": 5.0, "run_timeout": 60.0}
+QUICK = {"stages": ("poll", "epoll"), "counts": (0, 250), "requests": 2000, "repeat": 1}
 
 # The busy clients: ten keep-alive connections, one request in flight on each.
 LOAD = Load("ab-keepalive-10", "ab", 10, True, "ab -k -c 10, keep-alive, beside N idle connections",
@@ -191,14 +181,11 @@ def raise_fd_limit(count: int) -> int:
     as many descriptors as we do.  Raises ``SystemExit`` if the hard limit
     is too low (``ulimit -Hn``, or /etc/security/limits.conf).
     """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = count + 256  # the idle clients, ab's, the harness's own files
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        if hard != resource.RLIM_INFINITY and hard < wanted:
-            raise SystemExit(f"idle.py: {count} idle connections need {wanted} open files, and the hard "
-                             f"limit is {hard}: lower --counts or raise it (ulimit -Hn)")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        soft = wanted
+    soft = raise_nofile(wanted)
+    if soft < wanted:
+        raise SystemExit(f"idle: {count} idle connections need {wanted} open files, and the hard "
+                         f"limit is lower: lower --counts or raise it (ulimit -Hn)")
     return soft
 
 
@@ -373,28 +360,10 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
 # --- medians ------------------------------------------------------------------
 
 def summarize(runs: list[dict]) -> dict[str, dict[str, dict]]:
-    """``{stage: {str(idle): summary}}``: medians of the ``"ok"`` runs' figures.
-
-    A summary has each FIGURES key's median (None if no run succeeded),
-    ``server_fds`` (median), ``runs``, ``ok_runs``, ``status`` (``"ok"``,
-    ``"partial"`` or the failed runs' status) and ``note``.
-    """
-    grouped: dict[str, dict[str, list[dict]]] = {}
-    for run in runs:
-        grouped.setdefault(run["stage"], {}).setdefault(str(run["idle"]), []).append(run)
-    out: dict[str, dict[str, dict]] = {}
-    for stage, by_count in grouped.items():
-        for idle, group in by_count.items():
-            ok = [run for run in group if run["status"] == "ok"]
-            bad = [run for run in group if run["status"] != "ok"]
-            summary: dict = {"runs": len(group), "ok_runs": len(ok)}
-            for key in (*(figure for figure, _, _ in FIGURES.values()), "server_fds"):
-                summary[key] = median([run[key] for run in ok])
-            summary["status"] = "ok" if not bad else ("partial" if ok else bad[0]["status"])
-            notes = sorted({run["note"] for run in bad if run["note"]})
-            summary["note"] = (f"{len(bad)} of {len(group)} runs: {'; '.join(notes)}" if bad else None)
-            out.setdefault(stage, {})[idle] = summary
-    return out
+    """``{stage: {str(idle): summary}}``: the harness's one fold (experiment.fold) of every
+    FIGURES figure; CPU µs/req decides whether a cell is noisy."""
+    return experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
+                           deciding=("cpu_us_per_req",))
 
 
 def conclusion(data: dict) -> str:
@@ -465,23 +434,12 @@ def table(data: dict, figure: str = "cpu") -> tuple[list[str], list[list[str]]]:
                 per_req.append((measured, cpu))
                 if waits:
                     per_call.append((measured, cpu / waits))
-        if slopes:
-            row.append(_slope(per_req, "{:+.1f}", 1000))
-        if per_wait:
-            row.append(_slope(per_call, "{:+.0f}", 1000))
+        for wanted, points, shown in ((slopes, per_req, "{:+.1f}"), (per_wait, per_call, "{:+.0f}")):
+            if wanted:
+                fitted = slope(points)
+                row.append("—" if fitted is None else shown.format(fitted * 1000))
         rows.append(row)
     return header, rows
-
-
-def _slope(points: list[tuple[int, float]], fmt: str, scale: float) -> str:
-    """The least-squares slope of y on x, times ``scale``, formatted; "—" with fewer than two x."""
-    if len({x for x, _ in points}) < 2:
-        return "—"
-    mean_x = statistics.fmean(x for x, _ in points)
-    mean_y = statistics.fmean(y for _, y in points)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
-             / sum((x - mean_x) ** 2 for x, _ in points))
-    return fmt.format(slope * scale)
 
 
 NOTES = {
@@ -506,101 +464,71 @@ def render(data: dict) -> str:
         if figure == "waits" and not settings.get("waits_counted"):
             continue
         header, rows = table(data, figure)
-        out += [FIGURES[figure][1], *report.align(header, rows), ""]
+        out += [FIGURES[figure][1], *render_table.align(header, rows), ""]
     out += [f"  {stage} at {idle} idle: {summary['note']}" for stage, by_count in data["results"].items()
             for idle, summary in by_count.items() if summary["note"]]
     out += [f"- {NOTES[key]}" for key in NOTES if key != "waits" or settings.get("waits_counted")]
-    out.append(f"- {report.describe_machine(data)}")
+    out.append(f"- {render_table.describe_machine(data)}")
     return "\n".join(out) + "\n"
 
 
 # --- the whole run ------------------------------------------------------------
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="benchmarks/idle.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma list (default {','.join(STAGES)})")
-    parser.add_argument("--counts", default=",".join(map(str, COUNTS)),
-                        help=f"idle connection counts, comma list (default {','.join(map(str, COUNTS))})")
-    parser.add_argument("--requests", type=int, default=DEFAULTS["requests"],
-                        help=f"ab's -n per run (default {DEFAULTS['requests']})")
-    parser.add_argument("--repeat", type=int, default=DEFAULTS["repeat"],
-                        help=f"repetitions, interleaved (default {DEFAULTS['repeat']})")
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment.parser("idle", __doc__, repeat=DEFAULTS["repeat"], aliases=("--json",))
+    parser.add_argument("--stages", help=f"comma list (default {','.join(STAGES)}; --quick "
+                                         f"{','.join(QUICK['stages'])})")
+    parser.add_argument("--counts", help=f"idle connection counts, comma list (default "
+                                         f"{','.join(map(str, COUNTS))}; --quick {','.join(map(str, QUICK['counts']))})")
+    parser.add_argument("--requests", type=int, help=f"ab's -n per run (default {DEFAULTS['requests']})")
     parser.add_argument("--warmup", type=int, default=DEFAULTS["warmup"],
                         help=f"GET / on one connection before the idle ones (default {DEFAULTS['warmup']})")
     parser.add_argument("--timeout", type=float, default=DEFAULTS["timeout"],
                         help=f"seconds any client waits on a silent server (default {DEFAULTS['timeout']:g})")
     parser.add_argument("--run-timeout", type=float, default=DEFAULTS["run_timeout"],
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
-    output.add_arguments(parser, "idle.json", "--json")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin server and ab to CPUs")
     parser.add_argument("--no-perf", action="store_true", help="do not count wait system calls with perf")
     args = parser.parse_args(argv)
-    args.out = output.json_path(parser, args, "idle.json")
-    args.table = args.out.with_suffix(".txt")
+    out = output.json_path(parser, args, "idle.json")
+    base = QUICK if args.quick else {"stages": STAGES, "counts": COUNTS, **DEFAULTS}
     try:
-        args.stages = [stages.get(name.strip()).name for name in args.stages.split(",") if name.strip()]
-        args.counts = sorted({int(n) for n in args.counts.split(",") if n.strip()})
+        chosen = [stages.get(name.strip()).name for name in (args.stages or ",".join(base["stages"])).split(",")
+                  if name.strip()]
+        counts = sorted({int(n) for n in (args.counts or ",".join(map(str, base["counts"]))).split(",") if n.strip()})
     except (KeyError, ValueError) as error:
         parser.error(str(error))
-    if not args.stages or not args.counts or min(args.counts) < 0:
-        parser.error("--stages and --counts need at least one stage and one count >= 0")
-    if args.requests < 1 or args.repeat < 1 or args.warmup < 1:
-        parser.error("--requests, --repeat and --warmup must be at least 1")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    requests, repeat = args.requests or base["requests"], args.repeat or base["repeat"]
+    if not chosen or not counts or min(counts) < 0 or min(requests, repeat, args.warmup) < 1:
+        parser.error("--stages and --counts need a stage and a count >= 0; --requests, --repeat, --warmup >= 1")
     if shutil.which("ab") is None:
-        raise SystemExit("idle.py: ab not found; install ApacheBench (Debian: apache2-utils)")
-    limit = raise_fd_limit(max(args.counts))
-    pinning = choose_pinning(args.no_pin)
-    settings = Settings(requests={LOAD.name: args.requests}, duration=0.0,
+        raise SystemExit("idle: ab not found; install ApacheBench (Debian: apache2-utils)")
+    limit = raise_fd_limit(max(counts))
+    pinning = experiment.pinning(args)
+    settings = Settings(requests={LOAD.name: requests}, duration=0.0,
                         socket_timeout=args.timeout, run_timeout=args.run_timeout)
-    plan = [(rep, stage, measured) for rep in range(1, args.repeat + 1) for stage in args.stages
-            for measured in dict.fromkeys(counts_for(stage, args.counts).values()) if measured is not None]
-    print(f"{len(plan)} runs ({len(args.stages)} stages, idle {args.counts}, {args.repeat} repetitions); "
-          f"RLIMIT_NOFILE {limit}", flush=True)
-    started, date, load_before = time.monotonic(), datetime.now(timezone.utc), os.getloadavg()[0]
-    runs = []
+    cells = [(stage, measured) for stage in chosen
+             for measured in dict.fromkeys(counts_for(stage, counts).values()) if measured is not None]
+    clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-idle-") as workdir:
-        for index, (rep, stage, idle) in enumerate(plan, 1):
-            record = {"rep": rep, **measure(stage, idle, settings, pinning, Path(workdir),
-                                            args.warmup, not args.no_perf)}
-            runs.append(record)
-            figures = (f"cpu {record['cpu_us_per_req']:.0f} µs/req, {record['rps']:.0f} req/s"
-                       if record["status"] == "ok" else f"{record['status'].upper()}: {record['note']}")
-            print(f"[{index:>2}/{len(plan)}] rep {rep} {stage:<8} {idle:>5} idle  "
-                  f"fds {record['server_fds']}  {figures}", flush=True)
-    argv_shown = sys.argv[1:] if argv is None else argv
-    data = {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": display(["python", "benchmarks/idle.py", *argv_shown]),
-        "load_command": display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
-        "machine": fingerprint(),
-        "tools": {"ab": servers.tool_versions()["ab"]},
-        "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
-        "settings": {"stages": args.stages, "counts": args.counts, "requests": args.requests,
-                     "repeat": args.repeat, "warmup_requests": args.warmup, "quick": False,
-                     "select_cap": SELECT_CAP, "fd_setsize": FD_SETSIZE, "rlimit_nofile": limit,
-                     "socket_timeout_s": args.timeout, "run_timeout_s": args.run_timeout,
-                     "waits_counted": any(run["waits"] is not None for run in runs),
-                     "waits_note": "--no-perf" if args.no_perf else next(
-                         (run["waits_note"] for run in runs if run.get("waits_note")), None)},
-        "runs": runs,
-        "results": summarize(runs),
-        # Other work on the machine (1-minute load average) before and after.
-        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    output.write_json(data, args.out)
-    output.write_text(render(data), args.table)
-    print()
-    print(render(data), end="")
-    print(f"\nwrote {output.relative(args.out)} and {output.relative(args.table)} in {data['elapsed_s']:.0f} s")
-    print(conclusion(data))
+        runs = experiment.interleave(
+            cells, repeat,
+            lambda cell: measure(*cell, settings, pinning, Path(workdir), args.warmup, not args.no_perf),
+            lambda cell: f"{cell[0]:<8} {cell[1]:>5} idle",
+            lambda r: f"fds {r['server_fds']}, cpu {r['cpu_us_per_req']:.0f} µs/req, {r['rps']:.0f} req/s")
+    data = experiment.document(
+        "idle", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
+        tools={"ab": servers.tool_versions()["ab"]},
+        settings={"stages": chosen, "counts": counts, "requests": requests, "repeat": repeat,
+                  "warmup_requests": args.warmup, "quick": args.quick,
+                  "select_cap": SELECT_CAP, "fd_setsize": FD_SETSIZE, "rlimit_nofile": limit,
+                  "socket_timeout_s": args.timeout, "run_timeout_s": args.run_timeout,
+                  "waits_counted": any(run["waits"] is not None for run in runs),
+                  "waits_note": "--no-perf" if args.no_perf else next(
+                      (run["waits_note"] for run in runs if run.get("waits_note")), None)})
+    data.update(load_command=display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
+                runs=runs, results=summarize(runs), elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 

@@ -1,10 +1,10 @@
 # benchmarks/micro.py
 """The loop's own costs, one operation at a time, measured with pyperf.
 
-    python benchmarks/micro.py                    every operation on every loop
-    python benchmarks/micro.py --quick            a short look (few processes, short values)
-    python benchmarks/micro.py --event-loops asyncio,aio --ops call_soon,sleep0
-    python benchmarks/micro.py --reference             refresh the book's reference, benchmarks/results/micro.json
+    python -m benchmarks.micro                    every operation on every loop
+    python -m benchmarks.micro --quick            a short look (few processes, short values)
+    python -m benchmarks.micro --event-loops asyncio,aio --ops call_soon,sleep0
+    python -m benchmarks.micro --reference        refresh the book's reference, benchmarks/results/micro.json
 
 Operations (each timed over many repetitions in one process, then over
 several fresh processes, by pyperf's Runner):
@@ -48,33 +48,25 @@ committed benchmarks/results/micro.json instead, which the book renders
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` importable
-
-from benchmarks import report, servers  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.output import RESULTS, minutes, relative  # noqa: E402
-from benchmarks.harness.process import choose_names  # noqa: E402
-from benchmarks.harness.summary import NOISE, is_noisy  # noqa: E402
-from benchmarks.peers.echo_server import LOOPS, loop_factory  # noqa: E402
+from benchmarks import servers
+from benchmarks.harness import experiment, output
+from benchmarks.harness import render as render_table
+from benchmarks.harness.process import choose_names
+from benchmarks.harness.summary import is_noisy
+from benchmarks.peers.echo_server import LOOPS, loop_factory
 
 __all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
 
-SCHEMA = 1
-REFERENCE = RESULTS / "micro.json"                 # the book's, committed; only --reference writes it
-LOCAL = RESULTS / "local" / "micro.json"           # a user's run: ignored by git
-PYPERF_JSON = RESULTS / "local" / "micro-pyperf.json"
+SCHEMA = experiment.SCHEMA
+REFERENCE = output.RESULTS / "micro.json"          # the book's, committed; only --reference writes it
+LOCAL = output.LOCAL / "micro.json"                # a user's run: ignored by git
 BASELINE = "asyncio"
 
 # Each batch of operations ends in one pass of run_forever; large enough that
@@ -87,8 +79,11 @@ DEFAULT_PYPERF = ["--quiet", "--processes", "5", "--values", "3", "--warmups", "
 QUICK_PYPERF = ["--quiet", "--processes", "2", "--values", "2", "--warmups", "1", "--min-time", "0.02"]
 
 
-def _noop() -> None:
-    pass
+def noop() -> None:
+    """The callback every timed operation schedules: it does nothing."""
+
+
+_noop = noop  # the older name (benchmarks/instructions.py imports it)
 
 
 async def _nothing() -> None:
@@ -97,8 +92,9 @@ async def _nothing() -> None:
 
 # --- the operations: each runs ``loops`` of one and returns the seconds taken ---
 
-def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` callbacks, scheduled with call_soon in batches, each batch run by run_forever."""
+def _batches(loops: int, factory: Callable[[], Any], schedule: Callable[[Any, int], None]) -> float:
+    """Seconds for ``loops`` operations on a new loop: ``schedule(loop, n)`` queues a batch of
+    ``n``, then one pass of run_forever runs it (stopped by a last callback)."""
     loop = factory()
     try:
         started = time.perf_counter()
@@ -106,32 +102,30 @@ def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
         while left:
             n = min(left, BATCH)
             left -= n
-            for _ in range(n - 1):
-                loop.call_soon(_noop)
-            loop.call_soon(loop.stop)  # the batch's last callback
-            loop.run_forever()
-        return time.perf_counter() - started
-    finally:
-        loop.close()
-
-
-def time_timer_cancel(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` timers scheduled an hour ahead and cancelled; after each batch the loop
-    runs once, which is where a heap with many cancelled timers gets cleaned."""
-    loop = factory()
-    try:
-        started = time.perf_counter()
-        left = loops
-        while left:
-            n = min(left, BATCH)
-            left -= n
-            for _ in range(n):
-                loop.call_later(3600.0, _noop).cancel()
+            schedule(loop, n)
             loop.call_soon(loop.stop)
             loop.run_forever()
         return time.perf_counter() - started
     finally:
         loop.close()
+
+
+def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` callbacks, scheduled with call_soon in batches, each batch run by run_forever
+    (the batch's stop callback is its last operation)."""
+    def schedule(loop: Any, n: int) -> None:
+        for _ in range(n - 1):
+            loop.call_soon(noop)
+    return _batches(loops, factory, schedule)
+
+
+def time_timer_cancel(loops: int, factory: Callable[[], Any]) -> float:
+    """``loops`` timers scheduled an hour ahead and cancelled; after each batch the loop
+    runs once, which is where a heap with many cancelled timers gets cleaned."""
+    def schedule(loop: Any, n: int) -> None:
+        for _ in range(n):
+            loop.call_later(3600.0, noop).cancel()
+    return _batches(loops, factory, schedule)
 
 
 def time_sleep0(loops: int, factory: Callable[[], Any]) -> float:
@@ -194,7 +188,7 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
 
     A row has ``median_ns``, ``mean_ns``, ``stdev_ns``, ``ops_per_s``
     (1 / median), ``spread_ns`` [min, max], ``noisy`` (the largest value over
-    1 + NOISE times the smallest) and ``ratio``: its median time over
+    1 + summary.NOISE times the smallest) and ``ratio``: its median time over
     the baseline loop's (below 1 is faster), None without a baseline row.
     """
     out: dict[str, dict[str, dict]] = {}
@@ -249,10 +243,8 @@ def describe(data: dict) -> str:
 
 
 def format_text(data: dict) -> str:
-    parts = []
-    for op in data["operations"]:
-        header, rows = table(data, op["name"])
-        parts.append("\n".join([f"{op['name']}: {op['what']}", *report.align(header, rows)]))
+    parts = [f"{op['name']}: {op['what']}\n" + "\n".join(render_table.align(*table(data, op["name"])))
+             for op in data["operations"]]
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
     notes.append("× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.")
     notes.append("Measured on: " + describe(data))
@@ -261,45 +253,37 @@ def format_text(data: dict) -> str:
 
 # --- the command line --------------------------------------------------------
 
-def _split(argument: str | None, known: list[str], what: str) -> list[str]:
-    return choose_names(argument, known, what, known)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         import pyperf
     except ImportError:
-        raise SystemExit("micro.py: pyperf is not installed: run `bash scripts/setup.sh` "
+        raise SystemExit("micro: pyperf is not installed: run `bash scripts/setup.sh` "
                          "(or pip install pyperf)") from None
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = display(["python", "benchmarks/micro.py", *argv])
-    worker = "--worker" in argv
+    shown = list(argv)
     quick = "--quick" in argv
-    save = "--reference" in argv
-    argv = [a for a in argv if a not in ("--quick", "--reference")]
-    if not worker:
+    argv = [a for a in argv if a != "--quick"]
+    if "--worker" not in argv:
         # Our defaults first; the user's pyperf options (later) override them.
         argv = (QUICK_PYPERF if quick else DEFAULT_PYPERF) + argv
         if not any(a.startswith("--affinity") for a in argv) and len(os.sched_getaffinity(0)) >= 2:
             argv.append(f"--affinity={min(os.sched_getaffinity(0))}")
 
     def forward(cmd: list[str], args: Any) -> None:
-        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])  # not --summary: workers write nothing
+        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])  # not --out: workers write nothing
 
-    runner = pyperf.Runner(add_cmdline_args=forward, program_args=(str(Path(__file__).resolve()),))
+    # Workers run this module as the manager was run: python -m benchmarks.micro.
+    runner = pyperf.Runner(add_cmdline_args=forward, program_args=("-m", "benchmarks.micro"))
     parser = runner.argparser
-    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --reference."
+    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --reference, --out."
     parser.add_argument("--event-loops", default="all",
                         help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
     parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
-    parser.add_argument("--summary", type=Path,
-                        help="where to write the summary JSON (default benchmarks/results/local/micro.json); "
-                             "pyperf's JSON goes beside it as NAME-pyperf.json")
+    output.add_arguments(parser, "micro.json", "--summary")  # pyperf's own JSON goes beside, NAME-pyperf.json
     args = runner.parse_args(argv)
-    loops = _split(args.event_loops, list(LOOP_NAMES), "loop")
-    ops = _split(args.ops, list(OPERATIONS), "operation")
-
+    loops = choose_names(args.event_loops, list(LOOP_NAMES), "loop", list(LOOP_NAMES))
+    ops = choose_names(args.ops, list(OPERATIONS), "operation", list(OPERATIONS))
     skipped: dict[str, str] = {}
     factories: dict[str, Callable[[], Any]] = {}
     for name in loops:
@@ -308,46 +292,36 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as error:
             skipped[name] = f"does not import ({error})"
     ready = [name for name in loops if name in factories]
+    out = None
+    if not args.worker:  # refuse a wrong output before measuring
+        args.quick = quick
+        out = output.json_path(parser, args, "micro.json")
 
-    date, started = datetime.now(timezone.utc), time.monotonic()
+    clock = experiment.Clock()
     results: dict[tuple[str, str], Any] = {}
     for op, loop in benchmarks(ready, ops):
         bench = runner.bench_time_func(f"{op}[{loop}]", OPERATIONS[op][0], factories[loop])
         if bench is not None:  # None in a worker, and for the tasks it does not run
             results[(op, loop)] = bench
-    if args.worker:
+    if args.worker or out is None:
         return 0
-
     # The manager alone writes files.
-    if save and (args.summary is not None or quick):
-        parser.error("--reference writes benchmarks/results/micro.json from a full run: not with --summary or --quick")
-    out = REFERENCE if save else (args.summary or LOCAL)
-    pyperf_json = PYPERF_JSON if out in (REFERENCE, LOCAL) else out.with_name(f"{out.stem}-pyperf.json")
-    pyperf_json.parent.mkdir(parents=True, exist_ok=True)
+    pyperf_json = out.with_name(f"{out.stem}-pyperf.json")
     if results:
+        pyperf_json.parent.mkdir(parents=True, exist_ok=True)
         pyperf.BenchmarkSuite(list(results.values())).dump(str(pyperf_json), replace=True)
-    data = {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": command,
-        "machine": fingerprint(),
-        "tools": {"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
-        "settings": {"quick": quick, "processes": args.processes, "values": args.values,
-                     "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
-                     "batch": BATCH, "noise": NOISE},
-        "baseline": BASELINE if BASELINE in ready else None,
-        "operations": [{"name": op, "what": OPERATIONS[op][1]} for op in ops],
-        "loops": [{"name": name, "skipped": skipped.get(name)} for name in loops],
-        "results": summarize({key: list(bench.get_values()) for key, bench in results.items()},
-                             BASELINE if BASELINE in ready else ""),
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print()
-    print(format_text(data))
-    print(f"\nwrote {relative(out)} and {relative(pyperf_json)} in {minutes(data['elapsed_s'])}")
-    print(conclusion(data))
+    baseline = BASELINE if BASELINE in ready else None
+    data = experiment.document(
+        "micro", shown, clock, tools={"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
+        settings={"quick": quick, "processes": args.processes, "values": args.values,
+                  "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
+                  "batch": BATCH})
+    data.update(baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
+                loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
+                results=summarize({key: list(bench.get_values()) for key, bench in results.items()},
+                                  baseline or ""),
+                pyperf_json=output.relative(pyperf_json), elapsed_s=clock.elapsed())
+    experiment.finish(data, out, format_text(data), conclusion(data))
     return 0
 
 

@@ -208,10 +208,10 @@ def test_each_operation_runs_and_returns_seconds(op: str, loop: str) -> None:
 def test_a_tiny_pyperf_run_writes_both_jsons(tmp_path: Path) -> None:
     pytest.importorskip("pyperf")
     summary = tmp_path / "micro.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "micro.py"), "--quick",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.micro", "--quick",
                            "--processes", "1", "--values", "1", "--min-time", "0.001",
                            "--event-loops", "asyncio,callbacks", "--ops", "call_soon",
-                           "--summary", str(summary)],
+                           "--out", str(summary)],
                           capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(summary.read_text(encoding="utf-8"))

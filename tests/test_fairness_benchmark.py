@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(150)
 def test_a_small_run_writes_its_json_and_table_and_concludes(tmp_path: Path) -> None:
     out, table = tmp_path / "fairness.json", tmp_path / "fairness.txt"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fairness.py"), "--servers",
-                           "threaded,coroutines", "--requests", "20", "--json", str(out), "--table", str(table)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.fairness", "--servers",
+                           "threaded,coroutines", "--requests", "20", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))

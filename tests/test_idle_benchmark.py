@@ -18,12 +18,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks import idle
+from test_docs import BUILD_TIMEOUT, page_text, sphinx_build
 
-from benchmarks import idle  # noqa: E402
-from test_docs import BUILD_TIMEOUT, page_text, sphinx_build  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 IDLE = 30
 REQUESTS = 200
@@ -40,7 +38,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     if shutil.which("ab") is None:
         pytest.skip("ApacheBench (ab) is not installed")
     out = tmp_path_factory.mktemp("idle")
-    command = [sys.executable, str(ROOT / "benchmarks" / "idle.py"), "--stages", ",".join(STAGES),
+    command = [sys.executable, "-m", "benchmarks.idle", "--stages", ",".join(STAGES),
                "--counts", f"0,{IDLE}", "--requests", str(REQUESTS), "--repeat", "1", "--warmup", "5",
                "--timeout", "3", "--run-timeout", "15",
                "--out", str(out / "idle.json")]

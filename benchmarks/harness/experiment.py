@@ -112,7 +112,7 @@ def interleave(cells: Sequence, repeat: int, measure: Callable[..., dict],
 def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], *,
          deciding: Sequence[str] = (), baseline: str | None = None,
          ratios: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:
-    """Fold run records into ``{str(record[group]): {record[row]: summary}}``, in first-seen order.
+    """Fold run records into ``{str(record[group]): {str(record[row]): summary}}``, in first-seen order.
 
     A summary holds ``runs``, ``ok_runs``, each of ``figures`` as the median
     over the ``"ok"`` records (None without any), ``spread`` {figure: [min,
@@ -126,7 +126,7 @@ def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], 
     """
     grouped: dict[str, dict[str, list[dict]]] = {}
     for record in records:
-        grouped.setdefault(str(record[group]), {}).setdefault(record[row], []).append(record)
+        grouped.setdefault(str(record[group]), {}).setdefault(str(record[row]), []).append(record)
     out: dict[str, dict[str, dict]] = {}
     for key, by_row in grouped.items():
         rows: dict[str, dict] = {}
