@@ -1,20 +1,19 @@
 # benchmarks/syscalls.py
 """System calls per request, on every stage and peer, with and without pipelining.
 
-    python benchmarks/syscalls.py                       every stage and peer, depth 1 and 24
-    python benchmarks/syscalls.py --stages all --quick  a smoke run: 1 s per point
-    python benchmarks/syscalls.py --stages epoll,aio --peers none --depths 24
-    python benchmarks/syscalls.py --render              rewrite the .md table from the saved JSON
+    python -m benchmarks.syscalls                       every stage and peer, depth 1 and 24
+    python -m benchmarks.syscalls --quick               a smoke run: 1 s per point
+    python -m benchmarks.syscalls --stages epoll,aio --peers none --depths 24
+    python -m benchmarks.syscalls --render              rewrite the .md table from the saved JSON
 
 For each server and each pipelining depth, a fresh server is started and
 warmed up, ``strace -c -f -p PID`` is attached to it, a short wrk load runs
 (depth 1: the harness's ``wrk`` load, one request in flight per connection;
 depth 24: its ``wrk-pipeline`` load, Japronto's 24 requests per write), and
 strace's count of every system call, by name, is divided by the requests
-wrk counted.  Writes benchmarks/results/local/syscalls.json and .md (ignored
-by git); ``--reference`` writes the book's benchmarks/results/syscalls.json and
-syscalls.md instead.  ``benchmarks/run.py --syscalls`` runs this after its
-timed passes, on the same servers.
+wrk counted.  Writes benchmarks/results/local/syscalls.json and .md;
+``--reference`` the book's benchmarks/results/syscalls.json and .md.
+``python -m benchmarks.run --syscalls`` runs this after its timed passes.
 """
 
 # Rules this file keeps:
@@ -49,7 +48,6 @@ timed passes, on the same servers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -59,24 +57,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.harness.machine import ROOT
 from benchmarks import loads, servers
-from benchmarks.loads import Settings
-from benchmarks.harness import output
-from benchmarks.harness.machine import display, fingerprint, version_line
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import display, version_line
 from benchmarks.harness.process import choose_names, choose_pinning, warm_up
+from benchmarks.harness.render import DASH, markdown as table_lines
+from benchmarks.loads import Settings
 from tinyloop import stages
 
-__all__ = ["DEPTH_LOADS", "GROUPS", "SCHEMA", "Strace", "main", "markdown", "measure",
+__all__ = ["DEPTH_LOADS", "GROUPS", "Strace", "main", "markdown", "measure",
            "parse_strace_summary", "strace_problem"]
-
-RESULTS = ROOT / "benchmarks" / "results"
-SAVED = RESULTS / "syscalls.json"              # the book's, committed; only --reference writes it
-LOCAL = RESULTS / "local" / "syscalls.json"    # a user's run: ignored by git
-SCHEMA = 1
 
 # Pipelining depth -> the harness load that sends it (benchmarks/loads.py).
 DEPTH_LOADS = {1: "wrk", 24: "wrk-pipeline"}
@@ -269,16 +261,14 @@ def per_request(calls: dict[str, int], requests: int) -> dict[str, float]:
 # --- the table ---------------------------------------------------------------
 
 def _figure(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return DASH if value is None else (f"{value:.2f}" if value < 10 else f"{value:.1f}")
 
 
 def _others(calls: dict[str, int], requests: int, top: int = 3) -> str:
     """The largest calls outside GROUPS, per request: ``"futex 0.51, clock_gettime 0.02"``."""
     grouped = {name for names in GROUPS.values() for name in names}
     rest = sorted(((n, name) for name, n in calls.items() if name not in grouped), reverse=True)[:top]
-    return ", ".join(f"{name} {_figure(n / requests)}" for n, name in rest if n) or "—"
+    return ", ".join(f"{name} {_figure(n / requests)}" for n, name in rest if n) or DASH
 
 
 def table(data: dict) -> tuple[list[str], list[list[str]]]:
@@ -288,7 +278,7 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
     for record in data["points"]:
         name, depth = record["server"], str(record["depth"])
         if record["status"] != "ok":
-            rows.append([name, depth, "error", *["—"] * (len(header) - 4), record["note"] or "—"])
+            rows.append([name, depth, "error", *[DASH] * (len(header) - 4), record["note"] or DASH])
             continue
         # From the counts, not the stored per_request: --render then follows GROUPS.
         figures = per_request(record["calls"], record["requests"])
@@ -300,11 +290,8 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
 
 def markdown(data: dict) -> str:
     """The results as a Markdown page fragment: the table, then how it was made."""
-    header, rows = table(data)
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if i in (0, len(header) - 1) else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    settings = data["settings"]
+    settings, machine = data["settings"], data["machine"]
+    how = "--quick: a smoke test" if settings["quick"] else "one run per row"
     notes = [
         "",
         f"System calls per answered request, counted by `strace -c -f -p PID` over a "
@@ -315,123 +302,12 @@ def markdown(data: dict) -> str:
         "Under strace the server runs several times slower, so these rows say how many calls, "
         "never how fast; a slowed server finds more connections ready per wait, so at depth 1 "
         "*wait* reads a little low.",
-        f"Measured on: {describe(data)}. Command: `{data['command']}`.",
+        f"Measured on: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} {machine['kernel']}, "
+        f"{machine['python']}, {data['tools']['strace']}; {how}; {data['date'][:10]}. Command: `{data['command']}`.",
     ]
-    skipped = {name: note for name, note in data.get("skipped", {}).items()}
-    if skipped:
-        notes.append("Not measured: " + "; ".join(f"{name} ({note})" for name, note in skipped.items()) + ".")
-    return "\n".join(lines + notes) + "\n"
-
-
-def describe(data: dict) -> str:
-    machine = data["machine"]
-    how = "--quick: a smoke test" if data["settings"]["quick"] else "one run per row"
-    return (f"{machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} {machine['kernel']}, "
-            f"{machine['python']}, {data['tools']['strace']}; {how}; {data['date'][:10]}")
-
-
-# --- the whole run -------------------------------------------------------------
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmarks/syscalls.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stages", help="comma list, 'all' or 'none' (default all)")
-    parser.add_argument("--peers", help="comma list, 'all' or 'none' (default every peer but stall)")
-    parser.add_argument("--depths", default="1,24", help="pipelining depths, from 1 and 24 (default both)")
-    parser.add_argument("--quick", action="store_true", help=f"{DURATION['quick']:g} s per point instead of "
-                                                             f"{DURATION['full']:g}: a smoke test")
-    parser.add_argument("--duration", type=float, help="seconds of wrk per point (overrides --quick)")
-    output.add_arguments(parser, "syscalls.json")
-    parser.add_argument("--render", action="store_true",
-                        help="measure nothing: recompute the groups from the JSON's counts, rewrite it and its .md")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin server and wrk to CPUs")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.render and args.reference:
-        args.out, args.reference = SAVED, False  # recompute the book's file in place
-    out = output.json_path(parser, args, "syscalls.json")
-    if args.render:
-        # The counts stay as measured; what is derived from them (the groups,
-        # per request) is recomputed, so a change to GROUPS needs no new run.
-        data = json.loads(out.read_text(encoding="utf-8"))
-        data["groups"] = GROUPS
-        for record in data["points"]:
-            if record["status"] == "ok":
-                record["per_request"] = per_request(record["calls"], record["requests"])
-        out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
-        print(f"wrote {display([str(out.with_suffix('.md'))])}")
-        return 0
-    try:
-        depths = [int(d) for d in args.depths.split(",") if d.strip()]
-    except ValueError:
-        parser.error(f"--depths: expected a comma list of numbers, got {args.depths!r}")
-    unknown = [d for d in depths if d not in DEPTH_LOADS]
-    if unknown or not depths:
-        parser.error(f"--depths: choose from {', '.join(map(str, DEPTH_LOADS))}")
-    problem = strace_problem()
-    if problem:
-        raise SystemExit(f"syscalls.py: cannot count system calls here: {problem}")
-    if shutil.which("wrk") is None:
-        raise SystemExit("syscalls.py: wrk is not installed (Debian: apt-get install wrk)")
-    every_stage = [stage.name for stage in stages.STAGES]
-    stage_names = choose_names(args.stages, every_stage, "stage", every_stage)
-    peer_names = choose_names(args.peers, [peer.name for peer in servers.PEERS], "peer",
-                        [peer.name for peer in servers.PEERS if peer.default])
-    candidates = ([servers.stage_server(stages.get(name)) for name in stage_names]
-                  + [servers.peer_server(name) for name in peer_names])
-    skipped = {}
-    for server in candidates:
-        note = servers.prepare(server)
-        if note:
-            skipped[server.name] = note
-            print(f"skip {server.name}: {note}")
-    ready = [server for server in candidates if server.name not in skipped]
-    duration = args.duration or DURATION["quick" if args.quick else "full"]
-    settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-    warmup = 20 if args.quick else 200
-    pinning = choose_pinning(args.no_pin)
-    print(f"{len(ready)} servers x {len(depths)} depths, {duration:g} s each under strace; "
-          f"about {len(ready) * len(depths) * (duration + 1.5):.0f} s", flush=True)
-    date, started = datetime.now(timezone.utc), time.monotonic()
-    points = []
-    with tempfile.TemporaryDirectory(prefix="tinyloop-syscalls-") as workdir:
-        for server in ready:
-            for depth in depths:
-                record = measure(server, depth, settings, pinning, Path(workdir), warmup)
-                points.append(record)
-                figures = record["per_request"]
-                said = (f"{figures['total']:.2f} calls/req (read {figures['read']:.2f}, "
-                        f"write {figures['write']:.2f}, wait {figures['wait']:.2f}) over "
-                        f"{record['requests']} requests" if figures else f"ERROR: {record['note']}")
-                print(f"{server.name:<18} depth {depth:<3} {said}", flush=True)
-    url = "http://127.0.0.1:PORT/"
-    data = {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": display(["python", "benchmarks/syscalls.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": fingerprint(),
-        "tools": {"strace": version_line(["strace", "-V"]), "wrk": version_line(["wrk", "-v"])},
-        "pinning": {key: value for key, value in pinning.items() if not key.endswith("_prefix")},
-        "settings": {"quick": args.quick, "duration_s": duration, "warmup_requests": warmup,
-                     "counter": "strace -c -f -p PID, attached after the warm-up, detached when wrk ends"},
-        "commands": {str(depth): display(loads.command(loads.get(name), url, settings))
-                     for depth, name in DEPTH_LOADS.items()},
-        "groups": GROUPS,
-        "skipped": skipped,
-        "points": points,
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    out.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
-    print(f"wrote {display([str(out)])} and its .md in {data['elapsed_s']:.0f} s")
-    print(conclusion(data))
-    return 0
+    if data.get("skipped"):
+        notes.append("Not measured: " + "; ".join(f"{name} ({note})" for name, note in data["skipped"].items()) + ".")
+    return "\n".join(table_lines(*table(data)) + notes) + "\n"
 
 
 def conclusion(data: dict) -> str:
@@ -444,6 +320,76 @@ def conclusion(data: dict) -> str:
             low, high = min(totals, key=totals.get), max(totals, key=totals.get)
             parts.append(f"depth {depth}: {low} {totals[low]:.2f} to {high} {totals[high]:.2f}")
     return ("system calls per request, " + "; ".join(parts)) if parts else "syscalls: nothing measured"
+
+
+# --- the whole run -------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("syscalls", __doc__, repeat=None)
+    parser.add_argument("--stages", help="comma list, 'all' or 'none' (default all)")
+    parser.add_argument("--peers", help="comma list, 'all' or 'none' (default every peer but stall)")
+    parser.add_argument("--depths", default="1,24", help="pipelining depths, from 1 and 24 (default both)")
+    parser.add_argument("--duration", type=float, help=f"seconds of wrk per point (default {DURATION['full']:g}, "
+                                                       f"--quick {DURATION['quick']:g})")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: recompute the groups from the JSON's counts, rewrite it and its .md")
+    args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "syscalls.json")
+    if args.render:
+        # The counts stay as measured; what is derived from them (the groups,
+        # per request) is recomputed, so a change to GROUPS needs no new run.
+        data = json.loads(out.read_text(encoding="utf-8"))
+        data["groups"] = GROUPS
+        for record in data["points"]:
+            if record["status"] == "ok":
+                record["per_request"] = per_request(record["calls"], record["requests"])
+        output.write_json(data, out)
+        print(f"wrote {output.relative(output.write_text(markdown(data), out.with_suffix('.md')))}")
+        return 0
+    depths = [int(d) for d in args.depths.split(",") if d.strip().isdigit()]
+    if not depths or any(d not in DEPTH_LOADS for d in depths):
+        parser.error(f"--depths: a comma list from {', '.join(map(str, DEPTH_LOADS))}, not {args.depths!r}")
+    if problem := strace_problem():
+        raise SystemExit(f"benchmarks.syscalls: cannot count system calls here: {problem}")
+    if shutil.which("wrk") is None:
+        raise SystemExit("benchmarks.syscalls: wrk is not installed (Debian: apt-get install wrk)")
+    every_stage = [stage.name for stage in stages.STAGES]
+    candidates = ([servers.stage_server(stages.get(name))
+                   for name in choose_names(args.stages, every_stage, "stage", every_stage)]
+                  + [servers.peer_server(name) for name in choose_names(
+                      args.peers, [peer.name for peer in servers.PEERS], "peer",
+                      [peer.name for peer in servers.PEERS if peer.default])])
+    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
+    for name, note in skipped.items():
+        print(f"skip {name}: {note}")
+    cells = [(server, depth) for server in candidates if server.name not in skipped for depth in depths]
+    duration = args.duration or DURATION["quick" if args.quick else "full"]
+    settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+    warmup = 20 if args.quick else 200
+    pinning = choose_pinning(args.no_pin)
+    print(f"{len(cells)} points, {duration:g} s each under strace; about {len(cells) * (duration + 1.5):.0f} s",
+          flush=True)
+    clock = experiment.Clock()
+    with tempfile.TemporaryDirectory(prefix="tinyloop-syscalls-") as workdir:
+        points = experiment.interleave(
+            cells, 1, lambda cell: measure(cell[0], cell[1], settings, pinning, Path(workdir), warmup),
+            lambda cell: f"{cell[0].name} depth {cell[1]}",
+            lambda r: (f"{r['per_request']['total']:.2f} calls/req (read {r['per_request']['read']:.2f}, write "
+                       f"{r['per_request']['write']:.2f}, wait {r['per_request']['wait']:.2f}) over "
+                       f"{r['requests']} requests"))
+    data = experiment.document(
+        "syscalls", argv, clock, pinning=pinning,
+        tools={"strace": version_line(["strace", "-V"]), "wrk": version_line(["wrk", "-v"])},
+        settings={"quick": args.quick, "duration_s": duration, "warmup_requests": warmup,
+                  "counter": "strace -c -f -p PID, attached after the warm-up, detached when wrk ends"})
+    data.update(commands={str(depth): display(loads.command(loads.get(name), "http://127.0.0.1:PORT/", settings))
+                          for depth, name in DEPTH_LOADS.items()},
+                groups=GROUPS, skipped=skipped, points=[{k: v for k, v in p.items() if k != "rep"} for p in points],
+                elapsed_s=clock.elapsed())
+    text = markdown(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
+    return 0
 
 
 if __name__ == "__main__":
