@@ -4,14 +4,14 @@
 # (each row with its spread), and write benchmarks/results/local/latest.json
 # and its plot (ignored by git).  Maintainers refresh the book's committed
 # reference results on purpose with `--reference`.
-# Extra arguments go to benchmarks/run.py (`--help` lists them).
+# Extra arguments go to `python -m benchmarks.run` (`--help` lists them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
-"$TINYLOOP_PYTHON" benchmarks/run.py "$@"
+"$TINYLOOP_PYTHON" -m benchmarks.run "$@"
 
-# Part III, after the HTTP table: TCP echo (benchmarks/echo.py) and the loop
-# micro-benchmarks (benchmarks/micro.py), about five minutes more.  --quick
+# Part III, after the HTTP table: TCP echo (benchmarks.echo) and the loop
+# micro-benchmarks (benchmarks.micro), about five minutes more.  --quick
 # --list and --reference carry over.
 part3=()
 for arg in "$@"; do
@@ -21,6 +21,6 @@ for arg in "$@"; do
         -h|--help) exit 0 ;;
     esac
 done
-"$TINYLOOP_PYTHON" benchmarks/echo.py ${part3[@]+"${part3[@]}"}
+"$TINYLOOP_PYTHON" -m benchmarks.echo ${part3[@]+"${part3[@]}"}
 case " ${part3[*]-} " in *" --list "*) exit 0 ;; esac
-"$TINYLOOP_PYTHON" benchmarks/micro.py ${part3[@]+"${part3[@]}"}
+"$TINYLOOP_PYTHON" -m benchmarks.micro ${part3[@]+"${part3[@]}"}

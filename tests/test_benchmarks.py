@@ -431,3 +431,47 @@ def test_output_rule_refuses_to_write_the_reference_by_the_back_door(argv: tuple
         output.json_path(parser, args, "x.json")
     assert stopped.value.code == 2
     assert "--reference" in capsys.readouterr().err
+
+
+# --- every experiment's --quick run ------------------------------------------------
+
+# ``run`` has its own quick run above (QUICK_RUN); these are the others this
+# module's harness carries, each as a reader would first try it.
+QUICK_EXPERIMENTS = {
+    "echo": ("echo 1 KiB: ", "echo.json"),
+    "micro": ("fastest loop per operation: ", "micro.json"),
+    "idle": ("CPU µs per request, fewest -> most idle connections: ", "idle.json"),
+    "fairness": ("p99 of fast requests beside a slow handler: ", "fairness.json"),
+    "stack_cost": ("a hand-kept generator stack against yield from", "stack_cost.json"),
+    "limits": ("at the descriptor limit: ", "limits.json"),
+    "memory": ("KiB per idle keep-alive connection: ", "memory.json"),
+}
+
+
+def _committed_results() -> dict[str, float]:
+    """Every file of the committed results folder (not local/), with its modification time."""
+    results = ROOT / "benchmarks" / "results"
+    return {str(path): path.stat().st_mtime for path in results.rglob("*")
+            if path.is_file() and "local" not in path.relative_to(results).parts}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", sorted(QUICK_EXPERIMENTS))
+def test_each_experiments_quick_run_works_and_touches_no_committed_result(name: str, tmp_path: Path) -> None:
+    if shutil.which("ab") is None or shutil.which("cc") is None:
+        pytest.skip("ab and a C compiler are needed for the experiments' servers and clients")
+    if name == "micro":
+        pytest.importorskip("pyperf")
+    conclusion, json_name = QUICK_EXPERIMENTS[name]
+    before = _committed_results()
+    out = tmp_path / json_name
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=360, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    # The one JSON head (benchmarks/harness/experiment.py), and the conclusion printed last.
+    assert data["schema"] == 1 and {"cpu_model", "cpus", "python"} <= set(data["machine"])
+    assert data["settings"]["quick"] is True and data["command"].startswith(f"python -m benchmarks.{name} --quick")
+    assert done.stdout.strip().splitlines()[-1].startswith(conclusion), done.stdout[-500:]
+    assert _committed_results() == before
