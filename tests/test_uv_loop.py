@@ -664,6 +664,82 @@ def test_buffered_protocol_reads_into_its_own_buffer(loop: asyncio.AbstractEvent
     peer.close()
 
 
+def test_a_switch_to_a_buffered_protocol_reads_into_its_buffer(loop: asyncio.AbstractEventLoop) -> None:
+    # The allocation callback decides without the GIL where a read lands
+    # (the loop's buffer, or get_buffer()'s): set_protocol must tell it.
+    class Buffered(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.buffer, self.data = bytearray(16), bytearray()
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            return self.buffer
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.data += self.buffer[:nbytes]
+
+    first = Recorder()
+    transport, peer = connected(loop, first)
+    peer.send(b"plain")
+    run_until(loop, lambda: bytes(first.data) == b"plain")
+    second = Buffered()
+    transport.set_protocol(second)
+    peer.send(b"into the protocol's own buffer")
+    run_until(loop, lambda: bytes(second.data) == b"into the protocol's own buffer")
+    back = Recorder()
+    transport.set_protocol(back)
+    peer.send(b"plain again")
+    run_until(loop, lambda: bytes(back.data) == b"plain again")
+    transport.close()
+    peer.close()
+
+
+def test_create_task_is_the_c_method_with_asyncios_contract(loop: asyncio.AbstractEventLoop) -> None:
+    from tinyloop.uv import _loop
+
+    assert type(loop).create_task is _loop.UVLoop.create_task, "create_task comes from the C base"
+    var = contextvars.ContextVar("var", default="outside")
+
+    async def read_var() -> str:
+        return var.get()
+
+    context = contextvars.copy_context()
+    context.run(var.set, "given")
+    task = loop.create_task(read_var(), name="named", context=context)
+    assert isinstance(task, asyncio.Task) and task.get_name() == "named"
+    assert run(loop, task) == "given"
+
+    made: list[dict[str, Any]] = []
+
+    def factory(loop_: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
+        made.append(kwargs)
+        return asyncio.Task(coro, loop=loop_, **kwargs)
+
+    loop.set_task_factory(factory)
+    task = loop.create_task(read_var(), name="by factory")
+    assert made == [{}] and task.get_name() == "by factory", "no context given: none passed on"
+    loop.create_task(read_var(), context=context)
+    assert made[1] == {"context": context}
+    run(loop, asyncio.sleep(0))
+    loop.set_task_factory(None)
+
+    coro = read_var()
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.create_task(coro)
+    coro.close()
+
+
+def test_a_debug_task_remembers_the_line_that_made_it(loop: asyncio.AbstractEventLoop) -> None:
+    async def nothing() -> None:
+        pass
+
+    loop.set_debug(True)
+    task = loop.create_task(nothing()); line = sys._getframe().f_lineno  # noqa: E702
+    frame = task._source_traceback[-1]
+    assert (frame.filename, frame.lineno) == (__file__, line), "the caller's line, not the loop's"
+    run(loop, task)
+
+
 def test_eof_received_returning_true_keeps_the_writing_side_open(
         loop: asyncio.AbstractEventLoop) -> None:
     protocol = Recorder()

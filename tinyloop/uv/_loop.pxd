@@ -73,6 +73,7 @@ cdef class UVLoop:
     cdef public bint _closed
     cdef public bint _debug
     cdef public object _instrument     # tinyloop.trace's InstrumentSet, or None
+    cdef public object _task_factory   # set_task_factory's, or None (Part III's attribute)
     # The C-level test on the hot paths: True while _instrument is not None,
     # so a loop with no instrument makes no Python call to find out.
     cdef bint _instrumented

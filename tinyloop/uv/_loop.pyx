@@ -50,6 +50,7 @@ from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
 from tinyloop.trace import instrument as _instruments
 
 cdef object _MAIN_THREAD = threading.main_thread().ident
+cdef object _Task = asyncio.Task   # asyncio's C Task (_asyncio.Task) where CPython has it
 # The longest one uv_timer_t is armed for, in seconds: Part II's cap on one
 # wait (a day), for the reason given in _arm_timer.
 cdef double MAXIMUM_SELECT_TIMEOUT = _MAXIMUM_WAIT
@@ -422,6 +423,38 @@ cdef class UVLoop:
             timer._source_traceback = _source_stack()
         self._push_timer(timer)
         return timer
+
+    # -- Tasks ------------------------------------------------------------------------------
+
+    def create_task(self, coro, *, name=None, context=None, **kwargs):
+        """Wrap the coroutine ``coro`` in an asyncio.Task (or the task factory's) and schedule it.
+
+        As Part III's create_task (asyncio's contract): ``name`` names the
+        task, ``context`` is the contextvars.Context its steps run in, and
+        other keywords (``eager_start`` on 3.14) go to the Task or the
+        factory, ``factory(loop, coro, **kwargs)``.  Raises RuntimeError if
+        the loop is closed, TypeError if ``coro`` is not a coroutine (from
+        asyncio.Task).
+        """
+        # Discussion: the Task is asyncio's own (its C version, _asyncio.Task);
+        # only the call to it moves into C: no Python frame, no keyword
+        # dict, one attribute read for the factory.  With no Python frame of
+        # ours on the stack, a debug-mode task's _source_traceback already
+        # ends at our caller, where Part III's drops its own frame.
+        if self._closed:
+            self._check_closed()
+        if self._task_factory is None:
+            if kwargs:
+                return _Task(coro, loop=self, name=name, context=context, **kwargs)
+            return _Task(coro, loop=self, name=name, context=context)
+        # The factory's signature is (loop, coro, **kwargs); the context is
+        # passed only when given, so factories written before 3.11 still work.
+        if context is not None:
+            kwargs["context"] = context
+        task = self._task_factory(self, coro, **kwargs)
+        if name is not None:
+            task.set_name(name)
+        return task
 
     # -- The ready queue -----------------------------------------------------------------
 

@@ -93,7 +93,28 @@ cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
         transport._loop._stash_error(exc)
 
 
-cdef void _on_alloc(uv.uv_handle_t* handle, size_t suggested, uv.uv_buf_t* buf) noexcept with gil:
+cdef struct TCPHandle:
+    # The uv_tcp_t (first: a pointer to one is a pointer to the other) and
+    # what the allocation callback needs without the GIL.
+    uv.uv_tcp_t tcp
+    char* recv_buffer   # the loop's read buffer
+    bint buffered       # the protocol is a BufferedProtocol: its get_buffer() is Python
+
+
+cdef void _on_alloc(uv.uv_handle_t* handle, size_t suggested, uv.uv_buf_t* buf) noexcept nogil:
+    # Called before every read.  A plain Protocol reads into the loop's one
+    # buffer: no Python call, so the GIL is not taken here (the read
+    # callback that follows takes it once).
+    cdef TCPHandle* tcp = <TCPHandle*>handle
+    if not tcp.buffered:
+        buf.base = tcp.recv_buffer
+        buf.len = READ_BUFFER_SIZE
+        return
+    with gil:
+        _alloc_user_buffer(handle, buf)
+
+
+cdef void _alloc_user_buffer(uv.uv_handle_t* handle, uv.uv_buf_t* buf) noexcept:
     cdef TCPTransport transport = <TCPTransport>handle.data
     try:
         PyContext_Enter(transport._context)
@@ -210,7 +231,9 @@ cdef class TCPTransport:
         self.set_protocol(protocol)
         _aio_selector_events._set_nodelay(sock)
 
-        self._handle = <uv.uv_tcp_t*>loop._alloc_handle(sizeof(uv.uv_tcp_t))
+        self._handle = <uv.uv_tcp_t*>loop._alloc_handle(sizeof(TCPHandle))
+        (<TCPHandle*>self._handle).recv_buffer = loop._recv_buffer
+        (<TCPHandle*>self._handle).buffered = self._buffered
         uv.uv_tcp_init(loop.uvloop, self._handle)
         err = uv.uv_tcp_open(self._handle, self._sock_fd)
         if err < 0:
@@ -273,6 +296,8 @@ cdef class TCPTransport:
     def set_protocol(self, protocol):
         self._protocol = protocol
         self._buffered = isinstance(protocol, _BufferedProtocol)
+        if self._handle is not NULL:
+            (<TCPHandle*>self._handle).buffered = self._buffered
         self._data_received = None if self._buffered else protocol.data_received
 
     def get_protocol(self):
