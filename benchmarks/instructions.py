@@ -1,9 +1,10 @@
 # benchmarks/instructions.py
 """The loop micro-benchmarks counted in CPU instructions, under valgrind's callgrind.
 
-    python benchmarks/instructions.py             every loop and operation (about 7 minutes)
-    python benchmarks/instructions.py --reference the same, written where the book reads it
-    python benchmarks/instructions.py --loops uv,uvloop --ops timer_cancel
+    python -m benchmarks.instructions              every loop and operation (about 7 minutes)
+    python -m benchmarks.instructions --quick      a smoke run: asyncio and aio, call_soon, few operations
+    python -m benchmarks.instructions --reference  the book's benchmarks/results/instructions.json and .md
+    python -m benchmarks.instructions --loops uv,uvloop --ops timer_cancel
 
 benchmarks/micro.py times the same operations in nanoseconds with pyperf.
 On a shared two-core machine those times move by a quarter from one run to
@@ -16,12 +17,10 @@ operation is the difference in work, and it is the same on every run.
 Per loop and operation: instructions per operation, from two runs of the
 operation under callgrind (N and N + DELTA operations) so that start-up and
 import cancel out.  The rows are the loops of benchmarks/peers/echo_server.py's
-LOOPS, and one variant: ``uv/timer-per-handle``, tinyloop.uv with a
-uv_timer_t per timer (uvloop's design) instead of one over a heap kept in C
-(ours) — the comparison chapters/libuv.md makes.
-
-Writes benchmarks/results/local/instructions.json and .md (ignored by git);
-``--reference`` writes benchmarks/results/instructions.json and .md.
+LOOPS, and one variant: ``uv/timer-per-handle``, tinyloop.uv built with a
+uv_timer_t per timer (uvloop's design; benchmarks/uv_variants.py) instead
+of one over a heap kept in C (ours): the comparison chapters/libuv.md makes.
+A run writes benchmarks/results/local/instructions.json and .md.
 """
 
 # Rules this file keeps:
@@ -36,26 +35,30 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
-from benchmarks import micro
-from benchmarks.harness.output import RESULTS
+from benchmarks import micro, uv_variants
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import version_line
+from benchmarks.harness.process import choose_names
+from benchmarks.harness.render import markdown
 from benchmarks.peers.echo_server import LOOPS, loop_factory
 
 __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
-REFERENCE = RESULTS / "instructions.json"
-LOCAL = RESULTS / "local" / "instructions.json"
-N, DELTA = 1_000, 10_000     # operations in the short and the long run
+SIZES = {"full": (1_000, 10_000), "quick": (100, 1_000)}  # operations in the short run, and how many more in the long
+QUICK = {"loops": ["asyncio", "aio"], "ops": ["call_soon"]}
 PER_TIMER = "uv/timer-per-handle"
 LOOP_NAMES = (*LOOPS, PER_TIMER)
+
+
+def _noop() -> None:
+    pass
 
 
 def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
@@ -68,7 +71,7 @@ def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
             n = min(left, micro.BATCH)
             left -= n
             for _ in range(n):
-                loop.call_later(0.0, micro._noop)
+                loop.call_later(0.0, _noop)
             loop.call_later(0.0, loop.stop)
             loop.run_forever()
         return time.perf_counter() - started
@@ -83,13 +86,14 @@ OPERATIONS: dict[str, tuple[Callable[[int, Callable[[], Any]], float], str]] = {
 
 
 def factory_for(name: str) -> Callable[[], Any]:
-    """The loop factory for a row name; ImportError when the loop is not installed."""
-    if name == PER_TIMER:
-        from tinyloop.uv.loop import Loop
+    """The loop factory for a row name; ImportError when the loop is not installed.
 
-        class PerTimer(Loop):
-            _timers_per_handle = True   # one uv_timer_t per call_later
-        return PerTimer
+    ``uv/timer-per-handle`` loads the variant's build of tinyloop.uv in this
+    process (benchmarks.uv_variants.use): only before tinyloop.uv is imported.
+    """
+    if name == PER_TIMER:
+        uv_variants.use("timer-per-handle")
+        return loop_factory("uv")
     return loop_factory(name)
 
 
@@ -104,79 +108,26 @@ def _collected(loop: str, op: str, n: int) -> int:
     raise RuntimeError(f"no count from callgrind for {loop} {op}: {out.stderr[-500:]}")
 
 
-def count(loop: str, op: str, pool: concurrent.futures.Executor | None = None) -> float:
-    """Instructions per operation: the long run minus the short one, over DELTA.
+def count(loop: str, op: str, pool: concurrent.futures.Executor, n: int, delta: int) -> float:
+    """Instructions per operation: the run of ``n + delta`` minus the run of ``n``, over ``delta``.
 
-    Discussion: the two runs may go in parallel (``pool``), and so may
+    Discussion: the two runs go in parallel (``pool``), and so may
     different rows: a count, unlike a time, does not depend on what else
     runs on the machine.
     """
-    if pool is None:
-        return (_collected(loop, op, N + DELTA) - _collected(loop, op, N)) / DELTA
-    long, short = pool.submit(_collected, loop, op, N + DELTA), pool.submit(_collected, loop, op, N)
-    return (long.result() - short.result()) / DELTA
+    long, short = pool.submit(_collected, loop, op, n + delta), pool.submit(_collected, loop, op, n)
+    return (long.result() - short.result()) / delta
 
 
 def render(data: dict[str, Any]) -> str:
     """The Markdown table of a result: one row per loop, one column per operation."""
     ops = data["operations"]
-    lines = ["| loop | " + " | ".join(f"{op}<br>({OPERATIONS[op][1]})" for op in ops) + " |",
-             "|---|" + "---:|" * len(ops)]
-    for loop in data["loops"]:
-        cells = []
-        for op in ops:
-            value = data["counts"].get(loop, {}).get(op)
-            cells.append(f"{value:,.0f}" if isinstance(value, (int, float)) else str(value))
-        lines.append(f"| {loop} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"Instructions per operation, counted by callgrind ({data['valgrind']}); "
-                 f"CPython {data['python']}; {data['date']}. Fewer is less work; "
-                 "not a time (a cache miss counts as one instruction).")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loops", default=",".join(LOOP_NAMES))
-    parser.add_argument("--ops", default=",".join(OPERATIONS))
-    parser.add_argument("--reference", action="store_true", help="write the book's files")
-    parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once (default 2)")
-    parser.add_argument("--worker", nargs=3, metavar=("LOOP", "OP", "N"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        loop, op, n = args.worker
-        OPERATIONS[op][0](int(n), factory_for(loop))
-        return 0
-    if shutil.which("valgrind") is None:
-        print("instructions.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
-        return 2
-    loops, ops = args.loops.split(","), args.ops.split(",")
-    version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
-    data: dict[str, Any] = {"schema": 1, "loops": loops, "operations": ops, "counts": {},
-                            "valgrind": version, "python": sys.version.split()[0],
-                            "date": datetime.now(timezone.utc).date().isoformat(),
-                            "settings": {"n": N, "delta": DELTA}}
-    started = time.monotonic()
-    for loop in loops:
-        row = data["counts"][loop] = {}
-        try:
-            factory_for(loop)
-        except ImportError as error:
-            row.update({op: f"not run: {error}".split(". ")[0] for op in ops})
-            continue
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            for op in ops:
-                row[op] = count(loop, op, pool)
-                print(f"{loop:22} {op:14} {row[op]:10,.0f} instructions/op", flush=True)
-    data["seconds"] = round(time.monotonic() - started)
-    out = REFERENCE if args.reference else LOCAL
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(data))
-    print(render(data))
-    print(f"wrote {out} and {out.with_suffix('.md')} in {data['seconds']} s")
-    print(conclusion(data))
-    return 0
+    rows = [[loop, *(f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
+                     for value in (data["counts"].get(loop, {}).get(op) for op in ops))] for loop in data["loops"]]
+    return "\n".join([*markdown(["loop", *(f"{op}<br>({OPERATIONS[op][1]})" for op in ops)], rows), "",
+                      f"Instructions per operation, counted by callgrind ({data['valgrind']}); "
+                      f"CPython {data['python']}; {data['date'][:10]}. Fewer is less work; "
+                      "not a time (a cache miss counts as one instruction)."]) + "\n"
 
 
 def conclusion(data: dict) -> str:
@@ -188,6 +139,46 @@ def conclusion(data: dict) -> str:
             best = min(counted, key=counted.get)
             parts.append(f"{op} {best} {counted[best]:,.0f}")
     return ("fewest instructions per operation: " + ", ".join(parts)) if parts else "instructions: nothing counted"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("instructions", __doc__, repeat=None, pin=False)
+    parser.add_argument("--loops", help=f"comma list (default all: {', '.join(LOOP_NAMES)})")
+    parser.add_argument("--ops", help=f"comma list (default all: {', '.join(OPERATIONS)})")
+    parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once (default 2)")
+    parser.add_argument("--worker", nargs=3, metavar=("LOOP", "OP", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        loop, op, n = args.worker
+        OPERATIONS[op][0](int(n), factory_for(loop))
+        return 0
+    out = output.json_path(parser, args, "instructions.json")
+    if shutil.which("valgrind") is None:
+        raise SystemExit("benchmarks.instructions needs valgrind (Debian: apt-get install valgrind)")
+    loops = choose_names(args.loops, list(LOOP_NAMES), "loop", QUICK["loops"] if args.quick else list(LOOP_NAMES))
+    ops = choose_names(args.ops, list(OPERATIONS), "operation", QUICK["ops"] if args.quick else list(OPERATIONS))
+    n, delta = SIZES["quick" if args.quick else "full"]
+    clock = experiment.Clock()
+    counts: dict[str, dict[str, Any]] = {}
+    for loop in loops:
+        row = counts[loop] = {}
+        try:
+            uv_variants.build("timer-per-handle") if loop == PER_TIMER else factory_for(loop)
+        except (ImportError, RuntimeError) as error:
+            row.update({op: f"not run: {error}".split(". ")[0] for op in ops})
+            continue
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for op in ops:
+                row[op] = count(loop, op, pool, n, delta)
+                print(f"{loop:22} {op:14} {row[op]:10,.0f} instructions/op", flush=True)
+    data = experiment.document("instructions", argv, clock, settings={"quick": args.quick, "n": n, "delta": delta},
+                               tools={"valgrind": version_line(["valgrind", "--version"])})
+    data.update(loops=loops, operations=ops, counts=counts, valgrind=data["tools"]["valgrind"],
+                python=sys.version.split()[0], elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
+    return 0
 
 
 if __name__ == "__main__":
