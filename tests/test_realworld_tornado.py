@@ -14,11 +14,13 @@ import http.client
 import json
 import importlib
 import os
+import subprocess
 import shutil
 import sys
 
 import pytest
 
+from benchmarks.harness.machine import ROOT
 from benchmarks.realworld import services
 from tinyloop.testing import ServerProcess
 
@@ -82,12 +84,16 @@ def test_app_picks_its_loop_by_name_and_a_missing_loop_has_a_reason() -> None:
 
 
 @pytest.mark.skipif(shutil.which("ab") is None, reason="ab (apache2-utils) is not installed")
-def test_bench_plumbing_writes_json_and_table(tmp_path) -> None:
-    out = tmp_path / "tornado.json"
+def test_bench_quick_run_writes_json_and_table_under_local_only(capsys) -> None:
+    # As a new user types it (a part of it): --quick, no --out; the committed results stay as they were.
+    committed = ["git", "status", "--porcelain", "--", "benchmarks/results"]
+    before = subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout
     cores = os.sched_getaffinity(0)
-    assert tornado_bench.main(["--quick", "--loops", "aio", "--handlers", "hello", "--tools", "ab",
-                               "--out", str(out)]) == 0
+    assert tornado_bench.main(["--quick", "--loops", "aio", "--handlers", "hello", "--tools", "ab"]) == 0
     assert os.sched_getaffinity(0) == cores, "the harness gives the caller its cores back"
+    assert subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout == before
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("most req/s per handler: hello (ab) aio ")
+    out = ROOT / "benchmarks" / "results" / "local" / "tornado.json"
     data = json.loads(out.read_text())
     (row,) = data["results"]
     assert (row["handler"], row["tool"], row["loop"], row["ok_runs"]) == ("hello", "ab", "aio", 1), row
@@ -112,7 +118,7 @@ def test_table_shows_skips_failures_and_only_the_relevant_cpu_columns() -> None:
             "settings": {"repeat": 3, "duration_s": 5.0}, "skipped": {"loop uv": "no module"},
             "results": tornado_bench.summarize(runs)}
     table = tornado_bench.markdown(data)
-    assert "| /db | wrk | aio | 100 | 9.0 | 20.0 | 800 | 300 | – |" in table, table
+    assert "| /db | wrk | aio | 100 | 9.0 | 20.0 | 800 | 300 | — |" in table, table
     assert "| /hello | ab | uvloop | did not start |" in table
     assert "Not measured: loop uv (no module)." in table
     assert "PostgreSQL 15.18" in table and "/db wrk aio: 2" in table

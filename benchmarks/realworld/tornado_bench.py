@@ -14,8 +14,7 @@ loaded once with ``ab -k -c 100`` or ``wrk -t1 -c 100``, stopped.  Reports
 req/s, p50/p99 latency, and CPU time per request of the app, of the
 database (the postmaster and all its backends) and of the upstream, each
 counted apart.  Writes benchmarks/results/local/tornado.json and its table
-beside it (ignored by git, or where ``--out`` says); only ``--reference``
-writes the book's benchmarks/results/tornado.json and tornado.md.
+beside it; ``--reference`` the book's benchmarks/results/tornado.json and .md.
 """
 
 # Rules this file keeps:
@@ -47,24 +46,18 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.harness.machine import ROOT
 from benchmarks import loads, servers
+from benchmarks.harness import experiment, output
+from benchmarks.harness.process import choose_names
+from benchmarks.harness.render import DASH, markdown as table
+from benchmarks.harness.summary import is_noisy, median
 from benchmarks.realworld import services
 from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions
-from benchmarks.harness import output
-from benchmarks.harness.machine import display, fingerprint
-from benchmarks.harness.summary import is_noisy, median
 from tinyloop.testing import ServerProcess
 
-RESULTS = ROOT / "benchmarks" / "results"
-REFERENCE = RESULTS / "tornado.json"         # the book's; only --reference writes it
-LOCAL = RESULTS / "local" / "tornado.json"   # every other run's: ignored by git
-SCHEMA = 1
 TOOLS = ("ab", "wrk")  # the two loads of the article: ab -k -c 100, and wrk
 CONCURRENCY = 100
 ROWS = 10_000  # rows in items: 100 clients rarely draw the same id
@@ -241,192 +234,42 @@ def short_version(name: str, line: str) -> str:
 
 
 def _cell(value: float | None, digits: int) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
+    return DASH if value is None else f"{value:,.{digits}f}"
 
 
 def markdown(data: dict) -> str:
     """The results as the Markdown the chapter includes: a header of what ran, then one table."""
-    machine, versions, layout = data["machine"], data["versions"], data["layout"]
-    cores = ", ".join(f"{part} {cpus or 'unpinned'}" for part, cpus in layout.items())
-    repeat = data["settings"]["repeat"]
-    runs = "one run each" if repeat == 1 else f"medians of {repeat} interleaved repetitions"
+    machine, settings = data["machine"], data["settings"]
+    cores = ", ".join(f"{part} {cpus or 'unpinned'}" for part, cpus in data["layout"].items())
+    runs = "one run each" if settings["repeat"] == 1 else f"medians of {settings['repeat']} interleaved repetitions"
+    load = (data.get("load_average") or [machine.get("load_average_1min_at_start")])[0]
     lines = [
         f"Measured {data['date'][:10]} with `{data['command']}` ({runs}; "
-        f"ab -k -c {CONCURRENCY}, wrk -t1 -c {CONCURRENCY} for {data['settings']['duration_s']:g} s) "
+        f"ab -k -c {CONCURRENCY}, wrk -t1 -c {CONCURRENCY} for {settings['duration_s']:g} s) "
         f"on {machine['cpu_model']}, {machine['cpus']} cores, {machine['python']}"
-        + (f", load average {load:.1f} at the start" if (load := machine.get("load_average_1min_at_start"))
-           is not None else "")
-        + f". Cores: {cores}.",
-        "",
-        "Versions: " + ", ".join(short_version(name, version) for name, version in versions.items() if version)
-        + ".",
-        "",
-    ]
-    if data["settings"].get("quick"):
+        + (f", load average {load:.1f} at the start" if load is not None else "") + f". Cores: {cores}.", "",
+        "Versions: " + ", ".join(short_version(name, version) for name, version in data["versions"].items()
+                                 if version) + ".", ""]
+    if settings.get("quick"):
         lines += ["A `--quick` plumbing run: loads of a few hundred requests, once each. It shows that "
                   "every part runs; its figures are too short to compare loops by.", ""]
-    for name, reason in data["skipped"].items():
-        lines += [f"Not measured: {name} ({reason}).", ""]
-    lines += [
-        "| handler | load | loop | req/s | p50 ms | p99 ms | app CPU µs/req | database CPU µs/req "
-        "| upstream CPU µs/req |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|",
-    ]
+    lines += [line for name, reason in data["skipped"].items() for line in (f"Not measured: {name} ({reason}).", "")]
+    rows = []
     for row in data["results"]:
+        where = [HANDLERS[row["handler"]], row["tool"], row["loop"]]
         if not row["ok_runs"]:
-            lines.append(f"| {HANDLERS[row['handler']]} | {row['tool']} | {row['loop']} "
-                         f"| {row['note'] or 'no run succeeded'} ||||||")
+            rows.append([*where, row["note"] or "no run succeeded", *[""] * 5])
             continue
         db = row["db_cpu_us_per_req"] if row["handler"].startswith("db") else None
         up = row["upstream_cpu_us_per_req"] if row["handler"] == "upstream" else None
-        mark = " (noisy)" if row["noisy"] else ""
-        lines.append(
-            f"| {HANDLERS[row['handler']]} | {row['tool']} | {row['loop']} | {_cell(row['rps'], 0)}{mark} "
-            f"| {_cell(row['p50_ms'], 1)} | {_cell(row['p99_ms'], 1)} | {_cell(row['app_cpu_us_per_req'], 0)} "
-            f"| {_cell(db, 0)} | {_cell(up, 0)} |")
-    failed = [row for row in data["results"] if row["failed"]]
-    if failed:
+        rows.append([*where, _cell(row["rps"], 0) + (" (noisy)" if row["noisy"] else ""), _cell(row["p50_ms"], 1),
+                     _cell(row["p99_ms"], 1), _cell(row["app_cpu_us_per_req"], 0), _cell(db, 0), _cell(up, 0)])
+    lines += table(["handler", "load", "loop", "req/s", "p50 ms", "p99 ms", "app CPU µs/req",
+                    "database CPU µs/req", "upstream CPU µs/req"], rows)
+    if failed := [row for row in data["results"] if row["failed"]]:
         lines += ["", "Failed requests: " + "; ".join(
             f"{HANDLERS[row['handler']]} {row['tool']} {row['loop']}: {row['failed']}" for row in failed) + "."]
     return "\n".join(lines) + "\n"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.realworld.tornado_bench",
-        description="The Tornado article's app on every loop, under ab and wrk, with PostgreSQL and an upstream.")
-    parser.add_argument("--quick", action="store_true", help="a plumbing run: tiny loads, one repetition")
-    parser.add_argument("--loops", help=f"comma-separated, from {', '.join(LOOPS)} (default: all)")
-    parser.add_argument("--handlers", help=f"comma-separated, from {', '.join(HANDLERS)} (default: all)")
-    parser.add_argument("--tools", help="ab, wrk or both (default: both)")
-    parser.add_argument("--repeat", type=int, help="repetitions (default 3; --quick 1)")
-    parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
-    for part, what in (("server", "the tornado app"), ("load", "ab and wrk (and this harness)"),
-                       ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
-        parser.add_argument(f"--cpus-{part}", metavar="LIST",
-                            help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
-    parser.add_argument("--render", type=Path, metavar="JSON",
-                        help="measure nothing: write the table (.md) of a saved JSON beside it")
-    output.add_arguments(parser, "tornado.json")
-    return parser
-
-
-def _chosen(argument: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
-    if argument is None:
-        return list(known)
-    chosen = [name.strip() for name in argument.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in known]
-    if unknown:
-        raise SystemExit(f"tornado_bench: unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
-    return chosen
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.render:
-        table = args.render.with_suffix(".md")
-        table.write_text(markdown(json.loads(args.render.read_text(encoding="utf-8"))), encoding="utf-8")
-        print(f"wrote {table}")
-        return 0
-    base = QUICK if args.quick else DEFAULTS
-    out = output.json_path(parser, args, "tornado.json")
-    repeat = args.repeat or base["repeat"]
-    settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
-                              socket_timeout=5.0, run_timeout=120.0)
-    loops = _chosen(args.loops, tuple(LOOPS), "loops")
-    handlers = _chosen(args.handlers, tuple(HANDLERS), "handlers")
-    tools = _chosen(args.tools, TOOLS, "tools")
-    missing_tools = [tool for tool in tools if shutil.which(tool) is None]
-    if missing_tools:
-        raise SystemExit(f"tornado_bench: {' and '.join(missing_tools)} not found; install ApacheBench "
-                         "(Debian: apache2-utils) and wrk, or run `bash scripts/setup.sh`")
-    skipped: dict[str, str] = {}
-    for loop in list(loops):
-        reason = loop_missing(loop)
-        if reason:
-            skipped[f"loop {loop}"] = reason
-            loops.remove(loop)
-    layout = choose_layout(args)
-    for name, reason in skipped.items():
-        print(f"skip {name}: {reason}", flush=True)
-    # The harness mostly waits: keep it off the app's core, and give the
-    # caller (a test, in the same process) its own cores back at the end.
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    if layout.load and affinity is not None:
-        services.pin(os.getpid(), layout.load)
-    try:
-        data = execute(args, base, settings, layout, loops, handlers, tools, skipped, repeat, argv)
-    finally:
-        if affinity is not None:
-            services.pin(os.getpid(), affinity)
-    output.write_json(data, out)
-    table = output.write_text(markdown(data), out.with_suffix(".md"))
-    print()
-    print(table.read_text(encoding="utf-8"))
-    print(f"wrote {out} and {table} in {data['elapsed_s']:.0f} s")
-    print(conclusion(data))
-    return 0
-
-
-def execute(args: argparse.Namespace, base: dict, settings: loads.Settings, layout: Layout, loops: list[str],
-            handlers: list[str], tools: list[str], skipped: dict[str, str], repeat: int,
-            argv: list[str] | None) -> dict:
-    """Start PostgreSQL and the upstream, run every measurement in order, stop them; return the JSON."""
-    date, started = datetime.now(timezone.utc), time.monotonic()
-    load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # others' work on the machine
-    records: list[dict] = []
-    db_handlers = [h for h in handlers if h.startswith("db")]
-    pg: services.PG | None = None
-    with contextlib.ExitStack() as stack:  # stops, in reverse order, whatever started
-        if db_handlers:
-            try:
-                pg = stack.enter_context(services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS))
-            except services.ServiceMissing as missing:
-                for handler in db_handlers:
-                    skipped[f"handler {handler}"] = str(missing)
-                    handlers.remove(handler)
-                print(f"skip {', '.join(db_handlers)}: {missing}", flush=True)
-        upstream = stack.enter_context(ServerProcess("epoll", command=[
-            *layout.prefix("upstream"), sys.executable, "-m", "tinyloop", "serve", "epoll",
-            "--host", "127.0.0.1", "--port", "0"]))
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyloop-tornado-")))
-        order = [(rep, handler, tool, loop) for rep in range(1, repeat + 1) for handler in handlers
-                 for tool in tools for loop in loops]
-        print(f"{len(order)} runs ({len(loops)} loops x {len(handlers)} handlers x {len(tools)} tools "
-              f"x {repeat}); " + ("" if args.quick else ESTIMATE), flush=True)
-        for index, (rep, handler, tool, loop) in enumerate(order, 1):
-            settings.requests["ab-keepalive"] = base["requests"][handler]
-            record = measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"], workdir)
-            record["rep"] = rep
-            records.append(record)
-            print(f"[{index}/{len(order)}] {HANDLERS[handler]:<11} {tool:<3} {loop:<7} "
-                  f"{record['status']:<7} {_cell(record['rps'], 0):>8} req/s "
-                  f"app {_cell(record['app_cpu_us_per_req'], 0)} µs/req"
-                  + (f"  ({record['note']})" if record["note"] else ""), flush=True)
-
-    machine, tool_versions = fingerprint(), servers.tool_versions()
-    data = {
-        "schema": SCHEMA,
-        "date": date.isoformat(timespec="seconds"),
-        "command": display(["python", "-m", "benchmarks.realworld.tornado_bench",
-                             *(sys.argv[1:] if argv is None else argv)]),
-        "machine": {**machine, "load_average_1min_at_start": load_average},
-        "versions": {"python": machine["python"], **versions(), "postgres": pg.version if pg else None,
-                     **{tool: tool_versions[tool] for tool in tools}},
-        "layout": {"app": layout.server, "load": layout.load, "database": layout.db,
-                   "upstream": layout.upstream},
-        "settings": {"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
-                     "ab_requests": {h: base["requests"][h] for h in handlers}, "concurrency": CONCURRENCY,
-                     "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
-                     "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
-                     "order": "repetition, handler, tool, then loop innermost; a fresh app per run"},
-        "skipped": skipped,
-        "runs": records,
-        "results": summarize(records),
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    return data
 
 
 def conclusion(data: dict) -> str:
@@ -435,11 +278,105 @@ def conclusion(data: dict) -> str:
     for handler in dict.fromkeys(row["handler"] for row in data["results"]):
         rows = [row for row in data["results"] if row["handler"] == handler and row.get("rps")]
         tool = "wrk" if any(row["tool"] == "wrk" for row in rows) else "ab"
-        rows = [row for row in rows if row["tool"] == tool]
-        if rows:
+        if rows := [row for row in rows if row["tool"] == tool]:
             best = max(rows, key=lambda row: row["rps"])
             parts.append(f"{handler} ({tool}) {best['loop']} {best['rps']:.0f} req/s")
     return ("most req/s per handler: " + ", ".join(parts)) if parts else "tornado: nothing measured"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("realworld.tornado_bench", __doc__, repeat=DEFAULTS["repeat"], pin=False,
+                               results="tornado.json")
+    parser.add_argument("--loops", help=f"comma-separated, from {', '.join(LOOPS)} (default: all)")
+    parser.add_argument("--handlers", help=f"comma-separated, from {', '.join(HANDLERS)} (default: all)")
+    parser.add_argument("--tools", help="ab, wrk or both (default: both)")
+    parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
+    for part, what in (("server", "the tornado app"), ("load", "ab and wrk (and this harness)"),
+                       ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
+        parser.add_argument(f"--cpus-{part}", metavar="LIST",
+                            help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="measure nothing: write the table (.md) of a saved JSON beside it")
+    args = parser.parse_args(argv)
+    if args.render:
+        path = output.write_text(markdown(json.loads(args.render.read_text(encoding="utf-8"))),
+                                 args.render.with_suffix(".md"))
+        print(f"wrote {output.relative(path)}")
+        return 0
+    base = QUICK if args.quick else DEFAULTS
+    out = output.json_path(parser, args, "tornado.json")
+    settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
+                              socket_timeout=5.0, run_timeout=120.0)
+    loops = choose_names(args.loops, list(LOOPS), "loop", list(LOOPS))
+    handlers = choose_names(args.handlers, list(HANDLERS), "handler", list(HANDLERS))
+    tools = choose_names(args.tools, list(TOOLS), "tool", list(TOOLS))
+    if missing := [tool for tool in tools if shutil.which(tool) is None]:
+        raise SystemExit(f"tornado_bench: {' and '.join(missing)} not found; install ApacheBench "
+                         "(Debian: apache2-utils) and wrk, or run `bash scripts/setup.sh`")
+    skipped = {f"loop {loop}": reason for loop in loops if (reason := loop_missing(loop))}
+    loops = [loop for loop in loops if f"loop {loop}" not in skipped]
+    for name, reason in skipped.items():
+        print(f"skip {name}: {reason}", flush=True)
+    layout = choose_layout(args)
+    # The harness mostly waits: keep it off the app's core, and give the
+    # caller (a test, in the same process) its own cores back at the end.
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if layout.load and affinity is not None:
+        services.pin(os.getpid(), layout.load)
+    try:
+        data = execute(args, argv, base, settings, layout, loops, handlers, tools, skipped)
+    finally:
+        if affinity is not None:
+            services.pin(os.getpid(), affinity)
+    text = markdown(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
+    return 0
+
+
+def execute(args: argparse.Namespace, argv: list[str], base: dict, settings: loads.Settings, layout: Layout,
+            loops: list[str], handlers: list[str], tools: list[str], skipped: dict[str, str]) -> dict:
+    """Start PostgreSQL and the upstream, run every measurement in order, stop them; return the JSON."""
+    clock, repeat = experiment.Clock(), args.repeat or base["repeat"]
+    db_handlers = [h for h in handlers if h.startswith("db")]
+    pg: services.PG | None = None
+    with contextlib.ExitStack() as stack:  # stops, in reverse order, whatever started
+        if db_handlers:
+            try:
+                pg = stack.enter_context(services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS))
+            except services.ServiceMissing as missing:
+                skipped.update({f"handler {handler}": str(missing) for handler in db_handlers})
+                handlers = [h for h in handlers if h not in db_handlers]
+                print(f"skip {', '.join(db_handlers)}: {missing}", flush=True)
+        upstream = stack.enter_context(ServerProcess("epoll", command=[
+            *layout.prefix("upstream"), sys.executable, "-m", "tinyloop", "serve", "epoll",
+            "--host", "127.0.0.1", "--port", "0"]))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyloop-tornado-")))
+        cells = [(handler, tool, loop) for handler in handlers for tool in tools for loop in loops]
+        print(f"{len(cells) * repeat} runs ({len(loops)} loops x {len(handlers)} handlers x {len(tools)} tools "
+              f"x {repeat}); " + ("" if args.quick else ESTIMATE), flush=True)
+
+        def one(cell: tuple[str, str, str]) -> dict:
+            handler, tool, loop = cell
+            settings.requests["ab-keepalive"] = base["requests"][handler]
+            return measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"], workdir)
+
+        records = experiment.interleave(cells, repeat, one, lambda cell: f"{HANDLERS[cell[0]]:<11} {cell[1]:<3} "
+                                        f"{cell[2]:<7}", lambda r: f"{_cell(r['rps'], 0):>8} req/s app "
+                                        f"{_cell(r['app_cpu_us_per_req'], 0)} µs/req")
+    tool_versions = servers.tool_versions()
+    data = experiment.document(
+        "realworld.tornado_bench", argv, clock, tools={tool: tool_versions[tool] for tool in tools},
+        settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
+                  "ab_requests": {h: base["requests"][h] for h in handlers}, "concurrency": CONCURRENCY,
+                  "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
+                  "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
+                  "order": "repetition, handler, tool, then loop innermost; a fresh app per run"})
+    data.update(versions={"python": data["machine"]["python"], **versions(), "postgres": pg.version if pg else None,
+                          **data["tools"]},
+                layout={"app": layout.server, "load": layout.load, "database": layout.db, "upstream": layout.upstream},
+                skipped=skipped, runs=records, results=summarize(records), elapsed_s=clock.elapsed())
+    return data
 
 
 if __name__ == "__main__":
