@@ -40,6 +40,7 @@ from pathlib import Path
 
 from benchmarks import servers
 from benchmarks.harness import experiment, output, render
+from benchmarks.harness.machine import display
 from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.peers.echo_server import APIS, LOOPS, loop_factory
 from benchmarks.servers import BUILD, PEER_DIR, Peer, Server
@@ -154,10 +155,9 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict, client
     record: dict = {"server": server.name, "size": size, "status": "error", "note": None,
                     "messages": None, "seconds": None, "errors": None, "cpu_s": None,
                     **{figure: None for figure in FIGURES}}
-    try:
-        process = servers.launch(server, pinning["server_prefix"])
-    except RuntimeError as error:
-        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
+    process, failure = servers.start(server, pinning["server_prefix"])
+    if failure is not None:
+        record["status"], record["note"] = failure
         return record
 
     def client_run(seconds: float) -> tuple[int | None, str]:
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                            "process per run, warmed up first; figures are medians over repetitions"})
     data.update(
         baseline=baseline,
-        client=" ".join(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
+        client=display(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
         .replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
         servers=[{"name": s.name, "kind": s.kind, "summary": s.summary, "command": s.display(),
                   "env": s.env or None, "skipped": skipped.get(s.name)} for s in candidates],

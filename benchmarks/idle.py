@@ -57,7 +57,7 @@ from pathlib import Path
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output, render as render_table
 from benchmarks.harness.machine import display
-from benchmarks.harness.process import cpu_seconds, raise_nofile, warm_up
+from benchmarks.harness.process import cpu_seconds, raise_nofile
 from benchmarks.harness.summary import slope
 from benchmarks.loads import Load, Settings
 from tinyloop import stages
@@ -288,19 +288,15 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
                     "cpu_s": None, "cpu_us_per_req": None, "waits": None, "waits_per_req": None, "waits_note": None,
                     "server_fds": None, "server_fds_after": None, "idle_still_open": None,
                     "backend": None, "setup_s": None}
-    try:
-        process = servers.launch(servers.stage_server(stages.get(stage)), pinning["server_prefix"])
-    except RuntimeError as error:
-        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
+    started = time.monotonic()
+    process, failure = servers.start(servers.stage_server(stages.get(stage)), pinning["server_prefix"],
+                                     warmup, settings.socket_timeout)
+    if failure is not None:
+        record["status"], record["note"] = failure
         return record
     idle_socks: list[socket.socket] = []
     counter = None
     try:
-        started = time.monotonic()
-        failure = warm_up(process.address, warmup, settings.socket_timeout)
-        if failure is not None:
-            record["status"], record["note"] = failure
-            return record
         try:
             idle_socks = open_idle(process.address, idle, settings.socket_timeout)
         except (OSError, RuntimeError) as error:

@@ -42,7 +42,7 @@ from benchmarks import loads, report, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display
 from benchmarks.harness.output import RESULTS, relative
-from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds, warm_up
+from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.loads import Load, Settings
 from benchmarks.servers import Server
 from tinyloop import stages
@@ -181,16 +181,11 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
     record: dict = {"server": server.name, "load": load.name, "status": "error", "note": None,
                     "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
                     "cpu_s": None, "cpu_us_per_req": None, "seconds": None, "newcomer_ms": None}
-    try:
-        process = servers.launch(server, pinning["server_prefix"])
-    except RuntimeError as error:
-        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
+    process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
+    if failure is not None:
+        record["status"], record["note"] = failure
         return record
     try:
-        failure = warm_up(process.address, warmup, settings.socket_timeout)
-        if failure is not None:
-            record["status"], record["note"] = failure
-            return record
         url = f"http://{process.host}:{process.port}/"
         newcomer = None
         if load.tool == "wrk":

@@ -32,7 +32,7 @@ from benchmarks.harness.machine import display, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "launch", "peer_server", "prepare",
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "launch", "peer_server", "prepare", "start",
            "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
@@ -170,13 +170,16 @@ def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[
 
 
 def build_c(binary: Path, source: Path) -> str | None:
-    """Build one C file, ``cc -O2`` (``$CC`` if set), as :func:`build` does."""
-    return build(binary, [source], lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
+    """Build one C file of benchmarks/peers/c, ``cc -O2`` (``$CC`` if set), as :func:`build` does
+    (it includes watch.h, the one helper they share)."""
+    return build(binary, [source, PEER_DIR / "c" / "watch.h"],
+                 lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
 
 
 def build_go(binary: Path, package: str, sources: Sequence[Path]) -> str | None:
-    """Build Go ``package`` of benchmarks/peers/go offline (its caches in BUILD), as :func:`build` does."""
-    return build(binary, [*sources, PEER_DIR / "go" / "go.mod"],
+    """Build Go ``package`` of benchmarks/peers/go offline (its caches in BUILD), as :func:`build` does
+    (every package imports announce, the listener and announce line they share)."""
+    return build(binary, [*sources, PEER_DIR / "go" / "go.mod", PEER_DIR / "go" / "announce" / "announce.go"],
                  lambda out: ["go", "build", "-o", str(out), package], cwd=PEER_DIR / "go",
                  env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
                       "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
@@ -186,6 +189,25 @@ def launch(server: Server, prefix: Sequence[str] = (), timeout: float = 15.0) ->
     """Start ``server`` (with ``prefix``, e.g. ``taskset -c 0``, before its command) and
     return the running ServerProcess; raises ``RuntimeError`` if it does not announce its port."""
     return process.launch(server.name, server.argv, env=server.env, prefix=prefix, timeout=timeout)
+
+
+def start(server: Server, prefix: Sequence[str] = (), warmup: int = 0,
+          timeout: float = 5.0) -> tuple[ServerProcess | None, tuple[str, str] | None]:
+    """Launch ``server`` and warm it up with ``warmup`` ``GET /`` (harness.process.warm_up; 0: none).
+
+    Returns ``(process, None)`` when it is ready, the caller then stopping it;
+    else ``(None, (status, note))`` for the run's record, the server stopped
+    already: ``"error"`` when it did not start, the warm-up's status otherwise.
+    """
+    try:
+        running = launch(server, prefix)
+    except RuntimeError as error:
+        return None, ("error", "did not start: " + " | ".join(str(error).strip().splitlines()[:3]))
+    failure = process.warm_up(running.address, warmup, timeout) if warmup else None
+    if failure is not None:
+        running.stop()
+        return None, failure
+    return running, None
 
 
 def tool_versions() -> dict[str, str | None]:

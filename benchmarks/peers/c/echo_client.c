@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "watch.h"
+
 #define MAX_CONNS 1024
 #define RECV_SIZE 65536
 
@@ -70,13 +72,7 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void want(struct conn *c, unsigned events) {
-    if (c->events == events)
-        return;
-    c->events = events;
-    struct epoll_event ev = {.events = events, .data.ptr = c};
-    epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
+static void want(struct conn *c, unsigned events) { watch(epfd, c->fd, c, &c->events, events); }
 
 static void drop(struct conn *c) {
     errors++;

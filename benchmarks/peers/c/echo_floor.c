@@ -38,6 +38,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "watch.h"
+
 #define BUF_SIZE (256 * 1024)
 #define MAX_EVENTS 256
 
@@ -61,13 +63,7 @@ static void conn_close(struct conn *c) {
     open_conns--;
 }
 
-static void want(struct conn *c, unsigned events) {
-    if (c->events == events)
-        return;
-    c->events = events;
-    struct epoll_event ev = {.events = events, .data.ptr = c};
-    epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
+static void want(struct conn *c, unsigned events) { watch(epfd, c->fd, c, &c->events, events); }
 
 /* Send what the buffer holds; watch for EPOLLOUT while some is left. */
 static void flush(struct conn *c) {

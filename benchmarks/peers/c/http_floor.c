@@ -35,6 +35,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "watch.h"
+
 #define IN_SIZE 8192           /* the largest request head we accept */
 #define OUT_SIZE 65536         /* responses waiting to be sent */
 #define MAX_RESPONSE 256       /* larger than any response below */
@@ -67,13 +69,7 @@ static void conn_close(struct conn *c) {
     open_conns--;
 }
 
-static void want(struct conn *c, unsigned events) {
-    if (c->events == events)
-        return;  /* one epoll_ctl per change, not per request */
-    c->events = events;
-    struct epoll_event ev = {.events = events, .data.ptr = c};
-    epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
+static void want(struct conn *c, unsigned events) { watch(epfd, c->fd, c, &c->events, events); }
 
 /* Case-insensitive search for `needle` in the `len` bytes at `s`. */
 static int contains_ci(const char *s, size_t len, const char *needle) {

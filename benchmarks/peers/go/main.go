@@ -12,13 +12,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"tinyloop/benchmarks/peers/go/announce"
 )
 
 var hello = []byte("Hello, World!\n")
@@ -33,21 +31,10 @@ func handle(w http.ResponseWriter, r *http.Request) {
 }
 
 func main() {
-	port := flag.Int("port", 8000, "TCP port; 0 picks a free one")
-	flag.Parse()
-	listener, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", *port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tinyloop: cannot listen:", err)
-		os.Exit(1)
-	}
+	listener := announce.Listen()
 	server := &http.Server{Handler: http.HandlerFunc(handle)}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-stop
-		server.Close() // closes the listener and every open connection
-	}()
-	fmt.Printf("tinyloop: serving go-nethttp on http://127.0.0.1:%d/\n", listener.Addr().(*net.TCPAddr).Port)
+	// Closing the server closes the listener and every open connection.
+	announce.Serving("go-nethttp", listener, func() { server.Close() })
 	if err := server.Serve(listener); err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, "tinyloop:", err)
 		os.Exit(1)

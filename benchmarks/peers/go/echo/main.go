@@ -14,13 +14,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
+
+	"tinyloop/benchmarks/peers/go/announce"
 )
 
 func echo(conn net.Conn) {
@@ -40,27 +39,17 @@ func echo(conn net.Conn) {
 }
 
 func main() {
-	port := flag.Int("port", 8000, "TCP port; 0 picks a free one")
-	flag.Parse()
-	listener, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", *port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tinyloop: cannot listen:", err)
-		os.Exit(1)
-	}
+	listener := announce.Listen()
 	var mu sync.Mutex
 	open := map[net.Conn]struct{}{}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-stop
+	announce.Serving("echo-go", listener, func() {
 		listener.Close()
 		mu.Lock()
 		for conn := range open {
 			conn.Close()
 		}
 		mu.Unlock()
-	}()
-	fmt.Printf("tinyloop: serving echo-go on http://127.0.0.1:%d/\n", listener.Addr().(*net.TCPAddr).Port)
+	})
 	for {
 		conn, err := listener.Accept()
 		if err != nil {
