@@ -305,11 +305,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def conclusion(data: dict) -> str:
     """The run in one line: each server's p99 for fast requests beside the slow handler."""
-    busy = [row for row in data["rows"] if row["background"] != "none" and row.get("p99_ms") is not None]
-    if not busy:
-        return "fairness: nothing measured"
-    return "p99 of fast requests beside a slow handler: " + ", ".join(
-        f"{row['server']} {row['p99_ms']:.1f} ms" for row in busy)
+    busy = {row["server"]: row["p99_ms"] for row in data["rows"]
+            if row["background"] != "none" and row.get("p99_ms") is not None}
+    return ("p99 of fast requests beside a slow handler: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in busy.items())
+            if busy else "fairness: nothing measured")
 
 
 if __name__ == "__main__":

@@ -285,12 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = output.json_path(parser, args, f"{args.name}.json")
     settings, repeat, warmup = _settings(args)
-    every_stage = [stage.name for stage in stages.STAGES]
-    candidates = ([servers.stage_server(stages.get(name))
-                   for name in choose_names(args.stages, every_stage, "stage", every_stage)]
-                  + [servers.peer_server(name) for name in choose_names(
-                      args.peers, [peer.name for peer in servers.PEERS], "peer",
-                      [peer.name for peer in servers.PEERS if peer.default])])
+    candidates = servers.choose(args.stages, args.peers)
     chosen = [loads.get(name) for name in choose_names(args.loads, [load.name for load in loads.LOADS], "load",
                                                        [load.name for load in loads.LOADS if load.default])]
     skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}

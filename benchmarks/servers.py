@@ -32,7 +32,7 @@ from benchmarks.harness.machine import display, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "launch", "peer_server", "prepare", "start",
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "choose", "launch", "peer_server", "prepare", "start",
            "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
@@ -111,6 +111,18 @@ def peer_server(name: str) -> Server:
     if name == "stall":
         return Server(name, "peer", peer.summary, (python, str(PEER_DIR / "stall_server.py"), "--port", "0"))
     raise KeyError(name)
+
+
+def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
+    """The servers ``--stages`` and ``--peers`` name (comma lists, ``all`` or ``none``; None: every
+    stage, and every peer but those only the tests ask for), stages first; an unknown name exits
+    with the choices (harness.process.choose_names)."""
+    every_stage = [stage.name for stage in stages.STAGES]
+    every_peer = [peer.name for peer in PEERS]
+    return ([stage_server(stages.get(name)) for name in process.choose_names(stage_names, every_stage, "stage",
+                                                                             every_stage)]
+            + [peer_server(name) for name in process.choose_names(
+                peer_names, every_peer, "peer", [peer.name for peer in PEERS if peer.default])])
 
 
 def prepare(server: Server) -> str | None:
