@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.machine import ROOT
 from benchmarks.realworld import notfaster_apps, notfaster_bench, services
 from benchmarks.realworld.notfaster_apps import APPS, DSN_ENV, PATH, ROWS_ENV
 
@@ -77,7 +79,7 @@ def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
         try:
             url = f"http://127.0.0.1:{proxy.port}{PATH}"
             bodies = [notfaster_bench.wait_ready(url, process, log) for _ in range(5)]
-            workers = services._descendants(process.pid)
+            workers = services.descendants(process.pid)
         finally:
             manager.__exit__(None, None, None)
     for body in bodies:
@@ -94,8 +96,8 @@ def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
     assert not _group_members(process.pid), f"{name} left processes behind: {_group_members(process.pid)}"
 
 
-def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     app = BY_NAME["gunicorn-falcon"]
     if app.missing():
         pytest.skip(app.missing())
@@ -103,14 +105,17 @@ def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(
     monkeypatch.setitem(notfaster_apps.NOTFASTER_LOOPS, "nowhere", "tinyloop.nowhere:new_event_loop")
     nowhere = notfaster_apps.App("aiohttp-nowhere", "aiohttp", "nowhere", "async")
     monkeypatch.setattr(notfaster_bench, "APPS", (*APPS, nowhere))
-    out = tmp_path / "notfaster.json"
+    # As a new user types it: --quick, no --out; the committed results stay as they were.
+    committed = ["git", "status", "--porcelain", "--", "benchmarks/results"]
+    before = subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout
     argv = ["--quick", "--apps", "gunicorn-falcon,aiohttp-nowhere", "--max-workers", "1",
-            "--cpus-load", "any", "--cpus-proxy", "any", "--cpus-app", "any", "--cpus-db", "any",
-            "--out", str(out)]
+            "--cpus-load", "any", "--cpus-proxy", "any", "--cpus-app", "any", "--cpus-db", "any"]
     status = notfaster_bench.main(argv)
-    if status == 1 and not out.exists():
+    if status == 1:
         pytest.skip("a service is missing (the harness printed which)")
     assert status == 0, "the quick run should succeed"
+    assert subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout == before
+    out = ROOT / "benchmarks" / "results" / "local" / "notfaster.json"
     data = json.loads(out.read_text())
     entry = data["layouts"]["load=any proxy=any app=any db=any"]
     (row,) = entry["rows"]
@@ -125,13 +130,14 @@ def test_the_benchmark_writes_its_json_and_table_from_a_tiny_run(
 
 
 def test_cpu_lists_and_the_default_layout() -> None:
-    assert notfaster_bench._cpu_list([0, 1, 2, 5]) == "0-2,5"
-    assert notfaster_bench._cpu_list([3]) == "3"
+    assert services.cpu_list([0, 1, 2, 5]) == "0-2,5"
+    assert services.cpu_list([3]) == "3"
+    assert services.cpu_set("0-2,5") == {0, 1, 2, 5}
     layout = notfaster_bench.default_layout()
-    usable = notfaster_bench._usable_cpus()
+    usable = notfaster_bench.usable_cpus()
     if len(usable) >= 2:
-        load = services._cpu_set(layout.load)
-        rest = services._cpu_set(layout.app)
+        load = services.cpu_set(layout.load)
+        rest = services.cpu_set(layout.app)
         assert load and rest and not load & rest, "the load generator gets cores of its own"
         assert layout.proxy == layout.app == layout.db, "nginx, the app and PostgreSQL share the rest"
         assert load | rest == set(usable)

@@ -125,5 +125,5 @@ def test_missing_postgres_raises_service_missing_naming_the_package(monkeypatch:
 
 
 def test_cpu_list_parsing() -> None:
-    assert services._cpu_set("0,2-3") == {0, 2, 3}
-    assert services._cpu_set([1]) == {1}
+    assert services.cpu_set("0,2-3") == {0, 2, 3}
+    assert services.cpu_set([1]) == {1}

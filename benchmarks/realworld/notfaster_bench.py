@@ -14,10 +14,9 @@ requests/s, p50 and p99 latency in milliseconds, sorted by p99 as the
 article's table is, and beside them the CPU time the server side spent per
 request: the app's processes alone, and app + nginx + PostgreSQL.
 
-Writes benchmarks/results/local/notfaster.json and .md (ignored by git);
-``--reference`` writes the committed benchmarks/results/notfaster.json and
-.md that the book includes.  One file holds one entry per core layout, so a
-run with another layout adds its table beside the others.
+Writes benchmarks/results/local/notfaster.json and .md; ``--reference`` the
+book's benchmarks/results/notfaster.json and .md.  One file holds one entry
+per core layout, so a run with another layout adds its table beside the others.
 """
 
 # Rules this file keeps:
@@ -44,7 +43,6 @@ run with another layout adds its table beside the others.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.metadata
 import json
@@ -59,22 +57,19 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.harness.machine import ROOT
 from benchmarks import loads
-from benchmarks.realworld import services
-from benchmarks.realworld.notfaster_apps import (
-    APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App)
-from benchmarks.harness.machine import fingerprint
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import ROOT, fingerprint
+from benchmarks.harness.process import choose_names
+from benchmarks.harness.render import DASH, markdown
 from benchmarks.harness.summary import NOISE, is_noisy, median
+from benchmarks.realworld import services
+from benchmarks.realworld.notfaster_apps import APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App
 
-__all__ = ["Layout", "default_layout", "main", "measure", "render_markdown", "start_app"]
+__all__ = ["Layout", "default_layout", "main", "measure", "render_markdown", "start_app", "usable_cpus"]
 
-RESULTS = ROOT / "benchmarks" / "results"
-REFERENCE = RESULTS / "notfaster.json"           # the book's, committed; only --reference writes it
-LOCAL = RESULTS / "local" / "notfaster.json"     # a user's run: ignored by git
 SCHEMA = 1
 CONCURRENCY = 100  # wrk's connections, the article's ab -c 100
 
@@ -88,21 +83,6 @@ LIBRARIES = ("gunicorn", "falcon", "psycopg", "psycopg-pool", "uvicorn", "starle
 
 
 # --- the core layout ----------------------------------------------------------
-
-def _cpu_list(cpus: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: taskset(1)'s list format, shortest form."""
-    parts: list[str] = []
-    ordered = sorted(set(cpus))
-    start = previous = ordered[0]
-    for cpu in [*ordered[1:], None]:
-        if cpu is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-        if cpu is not None:
-            start = previous = cpu
-    return ",".join(parts)
-
 
 class Layout:
     """Which cores the load generator, nginx, the app and PostgreSQL may run on.
@@ -121,13 +101,13 @@ class Layout:
     def cores(self, part: str) -> int:
         """How many cores ``part`` may use (all usable ones when unpinned)."""
         cpus = getattr(self, part)
-        return len(services._cpu_set(cpus)) if cpus else len(_usable_cpus())
+        return len(services.cpu_set(cpus)) if cpus else len(usable_cpus())
 
     def as_dict(self) -> dict[str, str | None]:
         return {"load": self.load, "proxy": self.proxy, "app": self.app, "db": self.db}
 
 
-def _usable_cpus() -> list[int]:
+def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
@@ -141,11 +121,11 @@ def default_layout() -> Layout:
     # shape: the load has cores of its own, so it never takes CPU time from
     # what it measures, and the server side shares the rest as a real host
     # would.  On one core there is nothing to separate.
-    cpus = _usable_cpus()
+    cpus = usable_cpus()
     if len(cpus) < 2:
         return Layout(None, None, None, None)
     k = max(1, len(cpus) // 4)
-    load, rest = _cpu_list(cpus[-k:]), _cpu_list(cpus[:-k])
+    load, rest = services.cpu_list(cpus[-k:]), services.cpu_list(cpus[:-k])
     return Layout(load, rest, rest, rest)
 
 
@@ -364,7 +344,7 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, say=print) -> dict:
     skipped = {app.name: app.missing() for app in apps if app.missing() is not None}
     for name, why in skipped.items():
         say(f"skip {name}: {why}")
-    nginx_version = services._nginx_version(services._nginx_binary())  # ServiceMissing before anything starts
+    nginx_version = services.nginx_version()  # ServiceMissing before anything starts
     if shutil.which("wrk") is None:
         raise services.ServiceMissing("wrk was not found; install wrk (Debian/Ubuntu: apt-get install wrk; "
                                       "macOS: brew install wrk)")
@@ -394,7 +374,7 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, say=print) -> dict:
     rows = [summarize(app, chosen[app.name], runs[app.name], probes[app.name]) for app in runnable]
     rows.sort(key=lambda row: (row["p99_ms"] is None, row["p99_ms"] or 0.0))
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "seconds": round(time.monotonic() - started),
         "layout": layout.as_dict(),
         "settings": {**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
@@ -409,14 +389,12 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, say=print) -> dict:
 # --- the table ----------------------------------------------------------------------
 
 def _number(value: float | None, digits: int = 0) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
+    return DASH if value is None else f"{value:,.{digits}f}"
 
 
 def _layout_words(layout: dict) -> str:
-    words = []
-    for part, label in (("load", "wrk"), ("proxy", "nginx"), ("app", "app"), ("db", "PostgreSQL")):
-        words.append(f"{label} on CPU {layout[part]}" if layout[part] else f"{label} unpinned")
-    return "; ".join(words)
+    return "; ".join(f"{label} on CPU {layout[part]}" if layout[part] else f"{label} unpinned"
+                     for part, label in (("load", "wrk"), ("proxy", "nginx"), ("app", "app"), ("db", "PostgreSQL")))
 
 
 def render_markdown(data: dict) -> str:
@@ -430,32 +408,27 @@ def render_markdown(data: dict) -> str:
                 f"{entry['date']}, {mode}: wrk -t1 -c {s['concurrency']}, {s['duration']:g} s per run, "
                 f"median of {s['repeat']} interleaved run(s) after the worker search "
                 f"({s['probe']:g} s per probe, up to {s['max_workers']} workers); "
-                f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, async {s['async_pool'][1]}.",
-                "",
-                "| configuration | workers | req/s | p50 ms | p99 ms | p99/p50 | app CPU µs/req "
-                "| app+nginx+PostgreSQL CPU µs/req | server cores busy | workers tried (req/s) |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, async {s['async_pool'][1]}.", ""]
+        rows = []
         for row in entry["rows"]:
             tried = ", ".join(f"{p['workers']}: {_number(p['rps'])}" if p["status"] == "ok"
                               else f"{p['workers']}: failed" for p in row["search"])
-            flags = [row["status"]] if row["status"] != "ok" else []
-            flags += ["noisy"] if row.get("noisy") else []
-            status = f" ({', '.join(flags)})" if flags else ""
+            flags = ([row["status"]] if row["status"] != "ok" else []) + (["noisy"] if row.get("noisy") else [])
             ratio = row["p99_ms"] / row["p50_ms"] if row["p99_ms"] and row["p50_ms"] else None
-            out.append(f"| {row['app']}{status} | {row['workers'] or '–'} | {_number(row['rps'])} "
-                       f"| {_number(row['p50_ms'], 1)} | {_number(row['p99_ms'], 1)} | {_number(ratio, 1)} "
-                       f"| {_number(row['app_us_per_req'])} | {_number(row['server_us_per_req'])} "
-                       f"| {_number(row.get('server_cores'), 2)} | {tried} |")
-        out.append("")
+            rows.append([row["app"] + (f" ({', '.join(flags)})" if flags else ""), str(row["workers"] or DASH),
+                         _number(row["rps"]), _number(row["p50_ms"], 1), _number(row["p99_ms"], 1),
+                         _number(ratio, 1), _number(row["app_us_per_req"]), _number(row["server_us_per_req"]),
+                         _number(row.get("server_cores"), 2), tried])
+        out += [*markdown(["configuration", "workers", "req/s", "p50 ms", "p99 ms", "p99/p50", "app CPU µs/req",
+                           "app+nginx+PostgreSQL CPU µs/req", "server cores busy", "workers tried (req/s)"], rows), ""]
         notes = [f"{row['app']}: {row['note']}" for row in entry["rows"] if row["note"]]
         notes += [f"{name} skipped: {why}" for name, why in entry["skipped"].items()]
         if any(row.get("noisy") for row in entry["rows"]):
             notes.append(f"noisy: the repetitions' req/s differ by more than {NOISE:.0%}")
         if notes:
             out += ["Notes: " + "; ".join(notes) + ".", ""]
-        v = entry["versions"]
+        v, m = entry["versions"], entry["machine"]
         libraries = ", ".join(f"{name} {v[name]}" for name in LIBRARIES if v.get(name))
-        m = entry["machine"]
         out += [f"Versions: {v['postgresql']}; {v['nginx']}; {v['wrk']}; {m['python']}; {libraries}. "
                 f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['kernel']}. "
                 f"Command: `{entry['command']}` ({entry['seconds']} s).", ""]
@@ -464,82 +437,59 @@ def render_markdown(data: dict) -> str:
 
 # --- the command line ---------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     layout = default_layout()
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.realworld.notfaster_bench",
-        description="nginx -> app -> PostgreSQL, sync workers against async on every loop.")
-    parser.add_argument("--quick", action="store_true",
-                        help="a plumbing run: 1 s runs, 1000 rows, up to 2 workers, 1 repetition")
-    parser.add_argument("--reference", action="store_true",
-                        help="write the book's benchmarks/results/notfaster.{json,md}")
-    parser.add_argument("--out", type=Path, help=f"results JSON (default {LOCAL.relative_to(ROOT)})")
+    parser = experiment.parser("realworld.notfaster_bench", __doc__, repeat=DEFAULTS["repeat"], pin=False,
+                               results="notfaster.json")
     parser.add_argument("--render", action="store_true", help="only write the .md again from the JSON")
     parser.add_argument("--list", action="store_true", help="list the configurations and whether each can run")
-    parser.add_argument("--apps", default="all", help="comma list of configurations, or all")
-    for part, what in (("load", "wrk"), ("proxy", "nginx"), ("app", "the app's workers"),
-                       ("db", "PostgreSQL")):
+    parser.add_argument("--apps", help="comma list of configurations (default all)")
+    for part, what in (("load", "wrk"), ("proxy", "nginx"), ("app", "the app's workers"), ("db", "PostgreSQL")):
         parser.add_argument(f"--cpus-{part}", default=getattr(layout, part), metavar="CPUS",
                             help=f"cores for {what}, a taskset list (default {getattr(layout, part)}; "
                                  "'any' leaves it unpinned)")
     parser.add_argument("--duration", type=float, help=f"seconds of wrk per measured run ({DEFAULTS['duration']:g})")
     parser.add_argument("--probe", type=float, help=f"seconds of wrk per worker-search probe ({DEFAULTS['probe']:g})")
-    parser.add_argument("--repeat", type=int, help=f"interleaved repetitions ({DEFAULTS['repeat']})")
     parser.add_argument("--rows", type=int, help=f"rows in the table ({DEFAULTS['rows']:,})")
     parser.add_argument("--max-workers", type=int, help="most workers the search tries (2 x app cores + 1)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = args.out or (REFERENCE if args.reference else LOCAL)
+    args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "notfaster.json")
     if args.render:
-        out.with_suffix(".md").write_text(render_markdown(json.loads(out.read_text())))
-        print(f"wrote {out.with_suffix('.md')}")
+        path = output.write_text(render_markdown(json.loads(out.read_text())), out.with_suffix(".md"))
+        print(f"wrote {output.relative(path)}")
         return 0
     known = {app.name: app for app in APPS}
-    names = list(known) if args.apps == "all" else [name.strip() for name in args.apps.split(",")]
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        print(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
-        return 2
-    apps = [known[name] for name in names]
+    apps = [known[name] for name in choose_names(args.apps, list(known), "configuration", list(known))]
     if args.list:
         for app in apps:
             print(f"{app.name:28} {app.missing() or 'runs here'}")
         return 0
-    cpus = [None if value in (None, "any") else value
-            for value in (args.cpus_load, args.cpus_proxy, args.cpus_app, args.cpus_db)]
-    layout = Layout(*cpus)
+    layout = Layout(*(None if value in (None, "any") else value
+                      for value in (args.cpus_load, args.cpus_proxy, args.cpus_app, args.cpus_db)))
     settings = {**DEFAULTS, "max_workers": 2 * layout.cores("app") + 1, "quick": args.quick}
     if args.quick:
         settings.update(QUICK)
-    for name in ("duration", "probe", "repeat", "rows", "max_workers"):
-        if getattr(args, name) is not None:
-            settings[name] = getattr(args, name)
+    settings.update({name: getattr(args, name) for name in ("duration", "probe", "repeat", "rows", "max_workers")
+                     if getattr(args, name) is not None})
     if layout.load and hasattr(os, "sched_setaffinity"):
         # The harness mostly waits; keep it off the cores it measures, as benchmarks/run.py does.
-        os.sched_setaffinity(0, services._cpu_set(layout.load))
+        os.sched_setaffinity(0, services.cpu_set(layout.load))
     try:
         entry = run(apps, layout, settings)
     except services.ServiceMissing as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 1
-    entry["command"] = "python -m benchmarks.realworld.notfaster_bench " + shlex.join(
-        sys.argv[1:] if argv is None else argv)
+    entry["command"] = "python -m benchmarks.realworld.notfaster_bench " + shlex.join(argv)
     data = {"schema": SCHEMA, "layouts": {}}
-    if out.exists():
+    if out.exists():  # one file, one entry per layout: keep the others
         with contextlib.suppress(ValueError, KeyError):
             previous = json.loads(out.read_text())
             if previous.get("schema") == SCHEMA:
                 data["layouts"].update(previous["layouts"])
     data["layouts"][layout.key] = entry
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
-    out.with_suffix(".md").write_text(render_markdown(data))
-    print(render_markdown({"layouts": {layout.key: entry}}))
-    print(f"wrote {out} and {out.with_suffix('.md')}")
-    print(conclusion({"layouts": {layout.key: entry}}))
+    experiment.finish(data, out, render_markdown({"layouts": {layout.key: entry}}),
+                      conclusion({"layouts": {layout.key: entry}}), extra={out.with_suffix(".md"): render_markdown(data)})
     return 0
 
 

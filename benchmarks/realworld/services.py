@@ -41,18 +41,8 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-__all__ = [
-    "INSTALL",
-    "NGINX",
-    "PG",
-    "Service",
-    "ServiceMissing",
-    "free_port",
-    "nginx",
-    "pin",
-    "postgres",
-    "process_tree_cpu",
-]
+__all__ = ["INSTALL", "NGINX", "PG", "Service", "ServiceMissing", "cpu_list", "cpu_set", "descendants", "free_port",
+           "nginx", "nginx_version", "pin", "postgres", "process_tree_cpu"]
 
 # What to install, per package manager, named in ServiceMissing's message.
 INSTALL: dict[str, str] = {
@@ -86,7 +76,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _cpu_set(cpus: str | Iterable[int]) -> set[int]:
+def cpu_list(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: taskset(1)'s list format, shortest form (the inverse of cpu_set)."""
+    ordered, parts = sorted(set(cpus)), []
+    start = previous = ordered[0]
+    for cpu in [*ordered[1:], None]:
+        if cpu is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if cpu is not None:
+            start = previous = cpu
+    return ",".join(parts)
+
+
+def cpu_set(cpus: str | Iterable[int]) -> set[int]:
     """``"0,2-3"`` or ``[0, 2, 3]`` -> ``{0, 2, 3}`` (taskset(1)'s list format)."""
     if not isinstance(cpus, str):
         return {int(cpu) for cpu in cpus}
@@ -109,7 +113,7 @@ def pin(pid: int, cpus: str | Iterable[int] | None) -> str | None:
     """
     if cpus is None or not hasattr(os, "sched_setaffinity"):
         return None
-    mask = _cpu_set(cpus)
+    mask = cpu_set(cpus)
     for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else [pid]:
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(task), mask)
@@ -120,7 +124,7 @@ def _pin_prefix(cpus: str | Iterable[int] | None) -> tuple[list[str], str | None
     """The argv prefix that starts a command pinned to ``cpus``, and the list it pins to."""
     if cpus is None:
         return [], None
-    listed = ",".join(map(str, sorted(_cpu_set(cpus))))
+    listed = ",".join(map(str, sorted(cpu_set(cpus))))
     taskset = shutil.which("taskset")
     return ([taskset, "-c", listed], listed) if taskset else ([], listed)
 
@@ -196,7 +200,7 @@ def _own_cpu(pid: int, fields: list[str], tick: float) -> float:
         return (int(fields[11]) + int(fields[12])) * tick
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     tree = _children()
     found, todo = [], list(tree.get(pid, ()))
     while todo:
@@ -209,7 +213,7 @@ def _descendants(pid: int) -> list[int]:
 def _stop(process: subprocess.Popen, sig: int, timeout: float = STOP_TIMEOUT) -> None:
     """Send ``sig``, wait up to ``timeout`` seconds, then SIGKILL the process and its children."""
     if process.poll() is None:
-        leftovers = _descendants(process.pid) if os.path.isdir("/proc") else []
+        leftovers = descendants(process.pid) if os.path.isdir("/proc") else []
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(sig)
         try:
@@ -461,8 +465,12 @@ def _nginx_binary() -> str:
     raise ServiceMissing(f"nginx was not found; install {INSTALL['nginx']}")
 
 
-def _nginx_version(binary: str) -> str:
-    """``nginx -v``'s answer, "nginx version: nginx/1.22.1" (it writes it to standard error)."""
+def nginx_version(binary: str | None = None) -> str:
+    """``nginx -v``'s answer, "nginx version: nginx/1.22.1" (it writes it to standard error).
+
+    ``binary`` defaults to the nginx found here; raises ServiceMissing when there is none.
+    """
+    binary = binary or _nginx_binary()
     out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
     return (out.stderr or out.stdout).strip()
 
@@ -538,7 +546,7 @@ def nginx(upstream_ports: Sequence[int], listen_port: int = 0, workers: int = 1,
     ngx_http_upstream_module documentation.
     """
     binary = _nginx_binary()
-    version = _nginx_version(binary)
+    version = nginx_version(binary)
     account = _service_account(("nobody",))  # the workers' user; the master stays root
     directory = Path(tempfile.mkdtemp(prefix="tinyloop-nginx-"))
     process: subprocess.Popen | None = None
