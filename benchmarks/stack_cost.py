@@ -37,11 +37,13 @@ its summary, profile_generators.txt, by the same output rule.
 
 from __future__ import annotations
 
-import statistics
+import os
 import sys
 import timeit
 
 from benchmarks.harness import experiment, output
+from benchmarks.harness.render import align, describe_machine
+from benchmarks.harness.summary import summarize
 from tinyloop.callbacks.loop import Loop
 from tinyloop.generators.scheduler import Scheduler
 from tinyloop.generators.traps import current_task, sleep
@@ -147,16 +149,18 @@ def measure(number, repeat):
                 for _ in range(repeat):
                     stack_runs.append(time_run(loop, Scheduler, lambda: stack_coro(*args)))
                     yf_runs.append(time_run(loop, YieldFromScheduler, lambda: yf_coro(*args)))
-                stack, yf = statistics.median(stack_runs) / n, statistics.median(yf_runs) / n
+                stack, yf = (summarize(seconds * 1e9 / n for seconds in runs) for runs in (stack_runs, yf_runs))
                 row = {"measure": name, "what": what, "depth": depth, "number": n,
-                       "stack_ns": stack * 1e9, "yieldfrom_ns": yf * 1e9}
+                       "stack_ns": stack["median"], "yieldfrom_ns": yf["median"],
+                       "stack_ns_range": [stack["min"], stack["max"]], "yieldfrom_ns_range": [yf["min"], yf["max"]],
+                       "noisy": stack["noisy"] or yf["noisy"]}
                 if name == "call+return":
                     plain = statistics.median(timeit.Timer(lambda: plain_calls(depth, n)).repeat(
                         repeat=repeat, number=1)) / n
                     row["plain_ns"] = plain * 1e9
                 rows.append(row)
-                print(f"  {name:<13} D={depth:<3} stack {stack * 1e9:8.0f} ns   "
-                      f"yield from {yf * 1e9:8.0f} ns", file=sys.stderr, flush=True)
+                print(f"  {name:<13} D={depth:<3} stack {stack['median']:8.0f} ns   "
+                      f"yield from {yf['median']:8.0f} ns", flush=True)
     finally:
         loop.close()
     return rows
@@ -165,18 +169,22 @@ def measure(number, repeat):
 def render(data):
     """The text table, from the JSON alone."""
     s = data["settings"]
-    lines = [f"Stack scheduler vs yield from: ns per operation, median of {s['repeat']} runs "
+    lines = [f"Stack scheduler vs yield from: ns per operation, median (min–max) of {s['repeat']} runs "
              f"of {s['number']} operations ({s['number'] // 10} for the reactor trip)", ""]
-    header = f"  {'operation':<14}{'D':>4}{'stack':>10}{'yield from':>12}{'stack / yf':>12}{'plain calls':>13}"
-    lines += [header, "  " + "-" * (len(header) - 2)]
+    header = ["operation", "D", "stack", "yield from", "stack / yf", "plain calls"]
+    rows = []
     for row in data["rows"]:
-        plain = f"{row['plain_ns']:13.0f}" if "plain_ns" in row else f"{'':>13}"
-        lines.append(f"  {row['measure']:<14}{row['depth']:>4}{row['stack_ns']:10.0f}"
-                     f"{row['yieldfrom_ns']:12.0f}{row['stack_ns'] / row['yieldfrom_ns']:11.1f}x{plain}")
+        cells = [f"{row[key]:.0f}" + (" ({:.0f}–{:.0f})".format(*row[f"{key}_range"]) if f"{key}_range" in row else "")
+                 for key in ("stack_ns", "yieldfrom_ns")]
+        rows.append([row["measure"], str(row["depth"]), *cells, f"{row['stack_ns'] / row['yieldfrom_ns']:.1f}x"
+                     + (" noisy" if row.get("noisy") else ""),
+                     f"{row['plain_ns']:.0f}" if "plain_ns" in row else ""])
+    lines += ["  " + line for line in align(header, rows)]
     lines += ["", "  call+return: D generator calls and returns, no trap;  trap: current_task() "
               "answered at once, D generators deep;",
               "  reactor trip: sleep(0), one loop iteration;  plain calls: D nested function calls.",
-              f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]
+              "  noisy: a figure's runs differ by more than 25% (the largest over 1.25 times the smallest).",
+              f"  {describe_machine(data)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -193,12 +201,16 @@ def main(argv=None):
         print(text, end="")
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
         return 0
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0]})  # one core, as pyperf's --affinity: no migrations mid-run
     number = args.number or (2000 if args.quick else 20_000)
     repeat = args.repeat or (3 if args.quick else 7)
     clock = experiment.Clock()
     data = experiment.document(
         "stack_cost", sys.argv[1:] if argv is None else argv, clock,
         settings={"quick": args.quick, "number": number, "repeat": repeat, "depths": list(DEPTHS),
+                  "affinity": str(cpus[0]) if cpus else None,
                   "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"})
     data.update(rows=measure(number, repeat), elapsed_s=clock.elapsed())
     text = render(data)

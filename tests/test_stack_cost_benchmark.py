@@ -26,6 +26,7 @@ def test_a_tiny_run_writes_every_row_and_concludes(tmp_path: Path) -> None:
     depths = data["settings"]["depths"]
     assert {row["depth"] for row in data["rows"]} == set(depths)
     assert all(row["stack_ns"] > 0 and row["yieldfrom_ns"] > 0 for row in data["rows"])
+    assert all(low <= row["stack_ns"] <= high for row in data["rows"] for low, high in [row["stack_ns_range"]])
     assert {"cpu_model", "python"} <= set(data["machine"]) and data["load_average"]
     assert "yield from" in out.with_suffix(".txt").read_text(encoding="utf-8")  # the table, beside
     assert done.stdout.strip().splitlines()[-1].startswith(
