@@ -38,6 +38,7 @@ its summary, profile_generators.txt, by the same output rule.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import timeit
 
