@@ -1,7 +1,8 @@
-"""tinyloop's benchmark harness: every stage's server and a few peers under ab and wrk.
+"""tinyloop's benchmarks: every stage's server and a few peers, measured.
 
-``python benchmarks/run.py --help`` runs it; :mod:`benchmarks.report` turns
-the JSON it writes into tables and plots (the book imports that module).
-This file stays empty of imports so that importing ``benchmarks.report``
-costs nothing else.
+Each experiment runs from the repository's root as ``python -m benchmarks.NAME``
+(``python -m benchmarks.run --help`` for the main one); :mod:`benchmarks.harness`
+holds what they share, and :mod:`benchmarks.report` turns the main run's JSON
+into tables and plots (the book imports it).  This file stays empty of
+imports so that importing ``benchmarks.report`` costs nothing else.
 """

@@ -37,8 +37,6 @@ schema to load_average, is every experiment's: benchmarks/harness/experiment.py)
                   cpu_us_per_req, completed, newcomer_ms, failed,
                   ratio: {rps, p50_ms, p99_ms, cpu_us_per_req},
                   spread: {rps, p50_ms, p99_ms, cpu_us_per_req: [min, max]}, noisy}}}
-                (spread and noisy since the harness reports them; for an older
-                file this module computes them from ``runs``)
 
 A run's status is "ok"; "timeout" (the tool gave up waiting: the server
 answered nothing, or stopped answering); "starved" (wrk only: a connection
@@ -64,7 +62,7 @@ from pathlib import Path
 
 from benchmarks.harness import render
 from benchmarks.harness.render import align, describe_machine
-from benchmarks.harness.summary import NOISE, is_noisy  # the one noise rule
+from benchmarks.harness.summary import NOISE  # the one noise rule
 
 __all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "align", "describe_machine", "footnotes", "format_text", "load",
            "markdown", "noisy", "plot", "server_names", "spread", "table"]
@@ -93,9 +91,6 @@ FOOTNOTES = {
                "1.25 times the smallest), so the median is a weak figure: run again on a quieter "
                "machine before reading much into that row."),
 }
-
-# The figures whose spread decides noisiness: the two the chapters compare by.
-_NOISE_FIGURES = ("rps", "cpu_us_per_req")
 
 _DASH = "—"
 # A server whose every run ended so has no figures, only this word in the table.
@@ -147,34 +142,15 @@ def _with_ratio(value: float | None, ratio: float | None, kind: str, ratios: boo
 
 
 def spread(data: dict, load_name: str, server: str, figure: str) -> tuple[float, float] | None:
-    """``(min, max)`` of ``figure`` over the server's ok repetitions in one load, or None.
-
-    Read from the summary's ``spread`` when the harness wrote it, else
-    computed from the ``runs`` records (files written before it did).
-    """
-    summary = data.get("results", {}).get(load_name, {}).get(server) or {}
-    stored = (summary.get("spread") or {}).get(figure)
-    if stored is not None:
-        return (stored[0], stored[1])
-    values = [run[figure] for run in data.get("runs", [])
-              if run.get("load") == load_name and run.get("server") == server
-              and run.get("status") == "ok" and run.get(figure) is not None]
-    return (min(values), max(values)) if values else None
+    """``(min, max)`` of ``figure`` over the server's ok repetitions in one load, or None."""
+    stored = ((data.get("results", {}).get(load_name, {}).get(server) or {}).get("spread") or {}).get(figure)
+    return None if stored is None else (stored[0], stored[1])
 
 
 def noisy(data: dict, load_name: str, server: str) -> bool:
     """Whether the server's repetitions in one load differ by more than :data:`NOISE`
-    in req/s or CPU µs/req (needs two ok repetitions or more)."""
-    summary = data.get("results", {}).get(load_name, {}).get(server) or {}
-    if "noisy" in summary:
-        return bool(summary["noisy"])
-    if (summary.get("ok_runs") or 0) < 2:
-        return False
-    for figure in _NOISE_FIGURES:
-        low_high = spread(data, load_name, server, figure)
-        if is_noisy(low_high):
-            return True
-    return False
+    in req/s or CPU µs/req (the harness's fold decides it)."""
+    return bool((data.get("results", {}).get(load_name, {}).get(server) or {}).get("noisy"))
 
 
 def _spread_cell(data: dict, load_name: str, server: str) -> str:

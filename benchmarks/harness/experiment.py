@@ -41,7 +41,7 @@ from benchmarks.harness.summary import NOISE, is_noisy, median
 __all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "parser", "pinning", "run_tool"]
 
 # Every experiment's JSON carries this in ``schema``; the readers (the book's
-# directives, benchmarks/report.py) accept it.
+# directives, benchmarks.report) accept it.
 SCHEMA = 1
 
 
