@@ -4,9 +4,8 @@
 # to read what it prints.  Rules this file keeps:
 #
 #   * A load never hangs the harness.  Every tool gets its own time-out (ab's
-#     -s, wrk's --timeout) and a wall-clock limit on top; past the limit the
-#     tool gets SIGINT (ab then prints what it measured so far), then SIGKILL.
-#     Whatever happens, the tool's process is waited for before we return.
+#     -s, wrk's --timeout) and a wall-clock limit on top (harness run_tool:
+#     SIGINT, on which ab prints what it measured so far, then SIGKILL).
 #   * wrk reports through its Lua done() hook (benchmarks/wrk_json.lua, which
 #     benchmarks/pipeline.lua loads too): one line of JSON with wrk's own
 #     counts and microseconds.  ab has no machine-readable report, so its text
@@ -20,12 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.harness.experiment import run_tool
 
 __all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
            "parse_ab_csv", "parse_wrk", "run"]
@@ -258,9 +257,8 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
     """Run ``load`` against ``url``; return ``(measurement, argv, output)``.
 
     ``prefix`` goes before the tool's command (``taskset -c 1``); ``workdir``
-    holds ab's CSV file while it runs.  The tool runs in its own session so a
-    Ctrl-C at the terminal reaches the harness, which then kills the tool
-    before re-raising: no tool outlives the harness.
+    holds ab's CSV file while it runs; the harness's run_tool runs it under
+    its wall-clock limit.
     """
     csv_path = workdir / f"{load.name}-percentiles.csv" if load.tool == "ab" else None
     if csv_path is not None:
@@ -271,32 +269,15 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
     else:
         limit = settings.duration + settings.socket_timeout + 10
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-    wall_limit_hit = False
-    try:
-        try:
-            output, _ = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            # ab answers SIGINT by printing what it has measured so far.
-            wall_limit_hit = True
-            proc.send_signal(signal.SIGINT)
-            try:
-                output, _ = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                output, _ = proc.communicate()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    code, output = run_tool(argv, limit)
+    wall_limit_hit = code is None
     elapsed = time.monotonic() - started
     csv_text = None
     if csv_path is not None and csv_path.exists():
         csv_text = csv_path.read_text()
         csv_path.unlink()
     result = parse_ab(output, csv_text) if load.tool == "ab" else parse_wrk(output)
-    result.exit_code = proc.returncode
+    result.exit_code = code
     if load.pipeline > 1:
         # wrk 4.1 records one latency sample per batch, and with so few
         # samples its top percentile can come out as "0.00us": no figure.
@@ -313,7 +294,7 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
         result.timed_out = True
         result.error = (f"stopped after the {limit:g} s wall-clock limit"
                         + (f"; {result.error}" if result.error else ""))
-    elif proc.returncode != 0 and result.error is None:
+    elif code != 0 and result.error is None:
         tail = output.strip().splitlines()[-1:] or ["no output"]
-        result.error = f"{argv[len(prefix)]} exited with code {proc.returncode}: {tail[0]}"
+        result.error = f"{argv[len(prefix)]} exited with code {code}: {tail[0]}"
     return result, argv, output

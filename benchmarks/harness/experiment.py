@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -196,20 +197,26 @@ def finish(data: dict, out: Path, text: str, conclusion: str, *, extra: dict[Pat
 def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:
     """Run a load generator; ``(exit code, or None past the wall-clock ``limit`` in seconds, its output)``.
 
-    Its own session, so a Ctrl-C at the terminal reaches the harness, which
-    then kills it: no tool outlives the harness.
+    Past the limit it gets SIGINT first (ab answers it by printing what it
+    has measured so far), then, 5 s later, SIGKILL.  It runs in its own
+    session, so a Ctrl-C at the terminal reaches the harness, which then
+    kills it: no tool outlives the harness.
     """
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=limit)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        return None, out
+        try:
+            out, _ = proc.communicate(timeout=limit)
+            return proc.returncode, out
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, _ = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            return None, out
     except BaseException:
         proc.kill()
         proc.wait()
         raise
-
