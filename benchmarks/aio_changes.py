@@ -42,14 +42,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from benchmarks import servers
-from benchmarks.harness import output, pyperf_runs
-from benchmarks.harness.machine import display, fingerprint
-from benchmarks.harness.process import choose_names, choose_pinning
+from benchmarks.harness import experiment, output, pyperf_runs
+from benchmarks.harness.machine import display
+from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
 from benchmarks.harness.summary import median_range
 from benchmarks.loads import Load, Settings
@@ -67,7 +66,6 @@ from tinyloop.http import HTTPConnection
 __all__ = ["CHANGES", "MICRO", "RECIPES", "conclusion", "layer", "main", "profile_summary", "profiled",
            "render", "serve_until_sigterm", "server", "write_results"]
 
-SCHEMA = 1
 DEFAULTS = {"repeat": 5, "warmup": 1000, "requests": {"ab-k-c10": 30000, "ab-c10": 10000, "ab-k-c1": 5000}}
 QUICK = {"repeat": 1, "warmup": 20, "requests": 200}
 
@@ -414,17 +412,13 @@ CHANGES: tuple[Change, ...] = (
 
 def run_servers(chosen: list[Change], settings: Settings, repeat: int, warmup: int, pinning: dict) -> list[dict]:
     """Every (load, server) the changes need, ``repeat`` times, interleaved; the run records."""
-    pairs = list(dict.fromkeys((c.load, name) for c in chosen for name in (c.real, c.undone)))
-    records: list[dict] = []
+    cells = list(dict.fromkeys((c.load, name) for c in chosen for name in (c.real, c.undone)))
     with tempfile.TemporaryDirectory(prefix="tinyloop-aio-changes-") as workdir:
-        for rep in range(1, repeat + 1):
-            for load, name in pairs:
-                record = {"rep": rep, **measure(server(name), LOADS[load], settings, pinning, Path(workdir), warmup)}
-                records.append(record)
-                print(f"[{len(records):>3}/{repeat * len(pairs)}] {load:<9} {name:<32} {record['status']:<7} "
-                      f"{record['cpu_us_per_req'] or 0:.1f} µs/req  p50 {record['p50_ms'] or 0:.3f} ms "
-                      f"{record['note'] or ''}", file=sys.stderr, flush=True)
-    return records
+        return experiment.interleave(
+            cells, repeat, lambda cell: measure(server(cell[1]), LOADS[cell[0]], settings, pinning, Path(workdir),
+                                                warmup),
+            lambda cell: f"{cell[0]:<9} {cell[1]:<32}",
+            lambda r: f"{r['cpu_us_per_req']:.1f} µs/req  p50 {r['p50_ms']:.3f} ms  {r['rps']:.0f} req/s")
 
 
 def _compare(row: dict) -> dict:
@@ -615,11 +609,12 @@ def collections_per_10k(op: Operation, subject: type, ops: int = 100_000) -> flo
 
 def measure_micro(chosen: list[MicroChange], options: list[str], cpu: int | None) -> list[dict]:
     """Every row's real and undone timing, gc on and off, by pyperf; medians in ns per operation."""
+    if not chosen:
+        return []
     names = list(dict.fromkeys(_timing_name(m.op, s, gc_on) for m in chosen
                                for s in (m.real, m.undone) for gc_on in (True, False)))
     print(f"  per operation: {len(names)} pyperf benchmarks", file=sys.stderr, flush=True)
-    values = pyperf_runs.run(f"{__spec__.name if __spec__ else 'benchmarks.aio_changes'}:TIMINGS",
-                             names, options, cpu=cpu)
+    values = pyperf_runs.run("benchmarks.aio_changes:TIMINGS", names, options, cpu=cpu)
     rows = []
     for m in chosen:
         row: dict = {"key": m.key, "change": m.change, "variant": m.variant, "op": m.op.name, "unit": "ns"}
@@ -678,8 +673,10 @@ def render(data: dict) -> str:
             seen.add(row["key"])
             named = f" [{row['real']} / {row['undone']}]" if "load" in row else ""
             out += [f"  {row['key']}: {row['change']}", f"  {' ' * len(row['key'])}  variant: {row['variant']}{named}"]
-    out += ["", data["command"], f"{data['machine_line']}; load average {data['load_average'][0]:.2f} "
-                                 f"at the start, {data['load_average'][1]:.2f} at the end (a shared machine)."]
+    m = data["machine"]
+    out += ["", data["command"], f"{m['cpu_model']}, {m['cpus']} CPUs, {m['python']}, Linux {m['kernel']}; load "
+                                 f"average {data['load_average'][0]:.2f} at the start, {data['load_average'][1]:.2f} "
+                                 "at the end (a shared machine)."]
     return "\n".join(out) + "\n"
 
 
@@ -714,88 +711,64 @@ def profile_server(name: str, requests: int, pinning: dict, warmup: int) -> str:
 
 # -- The command line ----------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.aio_changes", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("aio_changes", __doc__, repeat=DEFAULTS["repeat"])
     keys = list(dict.fromkeys([c.key for c in CHANGES] + [m.key for m in MICRO]))
     parser.add_argument("--changes", help=f"comma list (default all: {', '.join(keys)})")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 repetition, 200 requests, "
-                                                             "pyperf's shortest look")
-    parser.add_argument("--repeat", type=int, help=f"server runs per row, interleaved (default {DEFAULTS['repeat']})")
     parser.add_argument("--requests", type=int, help="ab's -n for every load (default " + ", ".join(
-        f"{k}={v}" for k, v in DEFAULTS["requests"].items()) + ")")
+        f"{k}={v}" for k, v in DEFAULTS["requests"].items()) + f"; --quick {QUICK['requests']})")
     parser.add_argument("--warmup", type=int, help=f"keep-alive GET / before each load (default {DEFAULTS['warmup']})")
     parser.add_argument("--timeout", type=float, default=5.0, help="ab's -s, seconds (default 5)")
     parser.add_argument("--pyperf", default=" ".join(pyperf_runs.DEFAULT),
                         help=f"pyperf's options for the per-operation timings (default {' '.join(pyperf_runs.DEFAULT)!r})")
     parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
     parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin server and ab to CPUs")
     parser.add_argument("--profile", nargs="?", const="aio,aio-streams,aio-sock,asyncio-protocol", metavar="SERVERS",
-                        help="instead: profile these servers under ab -k -c 10, by layer "
-                             "(default aio,aio-streams,aio-sock,asyncio-protocol)")
+                        help="instead: profile these servers under ab -k -c 10, by layer, into profile_aio.txt "
+                             "beside the JSON (default aio,aio-streams,aio-sock,asyncio-protocol)")
     parser.add_argument("--serve", choices=sorted(RECIPES), help="instead: run one server (as the runs do)")
     parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)  # --serve under cProfile, stats written here
-    output.add_arguments(parser, "aio_changes.json")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.serve, args.port, args.profile_to)
-    quick = QUICK if args.quick else DEFAULTS
-    warmup = args.warmup if args.warmup is not None else quick["warmup"]
-    command = display(["python", "-m", "benchmarks.aio_changes", *argv])
-    pinning = choose_pinning(args.no_pin)
+    base = QUICK if args.quick else DEFAULTS
+    warmup = base["warmup"] if args.warmup is None else args.warmup
+    out = output.json_path(parser, args, "aio_changes.json")
+    pinning = experiment.pinning(args)
     if args.profile:
-        names = choose_names(args.profile, list(RECIPES), "server", [])
         requests = args.requests or (QUICK["requests"] if args.quick else DEFAULTS["requests"]["ab-k-c10"])
-        text = "\n".join(profile_server(name, requests, pinning, warmup) for name in names)
-        text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
-        path = output.json_path(parser, args, "profile_aio.json").with_name("profile_aio.txt")
+        text = "\n".join(profile_server(name, requests, pinning, warmup)
+                         for name in choose_names(args.profile, list(RECIPES), "server", []))
+        text += f"\n{display(['python', '-m', 'benchmarks.aio_changes', *argv])}\n" \
+                f"load average {os.getloadavg()[0]:.2f} at the end\n"
         print(text, end="")
-        print(f"wrote {output.relative(output.write_text(text, path))}", file=sys.stderr)
+        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_aio.txt')))}")
         return 0
-    keys = choose_names(args.changes, list(dict.fromkeys([c.key for c in CHANGES] + [m.key for m in MICRO])),
-                        "change", [c.key for c in CHANGES] + [m.key for m in MICRO])
-    path = output.json_path(parser, args, "aio_changes.json")
-    chosen = [] if args.no_servers else [c for c in CHANGES if c.key in keys]
-    micro = [] if args.no_micro else [m for m in MICRO if m.key in keys]
-    repeat = args.repeat or quick["repeat"]
+    chosen_keys = choose_names(args.changes, keys, "change", keys)
+    chosen = [] if args.no_servers else [c for c in CHANGES if c.key in chosen_keys]
+    micro = [] if args.no_micro else [m for m in MICRO if m.key in chosen_keys]
+    repeat = args.repeat or base["repeat"]
     requests = {name: args.requests or (QUICK["requests"] if args.quick else n)
                 for name, n in DEFAULTS["requests"].items()}
     options = pyperf_runs.QUICK if args.quick else args.pyperf.split()
     settings = Settings(requests=requests, duration=1.0, socket_timeout=args.timeout, run_timeout=120.0)
-    load_start, date, started = os.getloadavg()[0], datetime.now(timezone.utc), time.monotonic()
+    clock = experiment.Clock()
     records = run_servers(chosen, settings, repeat, warmup, pinning) if chosen else []
-    cpu = int(pinning["server_cpus"]) if pinning.get("enabled") else None
-    machine = fingerprint()
-    data = {
-        "schema": SCHEMA, "date": date.isoformat(timespec="seconds"), "command": command, "machine": machine,
-        "machine_line": f"{machine['cpu_model']}, {machine['cpus']} CPUs, {machine['python']}, "
-                        f"Linux {machine['kernel']}",
-        "ab": servers.tool_versions().get("ab"),
-        "pinning": {k: v for k, v in pinning.items() if not k.endswith("_prefix")},
-        "settings": {"quick": args.quick, "repeat": repeat, "requests": requests, "warmup_requests": warmup,
-                     "socket_timeout_s": args.timeout, "pyperf": options,
-                     "micro_values": _values(options),
-                     "gc": "on (and off, for the gc off column)",
-                     "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"},
-        "loads": {name: asdict(load) for name, load in LOADS.items()},
-        "servers": {name: {"summary": server(name).summary, "command": display(server(name).argv)}
-                    for name in dict.fromkeys(n for c in chosen for n in (c.real, c.undone))},
-        "rows": summarize(chosen, records),
-        "micro": measure_micro(micro, options, cpu) if micro else [],
-        "runs": records,
-    }
-    data["load_average"] = [load_start, os.getloadavg()[0]]  # 1-minute: at the start, at the end
-    data["elapsed_s"] = round(time.monotonic() - started, 1)
-    write_results(data, path, render(data), ".txt")
-    print(conclusion(data))
+    micro_rows = measure_micro(micro, options, int(pinning["server_cpus"]) if pinning.get("enabled") else None)
+    data = experiment.document(
+        "aio_changes", argv, clock, pinning=pinning, tools={"ab": servers.tool_versions().get("ab")},
+        settings={"quick": args.quick, "repeat": repeat, "requests": requests, "warmup_requests": warmup,
+                  "socket_timeout_s": args.timeout, "pyperf": options, "micro_values": _values(options),
+                  "gc": "on (and off, for the gc off column)",
+                  "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"})
+    data.update(loads={name: asdict(load) for name, load in LOADS.items()},
+                servers={name: {"summary": server(name).summary, "command": display(server(name).argv)}
+                         for name in dict.fromkeys(n for c in chosen for n in (c.real, c.undone))},
+                rows=summarize(chosen, records), micro=micro_rows, runs=records, elapsed_s=clock.elapsed())
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 
@@ -812,7 +785,8 @@ def _values(options: list[str]) -> int:
 
 
 def write_results(data: dict, out: Path, text: str, suffix: str) -> None:
-    """Write ``data`` as JSON to ``out`` and ``text`` (its table) beside it with ``suffix``; print the text."""
+    """Write ``data`` as JSON to ``out`` and ``text`` (its table) beside it with ``suffix``; print the text.
+    (benchmarks/uv_changes.py's; this file ends with experiment.finish.)"""
     output.write_json(data, out)
     output.write_text(text, out.with_suffix(suffix))
     print(text, end="")
