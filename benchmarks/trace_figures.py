@@ -865,9 +865,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="figures to make (default: all; see --list)")
     parser.add_argument("--list", action="store_true", help="name the figures, with chapter and source")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the figures traced on the virtual clock (no server, a few seconds)")
     parser.add_argument("--reference", action="store_true",
                         help="write the recorded (reference) figures into benchmarks/results/traces/")
     args = parser.parse_args(argv)
+    if args.quick and args.reference:
+        parser.error("--reference re-records the recorded figures: not with --quick")
     if args.list:
         for figure in FIGURES:
             print(f"{figure.name:<22} {figure.chapter:<11} {figure.source:<10} {figure.summary}")
@@ -877,11 +881,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
-    if args.reference:
-        chosen = [figure for figure in chosen if figure.source == "reference"]
+    if args.reference or args.quick:
+        chosen = [figure for figure in chosen if figure.source == ("reference" if args.reference else "build")]
     from tinyloop.trace import chrome, timeline
     out = REFERENCE if args.reference else LOCAL
-    status = 0
+    status = written = 0
     for figure in chosen:
         try:
             trace = figure.make()
@@ -899,6 +903,8 @@ def main(argv: list[str] | None = None) -> int:
             timeline.write_html(trace, out / f"{figure.name}.html", title=figure.summary,
                                 command=figure.command)
         print(f"{figure.name}: {output.relative(path)}")
+        written += 1
+    print(f"trace figures: {written} of {len(chosen)} written under {output.relative(out)}")
     return status
 
 

@@ -145,6 +145,21 @@ def test_the_command_writes_under_local_unless_reference(tmp_path, monkeypatch):
     assert trace_figures.main(["no-such-figure"]) == 2
 
 
+def test_a_quick_run_writes_the_build_figures_under_local_only() -> None:
+    # As a new user types it: --quick (the virtual-clock figures), no --out; nothing committed changes.
+    committed = ["git", "status", "--porcelain", "--", "benchmarks/results"]
+    before = subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-m", "benchmarks.trace_figures", "--quick"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    build = [f for f in trace_figures.FIGURES if f.source == "build"]
+    assert done.stdout.rstrip().splitlines()[-1].startswith(f"trace figures: {len(build)} of {len(build)} written")
+    assert subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout == before
+    assert all((trace_figures.LOCAL / f"{f.name}.json").exists() for f in build)
+    with pytest.raises(SystemExit):
+        trace_figures.main(["--quick", "--reference"])
+
+
 def _build(tmp_path: Path, page: str) -> subprocess.CompletedProcess:
     source = tmp_path / "src"
     source.mkdir()
