@@ -12,6 +12,7 @@ import tinyloop._override
 
 tinyloop._override.apply_override()
 
+import gc  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -20,6 +21,37 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+
+# --- the cyclic garbage collector -------------------------------------------------
+#
+# Many tests call gc.collect() to have a lost exception or an unclosed
+# transport reported inside the test that caused it.  A full collection walks
+# every tracked object, and once the whole suite is collected that is the
+# modules, the items and their fixtures' definitions: ~160,000 objects, a
+# tenth of a second per call on this machine (a second and more under load),
+# hundreds of times per worker.  What exists when collection ends lives until
+# the session ends anyway, so it is frozen (gc.freeze(), as the gc docs
+# advise for a forking server's preloaded state): collections then walk only
+# what the tests made.  A test that asks the collector who holds an object
+# (gc.get_referrers, which skips frozen objects) runs with everything
+# unfrozen, so a holder made at import time is still found.
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    if code is None or "get_referrers" not in code.co_names:
+        return (yield)
+    gc.unfreeze()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
 
 
 @pytest.fixture(autouse=True)
@@ -56,11 +88,19 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 # parameters from these two helpers, so a row that cannot run here is
 # skipped with the message that says what to install, and never fails.
 
-def stage_params(names: list[str] | None = None) -> list:
+# One stage from each Part of the book (I readiness, II the loop of callbacks
+# grown to coroutines, III asyncio's loop, IV libuv's): a per-stage test whose
+# rows take seconds each runs these rows in the default step and the others in
+# the slow step (stage_params's ``default``), so CI still runs every stage.
+ONE_PER_PART = ("epoll", "coroutines", "aio", "uv")
+
+
+def stage_params(names: list[str] | None = None, *, default: tuple[str, ...] | None = None) -> list:
     """One ``pytest.param`` per stage name (default: every stage, in reading order).
 
     A stage whose module does not import here carries a skip mark with
-    ``Stage.unavailable()``'s message (tinyloop/stages.py).
+    ``Stage.unavailable()``'s message (tinyloop/stages.py).  With ``default``
+    (stage names, e.g. ``ONE_PER_PART``), every other row is marked slow.
     """
     from tinyloop import stages
 
@@ -68,6 +108,8 @@ def stage_params(names: list[str] | None = None) -> list:
     for name in names if names is not None else [stage.name for stage in stages.STAGES]:
         why = stages.get(name).unavailable()
         marks = [pytest.mark.skip(reason=f"{name}: {why}")] if why else []
+        if default is not None and name not in default:
+            marks.append(pytest.mark.slow)
         params.append(pytest.param(name, marks=marks, id=name))
     return params
 
