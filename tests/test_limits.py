@@ -44,7 +44,7 @@ from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, http_get, nofile_at_least, recv_response
 
-from conftest import stage_params  # noqa: E402  (tests/ is on sys.path)
+from conftest import ONE_PER_PART, stage_params  # noqa: E402  (tests/ is on sys.path)
 from test_select_fd_setsize import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,8 @@ def cpu_share(server: ServerProcess, seconds: float) -> float:
     return (server.cpu_seconds() - before) / (time.monotonic() - started)
 
 
-@pytest.mark.parametrize("stage", stage_params(STAGE_NAMES))
+# Seconds per stage: one stage per Part here, every stage in the slow step.
+@pytest.mark.parametrize("stage", stage_params(STAGE_NAMES, default=ONE_PER_PART))
 def test_at_the_descriptor_limit_no_spin_no_death_and_recovery(stage: str) -> None:
     with ServerProcess(stage, nofile=LIMIT) as server:
         # A keep-alive client, accepted while there is room.
@@ -144,7 +145,8 @@ def cpu_per_request(server: ServerProcess, sock: socket.socket, buffer: bytearra
 
 
 @pytest.mark.alone  # compares CPU per request: another test beside it would move the ratio
-@pytest.mark.parametrize("stage", stage_params([name for name in STAGE_NAMES if name not in NOT_O_READY]))
+@pytest.mark.parametrize("stage", stage_params([name for name in STAGE_NAMES if name not in NOT_O_READY],
+                                               default=ONE_PER_PART))
 def test_idle_connections_do_not_slow_a_busy_client(stage: str, descriptors_for_idle: None) -> None:
     idle: list[socket.socket] = []
     with ServerProcess(stage) as server, server.connect(TIMEOUT) as busy:
