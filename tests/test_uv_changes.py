@@ -121,6 +121,7 @@ def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
         uv_changes._STEPS["uv/no-batching"].factory()
 
 
+@pytest.mark.slow  # a whole tiny run, about a minute on 2 cores (scripts/test.sh's slow step)
 @needs_wrk
 @pytest.mark.timeout(240)
 def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
