@@ -17,6 +17,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 
 from tinyloop.exercises import catalog, checker, markers
 
@@ -57,6 +58,7 @@ def test_check_speaks_json_and_junit(tmp_path: Path) -> None:
     assert suite.tag == "testsuite" and int(suite.get("failures", "0")) == 1, done.stdout
 
 
+@pytest.mark.slow  # a class of students through the checker, about a minute (scripts/test.sh's slow step)
 def test_grade_gives_each_student_a_row_and_survives_bad_input(tmp_path: Path) -> None:
     attempts = {
         "starter": markers.starter(catalog.get(EXERCISE)),
