@@ -81,6 +81,7 @@ def test_list_still_names_every_stage(tree: Path) -> None:
     assert any(line.startswith("uv ") for line in done.stdout.splitlines())
 
 
+@pytest.mark.slow  # the uv test files in a child pytest (scripts/test.sh's slow step)
 @pytest.mark.timeout(3 * TIMEOUT)
 def test_the_uv_tests_skip_with_the_message(tree: Path) -> None:
     """Part IV's rows in the registry-driven suites, and its own tests, skip; nothing fails."""
