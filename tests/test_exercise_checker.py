@@ -109,6 +109,7 @@ def test_an_import_failure_is_not_a_crash_and_shows_its_traceback(crash_exercise
     assert "in helper: return {}[\"key\"]" in text and "KeyError: 'key'" in text, text
 
 
+@pytest.mark.slow  # compiles the extension with the student's file first (scripts/test.sh's slow step)
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the extension")
 def test_uv_write_batch_without_the_requests_reference_crashes_and_says_so(tmp_path: Path) -> None:
     from tinyloop import stages
