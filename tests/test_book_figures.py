@@ -187,6 +187,7 @@ def test_the_directives_draw_the_trace_with_its_caption_and_command(tmp_path):
     assert "shutdown_default_executor" not in page, "the quiz's timeline stops after its last printed line"
 
 
+@pytest.mark.slow  # a second Sphinx build; the one above runs in the default step
 def test_an_unknown_figure_breaks_the_build(tmp_path):
     done = _build(tmp_path, "# Figures\n\n```{trace-figure} no-such-figure\n```\n")
     assert done.returncode != 0
