@@ -201,6 +201,7 @@ def _own_cpu(pid: int, fields: list[str], tick: float) -> float:
 
 
 def descendants(pid: int) -> list[int]:
+    """The pids of ``pid``'s live children, their children and so on (from /proc)."""
     tree = _children()
     found, todo = [], list(tree.get(pid, ()))
     while todo:
