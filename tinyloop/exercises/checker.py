@@ -6,8 +6,11 @@
 #   1. does the file compile?                        (compile(), in-process)
 #   2. is the exercise written at all?               (the placeholder is gone)
 #   3. does it define what the reference module does? (the right file was given)
-#   4. do the exercise's tests pass with it?         (pytest, in a subprocess)
-#   5. does the stage's server keep its loop properties with it?  (properties.py)
+#   4. do the exercise's tests pass with it?         (pytest, in a subprocess:
+#      its own tests first, then the wider suites' tests that run its code,
+#      reach.py, each run stopped at the first failure)
+#   5. does the stage's server keep its loop properties with it?  (properties.py,
+#      measured while step 4's wider tests run, shown only if they pass)
 # and stops at the first step that fails, because later steps would only
 # repeat the same failure in a harder-to-read form.  (The loop properties
 # are all measured: each tells something the others do not.)  When tests
@@ -42,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +62,13 @@ __all__ = ["CheckerError", "Report", "Step", "check", "stop_session", "own_test_
 # hangs, e.g. a server that resends its output forever), and the whole run.
 TEST_TIMEOUT = 30.0
 TESTS_TIMEOUT = 300.0
-# The tests stop at this many failures (pytest --maxfail), and all are shown:
-# a student fixes the first one, and a hanging test costs TEST_TIMEOUT each.
+# A ceiling on the failures one run shows (pytest --maxfail); check() stops
+# each run at the first (-x): a student fixes the first one, and a hanging
+# test costs TEST_TIMEOUT each.
 SHOW_FAILURES = 3
+# The wide step's pytest options: the plugin that keeps only the tests that
+# run the exercise's code (tinyloop/exercises/reach.py); the name follows.
+REACH_OPTIONS = ("-p", "tinyloop.exercises.reach", "--tinyloop-reach")
 
 
 class CheckerError(Exception):
@@ -121,8 +129,8 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     suite).  ``root`` is where the exercise's tests are found (default: the
     source checkout, :func:`repository_root`).  ``stop_when_unwritten=False``
     runs the tests even on an untouched starter (the test suite uses it to
-    prove the tests catch one); ``fail_fast`` stops them at the first
-    failure (pytest -x); ``verdict_only`` does that and skips the
+    prove the tests catch one); ``fail_fast`` is kept for callers (every
+    step now stops at the first failure, pytest -x); ``verdict_only`` skips the
     diagnosis of a failure (running the server once more for its
     traceback): the same PASSED or FAILED, sooner (the mutation runner).
     Raises :class:`CheckerError` if ``path`` does not exist or there is no
@@ -166,33 +174,42 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
         "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
     }
-    # A Cython exercise's tests stop at the first failure: a wrong loop in C
-    # can block inside uv_run, where pytest-timeout's signal never reaches
-    # Python, and the run would then end at TESTS_TIMEOUT without showing
-    # the failure that came first (the exercise's own tests run first).
-    stop_early = fail_fast or verdict_only or cython
     # Fast feedback: the exercise's own tests (its behaviour tests and the
     # stream-integrity properties, a few seconds) first, stopping at the
-    # first failure; the wider suites only once those pass.
+    # first failure; the wider suites only once those pass, and of those only
+    # the tests that run the exercise's code (tinyloop/exercises/reach.py),
+    # cheapest first, stopping at the first failure too: a student fixes one
+    # failure at a time, and a wrong loop in C can block inside uv_run, where
+    # pytest-timeout's signal never reaches Python.
     own = own_test_arguments(exercise, root)
     step = _run_tests(exercise, shown, root, override, ["-x"], own, own=True) if own else None
     if step is not None:
         report.steps.append(step)
+    limits = properties.QUICK if quick else properties.FULL
+    measured: list[properties.Result] = []
     if step is None or step.status != "FAIL":
-        step = _run_tests(exercise, shown, root, override, ["-x"] if stop_early else [],
+        # The loop properties are measured on servers of their own while the
+        # wide tests run (each waits mostly on sockets), and shown only if
+        # those pass.
+        measuring = None
+        if exercise.stage and exercise.properties:
+            measuring = threading.Thread(target=lambda: measured.extend(properties.check(
+                exercise.stage, exercise.properties, env=override, limits=limits)), daemon=True)
+            measuring.start()
+        step = _run_tests(exercise, shown, root, override, ["-x", *REACH_OPTIONS, exercise.name],
                           wider_test_arguments(exercise, root))
         report.steps.append(step)
-    limits = properties.QUICK if quick else properties.FULL
+        if measuring is not None:
+            measuring.join()
     if step.status == "FAIL" and exercise.stage and not verdict_only and not step.crashed:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
             step.details += _explain_crash(exercise, shown, traceback, text if cython else None)
     if exercise.stage and exercise.properties:
-        if step.status == "FAIL":
+        if step.status == "FAIL" or not measured:
             report.steps.append(Step("skip", "loop properties: measured once the tests pass"))
         else:
-            for result in properties.check(exercise.stage, exercise.properties, env=override,
-                                           limits=limits):
+            for result in measured:
                 report.steps.append(Step("ok" if result.passed else "FAIL",
                                          f"{result.name}: {result.message}"))
     return report
@@ -470,8 +487,12 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 _PYTEST_MAIN = """\
-import sys
+import signal, sys
 from tinyloop._override import apply_override
+# Ctrl-C as in any Python program, even when the check was started with
+# SIGINT ignored (a background job of a shell, some CI runners): the tests
+# of Ctrl-C would fail on every file, the reference's too.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 apply_override()
 import pytest
 sys.exit(pytest.main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""The wide step's narrowing (tinyloop/exercises/reach.py): which tests run an exercise's code.
+
+reach.json is measured (``python -m tinyloop.exercises.reach``); these tests
+keep it honest: an entry whose region changed since is stale and fails here,
+and the checker never runs fewer tests than a current entry allows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tinyloop.exercises import catalog, checker, markers, reach
+
+PYTHON_EXERCISES = [e for e in catalog.exercises() if not e.extension]
+
+
+@pytest.mark.parametrize("exercise", PYTHON_EXERCISES, ids=lambda e: e.name)
+def test_every_python_exercise_has_an_entry_measured_on_its_current_region(exercise):
+    entry = reach.load().get(exercise.name)
+    command = f"python -m tinyloop.exercises.reach {exercise.name}"
+    assert entry is not None, f"{exercise.name} has no entry in reach.json: run `{command}`"
+    assert entry["region"] == reach.region_digest(exercise), (
+        f"{exercise.name}'s region changed since its reach was measured (the checker runs every "
+        f"wide test meanwhile): run `{command}`")
+    assert entry["reached"] > 0 and entry["reached"] + len(entry["unreached"]) == entry["tests"]
+
+
+def test_instrument_puts_a_hit_first_in_every_region_and_the_file_still_compiles():
+    exercise = catalog.get("transport-write")  # two regions, in two methods
+    text = markers.reference(exercise)
+    instrumented = reach.instrument(text, exercise.name)
+    compile(instrumented, "instrumented.py", "exec")
+    lines = instrumented.splitlines()
+    regions = [r for r in markers.find_regions(instrumented) if r.name == exercise.name]
+    assert len(regions) == 2
+    for region in regions:
+        assert lines[region.begin] == f'{region.indent}__import__("tinyloop.exercises.reach", ' \
+                                      f'fromlist=["hit"]).hit({exercise.name!r})'
+    assert len(lines) == len(text.splitlines()) + 2
+
+
+def test_hits_are_placed_in_the_test_that_ran_then():
+    tests = [{"id": "a", "start": 1.0, "end": 2.0, "hits": 0},
+             {"id": "b", "start": 2.5, "end": 3.0, "hits": 0},
+             {"id": "c", "start": 3.0, "end": 4.0, "hits": 2},
+             {"id": "d", "start": 4.5, "end": 5.0, "hits": 0},
+             {"id": "e", "start": 6.0, "end": 7.0, "hits": 0}]
+    assert reach.attribute(tests, []) == {"c"}  # in-process hits
+    tests[4]["failed"] = True  # it may have stopped before the region
+    assert reach.attribute(tests, []) == {"c", "e"}
+    tests[4]["failed"] = False
+    assert reach.attribute(tests, [1.5]) == {"a", "c"}  # a server's hit inside a's span
+    assert reach.attribute(tests, [4.2]) == {"c", "d"}  # between two tests: both
+    assert reach.attribute(tests, [0.5, 7.5]) == {"a", "c", "e"}  # before the first, after the last
+
+
+def test_the_wide_step_drops_only_tests_seen_not_to_reach_and_everything_when_stale():
+    exercise = catalog.get("transport-write")
+    data = {exercise.name: {"region": reach.region_digest(exercise), "unreached": ["t::x", "t::y"]}}
+    assert reach.selected(exercise, ["t::x", "t::new", "t::z"], data) == ["t::new", "t::z"]
+    data[exercise.name]["region"] = "0" * 64  # measured on another region: not to be trusted
+    assert reach.selected(exercise, ["t::x", "t::z"], data) == ["t::x", "t::z"]
+    assert reach.selected(exercise, ["t::x"], {}) == ["t::x"]  # never measured
+
+
+def test_the_plugin_deselects_the_unreached_and_puts_the_http_suite_last():
+    exercise = catalog.get("transport-write")
+    arguments = checker.wider_test_arguments(exercise)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                           *checker.REACH_OPTIONS, exercise.name, *arguments],
+                          capture_output=True, text=True, timeout=300, check=False)
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0 and collected, done.stdout + done.stderr
+    unreached = set(reach.load()[exercise.name]["unreached"])
+    assert unreached and not unreached & set(collected)
+    ranks = [reach._rank(node) for node in collected]
+    assert ranks == sorted(ranks) and ranks[-1] == 2
+
+
+@pytest.mark.slow  # the whole wide suite of one exercise, about 10 s
+def test_a_servers_hits_reach_the_log():
+    # edge-triggered's code runs only in the epoll-et server processes that
+    # the HTTP suite starts: every reach it finds came through the hits file.
+    exercise = catalog.get("edge-triggered")
+    entry = reach.compute(exercise, checker.repository_root())
+    assert entry["reached"] >= entry["tests"] - 2 and entry["tests"] >= 10, entry
