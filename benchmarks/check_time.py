@@ -19,13 +19,20 @@ the first run of each file compiles, and that run is reported apart
 of at most 10 s for a Python exercise and 20 s for a Cython one.
 
 Writes benchmarks/results/local/check_time.json (the output rule of
-benchmarks/harness/output.py).  Run it alone on the machine:
+benchmarks/harness/output.py; ``--reference`` the committed one).  Run it
+alone on the machine:
 ``flock /tmp/tinyloop-bench.lock python -m benchmarks.check_time``.
+``--update`` keeps the file's other exercises, so a long series can run in
+parts (each part under the lock for a few minutes); each exercise keeps its
+own date and the machine's load averages when it started and ended (the
+machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -66,7 +73,9 @@ def measure(exercise, runs: int, progress) -> dict:
     wrong = wrong_solution(exercise, reference, filename)
     if wrong:
         files["wrong"] = wrong
-    entry: dict = {"chapter": exercise.chapter, "kind": "cython" if exercise.extension else "python"}
+    entry: dict = {"chapter": exercise.chapter, "kind": "cython" if exercise.extension else "python",
+                   "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   "load_before": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory(prefix=f"check-time-{exercise.name}-") as tmp:
         for label, (what, text) in files.items():
             path = Path(tmp) / label / filename
@@ -83,6 +92,7 @@ def measure(exercise, runs: int, progress) -> dict:
                             "first_with_build": first, **(summary.summarize(seconds) or {})}
             progress(f"  {exercise.name} {label}: median {entry[label]['median']:.1f} s "
                      f"{sorted(set(verdicts))}" + (f" (first, compiling: {first:.1f} s)" if first else ""))
+    entry["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return entry
 
 
@@ -91,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exercises", help="comma list (default: every exercise)")
     parser.add_argument("--runs", type=int, default=3, help="checks of each file (default 3)")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the other exercises already in the output file")
     output.add_arguments(parser, "check_time.json")
     args = parser.parse_args(argv)
     path = output.json_path(parser, args, "check_time.json")
@@ -102,8 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     data = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": "python -m benchmarks.check_time " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": machine.fingerprint(), "targets_seconds": TARGET, "runs": args.runs, "exercises": {}}
+    if args.update and path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        data["exercises"] = {n: e for n, e in before["exercises"].items() if n not in names}
+        data["commands"] = [*before.get("commands", [before["command"]]), data["command"]]
     for name in names:
         data["exercises"][name] = measure(known[name], args.runs, lambda line: print(line, flush=True))
+        data["exercises"] = {n: data["exercises"][n] for n in known if n in data["exercises"]}  # book order
         output.write_json(data, path)  # after each exercise: an interrupted run keeps what it measured
     for label in ("wrong", "reference"):
         for kind, target in TARGET.items():

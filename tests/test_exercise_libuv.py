@@ -373,6 +373,20 @@ def test_uv_ready_queue_a_signal_handler_runs(h):
     assert not h.contexts, f"nothing should be reported{h.errors()}"
 
 
+def test_uv_ready_queue_a_cancelled_python_handle_does_not_run(h):
+    # Part III's own handles (asyncio.Handle: signal handlers queue them) take
+    # the ready queue's other branch, which must skip a cancelled one too.
+    ran: list[str] = []
+    handle = asyncio.Handle(ran.append, ("cancelled",), h.loop)
+    handle.cancel()
+    h.loop._ready.append(handle)
+    h.loop.call_soon(ran.append, "after")
+    h.run_until(lambda: "after" in ran, "the callback after the cancelled handle ran")
+    assert ran == ["after"] and not h.contexts, (
+        "a cancelled handle never runs, whatever its class (a Part III handle is not a "
+        f"Handle or TimerHandle: check its _cancelled too); ran {ran}{h.errors()}")
+
+
 def test_uv_ready_queue_an_exception_goes_to_the_handler_and_the_loop_goes_on(h):
     ran: list[str] = []
     h.loop.call_soon(lambda: 1 / 0)
