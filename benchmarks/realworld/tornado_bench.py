@@ -5,7 +5,7 @@
     python -m benchmarks.realworld.tornado_bench --quick         a plumbing run: tiny loads, once
     python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
     python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
-    python -m benchmarks.realworld.tornado_bench --render benchmarks/results/tornado.json
+    python -m benchmarks.realworld.tornado_bench --render --reference   the book's table again, from its JSON
 
 Starts PostgreSQL (benchmarks/realworld/services.py) and an upstream HTTP
 server once, then, for every repetition, handler, tool and loop in that
@@ -296,16 +296,15 @@ def main(argv: list[str] | None = None) -> int:
                        ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
         parser.add_argument(f"--cpus-{part}", metavar="LIST",
                             help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
-    parser.add_argument("--render", type=Path, metavar="JSON",
-                        help="measure nothing: write the table (.md) of a saved JSON beside it")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: write the table (.md) again from the JSON (--out's, or --reference's)")
     args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "tornado.json")
     if args.render:
-        path = output.write_text(markdown(json.loads(args.render.read_text(encoding="utf-8"))),
-                                 args.render.with_suffix(".md"))
+        path = output.write_text(markdown(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
         print(f"wrote {output.relative(path)}")
         return 0
     base = QUICK if args.quick else DEFAULTS
-    out = output.json_path(parser, args, "tornado.json")
     settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
                               socket_timeout=5.0, run_timeout=120.0)
     loops = choose_names(args.loops, list(LOOPS), "loop", list(LOOPS))
