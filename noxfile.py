@@ -6,11 +6,15 @@
 # to it run once per CPython found:
 #
 #     tests/conformance/            one suite over asyncio, uvloop, aio and uv
-#     tests/test_servers.py         the HTTP suite on the aio and uv stages
-#       -k "aio or uv"
-#     tests/test_aio_*.py           TLS, Unix, the real programs (not the
-#                                   tests marked slow: see the session)
+#     tests/test_aio_*.py           TLS, Unix, the real programs, debug mode,
+#                                   the stage's stop on SIGTERM (not the tests
+#                                   marked slow: see the session)
 #     tests/test_uv_loop.py         Part IV's own tests, on that Python's build
+#
+# Left to the main run (scripts/test.sh's default step), because they test
+# our own code above asyncio's contract and no asyncio version changes them:
+# the HTTP suite on the aio and uv servers (tests/test_servers.py) and the
+# plumbing of benchmarks/aio_changes.py (tests/test_aio_changes.py).
 #
 # Part IV's extension is compiled for each Python by the session's editable
 # install (setup.py; Cython comes from pyproject's build requirements); where
@@ -24,7 +28,10 @@
 #     has just covered it.  TINYLOOP_NOX_ALL=1 keeps it in.
 #   * Each session's virtual environment lives under .nox/ (git-ignored) and
 #     gets tinyloop, editable, with the dev extra minus what only the book and
-#     the benchmarks need; reused between runs when nothing changed.
+#     the benchmarks need; reused between runs.  The install (a minute: it
+#     compiles the extension) is redone only when what it depends on changed:
+#     the requirements, setup.py, pyproject.toml, the extension's sources, or
+#     a missing build for that Python.
 #
 # Run: `.venv/bin/python -m nox` (every session), `nox -s "aio-3.13"` (one),
 # `nox -s aio-3.12 -- -k happy` (arguments after -- go to pytest).
@@ -32,6 +39,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -46,6 +54,12 @@ VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 
 # The stage-specific tests, beside tests/conformance (relative to the repository root).
 AIO_TESTS = "tests/test_aio_*.py"
+# Of those, what no asyncio version changes (see the header): the main run has it.
+NOT_PER_VERSION = {"tests/test_aio_changes.py"}
+
+# What the editable install depends on, beside the requirements (globs from the root).
+INSTALL_INPUTS = ("setup.py", "pyproject.toml", "tinyloop/uv/*.pyx", "tinyloop/uv/*.pxd",
+                  "tinyloop/uv/*.h")
 
 # Dev-extra packages the sessions do not need: the book's build, plots, mutation testing.
 NOT_NEEDED = {"sphinx", "myst-parser", "furo", "sphinx-design", "sphinx-copybutton",
@@ -111,23 +125,45 @@ def _requirements() -> list[str]:
 PYTHONS = _pythons()
 
 
+def _install_stamp(requirements: list[str]) -> str:
+    """A digest of what the editable install depends on: requirements and INSTALL_INPUTS."""
+    digest = hashlib.sha256("\n".join(requirements).encode())
+    for pattern in INSTALL_INPUTS:
+        for path in sorted(ROOT.glob(pattern)):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _install(session: nox.Session) -> None:
+    """``pip install -e . <requirements>``, unless nothing it depends on changed since the last."""
+    requirements = _requirements()
+    stamp = Path(session.virtualenv.location) / "tinyloop-install.stamp"
+    wanted = _install_stamp(requirements)
+    tag = session.run("python", "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))",
+                      silent=True).strip()
+    built = (ROOT / "tinyloop" / "uv" / f"_loop{tag}").exists()
+    if stamp.exists() and stamp.read_text() == wanted and built:
+        session.log("tinyloop and its requirements unchanged since the last install: not reinstalled")
+        return
+    session.install("-e", ".", *requirements)
+    stamp.write_text(wanted)
+
+
 # With no other Python found, one session without a virtual environment says
 # so and skips (nox would otherwise fail with "No sessions found").
 @nox.session(name="aio", python=PYTHONS or False)
 def aio(session: nox.Session) -> None:
-    """The conformance suite, the aio and uv server tests, tests/test_aio_*.py and
-    tests/test_uv_loop.py on one Python."""
+    """The conformance suite, tests/test_aio_*.py and tests/test_uv_loop.py on one Python."""
     if not PYTHONS:
         session.skip("no other CPython >= 3.11 found on PATH or under pyenv: nothing to run")
-    session.install("-e", ".", *_requirements())
-    aio_tests = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
+    _install(session)
+    aio_tests = sorted(name for name in (str(path.relative_to(ROOT)) for path in ROOT.glob(AIO_TESTS))
+                       if name not in NOT_PER_VERSION)
     # On 2 pytest-xdist workers, as scripts/test.sh runs the main suite.
     pytest = ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
-    # Tests marked slow (tornado's own suite on each loop, Part IV's debug
-    # and AddressSanitizer builds: minutes each) run in the main pytest run
-    # only (scripts/test.sh runs it without -m, so CI runs them), to keep
-    # the whole command under half an hour on 2 cores; `nox -- -m slow`
-    # runs them here (the last -m wins).
+    # Tests marked slow (tornado's own suite on each loop: minutes) run in
+    # scripts/test.sh's slow step only, on the main Python (CI runs it);
+    # `nox -- -m slow` runs them here (the last -m wins).
     # One run, so the two workers share the whole list.
-    session.run(*pytest, "tests/conformance", *aio_tests, "tests/test_uv_loop.py", "tests/test_servers.py",
-                "-m", "not slow", "-k", "not test_servers or aio or uv", *session.posargs)
+    session.run(*pytest, "tests/conformance", *aio_tests, "tests/test_uv_loop.py",
+                "-m", "not slow", *session.posargs)
