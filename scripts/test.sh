@@ -3,26 +3,36 @@
 #   1. the default suite: every test not marked slow (the book's build with
 #      warnings as errors is one of them), on 2 pytest-xdist workers;
 #   2. the asyncio suites on every other Python the machine has (noxfile.py:
-#      the conformance suite, the aio and uv server tests and
-#      tests/test_aio_*.py on each CPython >= 3.11 found on PATH or under
-#      pyenv; absent versions are skipped with a message);
-#   3. the slow tests (tornado's own suite on each loop, Part IV's debug and
-#      AddressSanitizer builds, the book built in its other editions, each
-#      exercise's reference solution run through the checker, ...): the slow
-#      versions of what step 1 checks.  CI runs all three.
-# Exits non-zero if any step fails; all three always run.  At the end it
-# prints one line per step (passed / failed / ran no tests, its counts and
-# minutes), then a closing "N passed, N failed" line.
+#      the conformance suite and the aio and uv contract tests on each
+#      CPython >= 3.11 found on PATH or under pyenv; absent versions are
+#      skipped with a message);
+#   3. the slow step, when CI=true (CI sets it), TINYLOOP_SLOW=1 or the one
+#      argument --slow asks for it: the tests marked slow, the slow versions
+#      of what step 1 checks (tornado's own suite on each loop, Part IV's
+#      debug and AddressSanitizer builds, the book built in its other
+#      editions, each exercise's reference solution run through the checker,
+#      the loops' longer runs, ...).  A plain run leaves it out and says how
+#      to run it, so a student waits minutes, not half an hour; CI runs all
+#      three.
+# Exits non-zero if any step fails; the steps asked for always all run.  At
+# the end it prints one line per step (passed / failed / ran no tests / left
+# out, its counts and minutes), then a closing "N passed, N failed" line.
 #
 # Workers: TINYLOOP_TEST_WORKERS (default 2; 0 runs pytest in one process).
-# Tests that must have the machine to themselves carry
-# @pytest.mark.xdist_group("alone") and run on one worker, one at a time.
+# Tests that must have the machine to themselves are marked alone
+# (@pytest.mark.alone) and run after the parallel run, in one process.
 #
-# Extra arguments go to pytest instead, as one run (e.g. `bash scripts/test.sh
+# Other arguments go to pytest instead, as one run (e.g. `bash scripts/test.sh
 # -k epoll`, or `-m slow`); the nox step is then left out unless
 # TINYLOOP_NOX=1, and TINYLOOP_NOX=0 leaves it out of a full run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The slow step: CI=true (what CI sets), TINYLOOP_SLOW=1, or --slow alone.
+slow=0
+if [ "${CI:-}" = true ] || [ "${TINYLOOP_SLOW:-}" = 1 ]; then slow=1; fi
+if [ $# -eq 1 ] && [ "$1" = --slow ]; then slow=1; shift; fi
+
 source scripts/setup.sh
 
 workers=${TINYLOOP_TEST_WORKERS:-2}
@@ -115,8 +125,11 @@ else
     echo "test.sh: the per-Python nox sessions are skipped (TINYLOOP_NOX=1 runs them)" >&2
 fi
 
-if [ $# -eq 0 ]; then
+if [ $# -eq 0 ] && [ "$slow" = 1 ]; then
     step slow 1 slow
+elif [ $# -eq 0 ]; then
+    summary+=("$(printf '%-8s %-24s %s' slow "left out" \
+        "the tests marked slow: \`bash scripts/test.sh --slow\` runs all three steps, as CI does")")
 fi
 
 echo
