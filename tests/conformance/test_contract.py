@@ -162,7 +162,7 @@ def test_sock_sendto_waits_for_a_full_receive_queue_to_drain(loop):
 
 # -- A failed connection leaves no reference cycle --------------------------------------
 
-def test_a_failed_connection_leaves_no_reference_cycle(request, loop_name, loop):
+def test_a_failed_connection_leaves_no_reference_cycle(loop):
     """After create_connection to a closed port, nothing but us holds the error: not a
     list of the attempts' errors, not a future, kept alive by the frames of the error's
     own traceback (asyncio clears those locals in ``finally``).  Happy Eyeballs is
@@ -172,11 +172,6 @@ def test_a_failed_connection_leaves_no_reference_cycle(request, loop_name, loop)
     port = probe.getsockname()[1]
     probe.close()
 
-    if loop_name == "aio" and sys.version_info >= (3, 12):
-        # Open: on 3.12+ a 1-tuple holding the failed future (a done
-        # callback's arguments) outlives the call, held where gc cannot see.
-        request.applymarker(pytest.mark.xfail(reason="aio on 3.12+: the failed sock_connect future is "
-                                                     "still held by a 1-tuple (cause not found yet)"))
     caught = []
 
     async def main():

@@ -9,10 +9,13 @@
 #
 # Rules this file keeps:
 #   * Part II's reactor is the base class.  The ready queue, the timer heap,
-#     the four-step run_once, the self-pipe, add_reader and the exception
-#     handler are inherited unchanged (tinyloop/callbacks/loop.py); this file
-#     adds what asyncio's contract asks on top: a context per callback, the
-#     running loop registered with asyncio, and the coroutine APIs.
+#     the self-pipe, add_reader and the exception handler are inherited
+#     unchanged (tinyloop/callbacks/loop.py), and so is the four-step
+#     run_once, whose last step we run without Part II's per-callback
+#     wrapper when there is nothing for it to do (run_once below); this
+#     file adds what asyncio's contract asks on top: a context per
+#     callback, the running loop registered with asyncio, and the
+#     coroutine APIs.
 #   * asyncio's Future and Task are used as they are (uvloop does the same).
 #     They need four things of a loop: call_soon(..., context=),
 #     get_debug(), call_exception_handler(), and asyncio's running-loop slot
@@ -458,6 +461,32 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             asyncio.events._set_running_loop(None)
             self._set_coroutine_origin_tracking(False)
             sys.set_asyncgen_hooks(*old_hooks)
+
+    def run_once(self) -> None:
+        """One iteration: Part II's four steps, its step 4 run as asyncio's ``_run_once`` runs it.
+
+        Discussion: Part II runs each ready handle through ``_run_handle``,
+        which times it in debug mode and calls the instruments.  With neither
+        on, that is one more Python call per callback, on the path every
+        read and every task step takes, for nothing: asyncio calls
+        ``handle._run()`` from its iteration directly, and so do we.  In
+        debug mode or with an instrument, Part II's iteration runs as it is.
+        """
+        if self._debug or self._instrument is not None:
+            super().run_once()
+            return
+        self._process_events(self._selector.select(self._compute_timeout()))
+        self._move_due_timers()
+        ready = self._ready
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+        # A callback's error holds, through its traceback, the frames that
+        # ran it, this one with them: let go of the last handle, or the
+        # error and the handle's arguments (a failed future) make a cycle
+        # that only the cyclic GC frees (asyncio clears its handle here too).
+        handle = None  # type: ignore[assignment]
 
     def run_until_complete(self, future: Awaitable[Any]) -> Any:
         """Run until ``future`` (a future, task or coroutine) is done; return its result.

@@ -78,11 +78,21 @@ class _InContext:
 
     def _run(self) -> None:
         try:
-            self._context.run(self._callback, *self._args)  # type: ignore[attr-defined]
+            if self._args:  # type: ignore[attr-defined]
+                self._context.run(self._callback, *self._args)  # type: ignore[attr-defined]
+            else:
+                # A transport's reader has no arguments: spare the argument
+                # tuple that ``*()`` would build on every read.
+                self._context.run(self._callback)  # type: ignore[attr-defined]
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             self._report(exc)  # type: ignore[attr-defined]
+        # From 3.12 the frames of a callback's error reach back to this
+        # frame (frame.f_back), and it holds the handle, the handle its
+        # arguments (a failed future), the future the error: a cycle only
+        # the cyclic GC frees.  Let go of the handle (asyncio does too).
+        self = None  # type: ignore[assignment]
 
     def _report(self, exc: BaseException) -> None:
         context = {
