@@ -58,7 +58,7 @@ from typing import Any
 from benchmarks import servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
-from benchmarks.harness.process import choose_names
+from benchmarks.harness.process import choose_names, realtime_self
 from benchmarks.harness.summary import is_noisy
 from benchmarks.peers.echo_server import LOOPS, loop_factory
 
@@ -238,6 +238,7 @@ def describe(data: dict) -> str:
              f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
     how = (f"pyperf, {settings.get('processes')} processes x {settings.get('values')} values"
            + (f", on CPU {settings['affinity']}" if settings.get("affinity") else ", unpinned")
+           + (", real-time priority" if "SCHED_FIFO" in str(settings.get("process")) else "")
            + (" (--quick: a look, not a measurement)" if settings.get("quick") else ""))
     return f"{', '.join(p for p in parts if p)}; {how}; {str(data.get('date', ''))[:10]}"
 
@@ -292,10 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as error:
             skipped[name] = f"does not import ({error})"
     ready = [name for name in loops if name in factories]
-    out = None
+    out, where = None, None
     if not args.worker:  # refuse a wrong output before measuring
         args.quick = quick
         out = output.json_path(parser, args, "micro.json")
+        # The workers inherit real-time priority: other work on the machine does not preempt them.
+        where = realtime_self(int(args.affinity.split(",")[0]) if args.affinity else None)
 
     clock = experiment.Clock()
     results: dict[tuple[str, str], Any] = {}
@@ -315,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "micro", shown, clock, tools={"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
         settings={"quick": quick, "processes": args.processes, "values": args.values,
                   "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
-                  "batch": BATCH})
+                  "batch": BATCH, "process": where})
     data.update(baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
                 loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
                 results=summarize({key: list(bench.get_values()) for key, bench in results.items()},

@@ -37,12 +37,12 @@ its summary, profile_generators.txt, by the same output rule.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import timeit
 
 from benchmarks.harness import experiment, output
+from benchmarks.harness.process import realtime_self
 from benchmarks.harness.render import align, describe_machine
 from benchmarks.harness.summary import summarize
 from tinyloop.callbacks.loop import Loop
@@ -202,16 +202,14 @@ def main(argv=None):
         print(text, end="")
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
         return 0
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if cpus:
-        os.sched_setaffinity(0, {cpus[0]})  # one core, as pyperf's --affinity: no migrations mid-run
+    where = realtime_self()  # one core, no migrations, no preemption by other work
     number = args.number or (2000 if args.quick else 20_000)
     repeat = args.repeat or (3 if args.quick else 7)
     clock = experiment.Clock()
     data = experiment.document(
-        "stack_cost", sys.argv[1:] if argv is None else argv, clock,
+        "stack_cost", sys.argv[1:] if argv is None else argv, clock, pinning={"process": where},
         settings={"quick": args.quick, "number": number, "repeat": repeat, "depths": list(DEPTHS),
-                  "affinity": str(cpus[0]) if cpus else None,
+
                   "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"})
     data.update(rows=measure(number, repeat), elapsed_s=clock.elapsed())
     text = render(data)

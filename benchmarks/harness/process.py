@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, recv_response
 
-__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "raise_nofile", "realtime_prefix",
+__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "raise_nofile", "realtime_prefix", "realtime_self",
            "warm_up"]
 
 
@@ -162,6 +162,26 @@ def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[st
     except (OSError, ValueError, IndexError) as error:
         return "error", f"GET / failed: {error}"
     return None
+
+
+def realtime_self(cpu: int | None = None) -> str:
+    """Pin this process to ``cpu`` (default its first usable CPU) and run it at the lowest real-time
+    priority where allowed (sched(7), as :func:`realtime_prefix` does for a server); the JSON's note.
+
+    For an experiment that times code in its own process (and in the worker
+    processes it starts, which inherit both): another process on a shared
+    machine then neither preempts it nor shares its core.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cpus:
+        return "unpinned: no sched_setaffinity here"
+    cpu = cpus[0] if cpu is None else cpu
+    os.sched_setaffinity(0, {cpu})
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (OSError, AttributeError) as error:
+        return f"on CPU {cpu}; not at real-time priority ({error})"
+    return f"on CPU {cpu}, SCHED_FIFO priority 1"
 
 
 def raise_nofile(need: int) -> int:

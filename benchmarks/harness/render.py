@@ -71,7 +71,7 @@ def describe_machine(data: dict) -> str:
     pinning = data.get("pinning") or {}
     settings = data.get("settings") or {}
     where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
-             if pinning.get("enabled") else "unpinned")
+             if pinning.get("enabled") else pinning.get("process") or "unpinned")
     if str(pinning.get("realtime") or "").startswith("chrt"):
         where += ", both at real-time priority"
     repeat = settings.get("repeat")
