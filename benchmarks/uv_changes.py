@@ -6,6 +6,7 @@
     python benchmarks/uv_changes.py --reference      the full run, written where the book reads it
     python benchmarks/uv_changes.py --loads echo-1k --steps aio,uv --repeat 3
     python benchmarks/uv_changes.py --profile        where a request's time goes once the loop is in C
+    python benchmarks/uv_changes.py --syscalls       system calls per request of each step, under strace
     python benchmarks/uv_changes.py --serve uv/no-batching --app echo --port 8000   one server, by hand
 
 A *step* is a loop.  Each step adds one move to the step before it, so the
@@ -34,7 +35,9 @@ are timed on aio and uv in this process.
 
 Writes benchmarks/results/local/uv_changes.json and .md (ignored by git);
 ``--reference`` writes benchmarks/results/uv_changes.json and .md, which the
-libuv chapter includes.  ``--profile`` writes profile_uv.txt the same way.
+libuv chapter includes.  ``--profile`` writes profile_uv.txt the same way,
+and ``--syscalls`` uv_changes_syscalls.txt (benchmarks/syscalls.py's count:
+``strace -c -f`` on the server over one wrk load, per answered request).
 """
 
 # Rules this file keeps:
@@ -73,7 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
 
-from benchmarks import aio_changes, echo, loads, micro, servers, uv_variants  # noqa: E402
+from benchmarks import aio_changes, echo, loads, micro, servers, syscalls, uv_variants  # noqa: E402
 from benchmarks import run as http_run  # noqa: E402
 from benchmarks.harness.machine import display, fingerprint  # noqa: E402
 from benchmarks.harness.output import RESULTS  # noqa: E402
@@ -91,6 +94,7 @@ REFERENCE = RESULTS / "uv_changes.json"             # the book's; only --referen
 LOCAL = RESULTS / "local" / "uv_changes.json"       # a user's run: ignored by git
 PROFILE_REFERENCE = RESULTS / "profile_uv.txt"
 PROFILE_LOCAL = RESULTS / "local" / "profile_uv.txt"
+SYSCALLS_FILE = "uv_changes_syscalls.txt"
 
 # Seconds per wrk run (whole seconds: wrk's -d takes no fraction) and per
 # echo run (after its warm-up), repetitions, and the per-operation timings.  The default run (4 steps x 3 loads x 5
@@ -434,6 +438,33 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
     return text
 
 
+# -- System calls per request ---------------------------------------------------------------------
+
+def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinning: dict, warmup: int) -> str:
+    """benchmarks/syscalls.py's strace count for each step in ``keys`` under each wrk load in
+    ``load_names``, one fresh server each; a text table per request: reads, writes, waits,
+    requests per wait (what one turn answers), and every call."""
+    settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+    depths = {name: depth for depth, name in syscalls.DEPTH_LOADS.items()}
+    lines = [f"{'step':<20} {'load':<13} {'requests':>8} {'read':>6} {'write':>6} {'wait':>6} "
+             f"{'req/wait':>8} {'total':>6}  calls per request"]
+    with tempfile.TemporaryDirectory(prefix="tinyloop-uv-syscalls-") as workdir:
+        for load in (name for name in load_names if name in depths):
+            for key in keys:
+                record = syscalls.measure(server(key, "http"), depths[load], settings, pinning, Path(workdir), warmup)
+                figures = record["per_request"]
+                if not figures:
+                    lines.append(f"{key:<20} {load:<13} failed: {record['note']}")
+                    continue
+                calls = ", ".join(f"{name} {count / record['requests']:.3f}"
+                                  for name, count in sorted(record["calls"].items(), key=lambda kv: -kv[1])[:6])
+                lines.append(f"{key:<20} {load:<13} {record['requests']:>8} {figures['read']:>6.2f} "
+                             f"{figures['write']:>6.2f} {figures['wait']:>6.3f} {1 / figures['wait']:>8.1f} "
+                             f"{figures['total']:>6.2f}  {calls}")
+                print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines) + "\n"
+
+
 # -- The command line -----------------------------------------------------------------------------
 
 def _names(argument: str | None, known: tuple[str, ...], what: str, in_given_order: bool = False) -> list[str]:
@@ -478,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default uv,aio: after and before, under the same load)")
     parser.add_argument("--profile-out", type=Path,
                         help="the profile's text (default benchmarks/results/local/profile_uv.txt)")
+    parser.add_argument("--syscalls", nargs="?", const="uv/no-batching,uv", metavar="STEPS",
+                        help="instead: count these steps' system calls per request under strace, with the "
+                             "wrk loads of --loads (default uv/no-batching,uv)")
     parser.add_argument("--serve", choices=keys, help="instead: run one server (as the runs do)")
     parser.add_argument("--app", choices=APPS, default="http", help="--serve's program (default http)")
     parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
@@ -497,6 +531,18 @@ def main(argv: list[str] | None = None) -> int:
              for key, default in base.items()}
     command = display(["python", "benchmarks/uv_changes.py", *(sys.argv[1:] if argv is None else argv)])
     pinning = choose_pinning(args.no_pin)
+    if args.syscalls:
+        keys = _names(args.syscalls, tuple(_STEPS), "step", in_given_order=True)
+        prepare_builds(keys)
+        text = count_syscalls(keys, _names(args.loads, LOAD_NAMES, "load"), value["duration"] + 1,
+                              pinning, value["warmup"])
+        text += (f"\nServer system calls per answered request, strace -c -f on the server over one wrk run "
+                 f"(benchmarks/syscalls.py); {command}; load average {os.getloadavg()[0]:.2f} at the end\n")
+        out = RESULTS / SYSCALLS_FILE if args.reference else RESULTS / "local" / SYSCALLS_FILE
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(text, end="")
+        return 0
     if args.profile:
         prepare_builds(_names(args.profile, tuple(_STEPS), "step"))
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"])

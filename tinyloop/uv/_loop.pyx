@@ -34,7 +34,11 @@ cimport cython
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport uint64_t
+from libc.stdlib cimport free
 from libc.string cimport memset
+
+cdef extern from "stdlib.h":
+    int posix_memalign(void** memptr, size_t alignment, size_t size) nogil
 
 from tinyloop.uv cimport uv
 
@@ -265,8 +269,10 @@ cdef class UVLoop:
         self.uvloop.data = <void*>&self._live_handles
         self._polls = {}
         self._to_flush = []
-        self._recv_buffer = <char*>PyMem_RawMalloc(READ_BUFFER_SIZE)
-        if self._recv_buffer is NULL:
+        # Page-aligned: the kernel's copy into it (recv) is a string move
+        # that runs fastest to an aligned destination.
+        if posix_memalign(<void**>&self._recv_buffer, 4096, READ_BUFFER_SIZE) != 0:
+            self._recv_buffer = NULL
             raise MemoryError()
         self._armed_when = -1.0
 
@@ -803,7 +809,7 @@ cdef class UVLoop:
         uv.uv_loop_close(self.uvloop)
         PyMem_RawFree(self.uvloop)
         self.uvloop = NULL
-        PyMem_RawFree(self._recv_buffer)
+        free(self._recv_buffer)
         self._recv_buffer = NULL
         if UV_DEBUG and (leaked or live) and not sys.is_finalizing():
             raise RuntimeError(f"tinyloop.uv debug build: at close(), {leaked} of our libuv "
