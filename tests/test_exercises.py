@@ -112,7 +112,7 @@ def test_the_tests_themselves_see_an_unwritten_region(exercise, tmp_path):
     report = grade(exercise, write(tmp_path, "s.py", markers.starter(exercise)),
                    stop_when_unwritten=False)
     text = report.render()
-    assert "FAIL  tests: 2 failed, 0 passed (test_fixture.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed; stopped there (test_fixture.py)" in text  # -x
     stub = line_of(markers.starter(exercise), markers.placeholder("fixture-add"))
     assert (f"test_add (test_fixture)\n"
             f"          line {stub} of your file: not written yet (it raised NotImplementedError)"
@@ -122,7 +122,7 @@ def test_the_tests_themselves_see_an_unwritten_region(exercise, tmp_path):
 def test_a_wrong_answer_shows_the_failed_assertion(exercise, tmp_path):
     wrong = markers.reference(exercise).replace("return a + b", "return a - b")
     text = grade(exercise, write(tmp_path, "w.py", wrong)).render()
-    assert "FAIL  tests: 2 failed, 0 passed (test_fixture.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed; stopped there (test_fixture.py)" in text  # -x
     assert "add(2, 3) should be 5" in text and "AssertionError: add" not in text  # the message, as written
 
 
@@ -177,7 +177,7 @@ def test_many_failures_still_fit_on_a_screen(exercise, tmp_path):
         '''))
     wrong = markers.reference(exercise).replace("return a + b", "return a * b")
     text = grade(exercise, write(tmp_path, "w.py", wrong)).render()
-    assert "FAIL  tests: 3 failed, 0 passed; stopped there (test_fixture.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed; stopped there (test_fixture.py)" in text  # -x
     assert len(text.splitlines()) <= 20
     assert max(map(len, text.splitlines())) <= 110
 
@@ -199,7 +199,7 @@ def test_a_hanging_test_fails_on_its_own_time_limit(exercise, tmp_path, monkeypa
     (tmp_path / "test_fixture.py").write_text(HANGING_TEST)
     monkeypatch.setattr(checker, "TEST_TIMEOUT", 1.0)
     text = grade(exercise, write(tmp_path, "r.py", markers.reference(exercise))).render()
-    assert "FAIL  tests: 1 failed, 0 passed (test_fixture.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed; stopped there (test_fixture.py)" in text
     assert "test_hangs (test_fixture)\n          still running after 1 s" in text
 
 
@@ -336,7 +336,7 @@ def test_when_tests_fail_the_servers_own_traceback_is_shown(tmp_path):
                      tests=("test_serves.py",), stage="threaded")
     text = grade(crash, write(tmp_path, "crash.py", "def serve(listener):\n"
                               "    listener.accept()\n    raise ValueError('boom')\n")).render()
-    assert "FAIL  tests: 1 failed, 0 passed (test_serves.py)" in text
+    assert "FAIL  tests: 1 failed, 0 passed; stopped there (test_serves.py)" in text
     assert "the threaded server, run with your file, raised an exception at line 3 of your " \
            "file; its traceback, your file's lines:\n" \
            "          line 3, in serve: raise ValueError('boom')\n          ValueError: boom" in text
