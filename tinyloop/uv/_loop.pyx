@@ -55,6 +55,8 @@ from tinyloop.trace import instrument as _instruments
 
 cdef object _MAIN_THREAD = threading.main_thread().ident
 cdef object _Task = asyncio.Task   # asyncio's C Task (_asyncio.Task) where CPython has it
+from tinyloop.aio.base_events import BaseEventLoop as _AioLoop
+cdef object _aio_create_task = _AioLoop.create_task   # Part III's, for a task factory
 # The longest one uv_timer_t is armed for, in seconds: Part II's cap on one
 # wait (a day), for the reason given in _arm_timer.
 cdef double MAXIMUM_SELECT_TIMEOUT = _MAXIMUM_WAIT
@@ -447,20 +449,13 @@ cdef class UVLoop:
         # dict, one attribute read for the factory.  With no Python frame of
         # ours on the stack, a debug-mode task's _source_traceback already
         # ends at our caller, where Part III's drops its own frame.
+        if self._task_factory is not None:   # a factory's call is Part III's, unchanged
+            return _aio_create_task(self, coro, name=name, context=context, **kwargs)
         if self._closed:
             self._check_closed()
-        if self._task_factory is None:
-            if kwargs:
-                return _Task(coro, loop=self, name=name, context=context, **kwargs)
-            return _Task(coro, loop=self, name=name, context=context)
-        # The factory's signature is (loop, coro, **kwargs); the context is
-        # passed only when given, so factories written before 3.11 still work.
-        if context is not None:
-            kwargs["context"] = context
-        task = self._task_factory(self, coro, **kwargs)
-        if name is not None:
-            task.set_name(name)
-        return task
+        if kwargs:
+            return _Task(coro, loop=self, name=name, context=context, **kwargs)
+        return _Task(coro, loop=self, name=name, context=context)
 
     # -- The ready queue -----------------------------------------------------------------
 
