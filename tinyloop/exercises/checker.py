@@ -486,7 +486,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the group is empty: everything stopped by itself
 
 
-_PYTEST_MAIN = """\
+PYTEST_MAIN = """\
 import signal, sys
 from tinyloop._override import apply_override
 # Ctrl-C as in any Python program, even when the check was started with
@@ -507,7 +507,7 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
     arguments = arguments if arguments is not None else test_arguments(exercise, root)
     with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
+        command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                    f"--junitxml={junit}", f"--maxfail={SHOW_FAILURES}",
                    "-o", f"timeout={TEST_TIMEOUT:g}", *options, *arguments]
         # Its own session, so that on any exit the servers the tests started

@@ -228,19 +228,6 @@ def attribute(tests: list[dict], times: list[float]) -> set[str]:
     return reached
 
 
-_PYTEST_MAIN = """\
-import signal, sys
-from tinyloop._override import apply_override
-# Ctrl-C as in any Python program, even when the check was started with
-# SIGINT ignored (a background job of a shell, some CI runners): the tests
-# of Ctrl-C would fail on every file, the reference's too.
-signal.signal(signal.SIGINT, signal.default_int_handler)
-apply_override()
-import pytest
-sys.exit(pytest.main(sys.argv[1:]))
-"""
-
-
 def compute(exercise: Exercise, root: Path, timeout: float = 1800.0) -> dict:
     """Run ``exercise``'s wide tests (checker.wider_test_arguments, every one: no -x)
     with the instrumented reference; the entry reach.json keeps for it.
@@ -263,7 +250,7 @@ def compute(exercise: Exercise, root: Path, timeout: float = 1800.0) -> dict:
         env = {**os.environ, ENV: replaced, _HITS: str(hits),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
                "PYTHONDONTWRITEBYTECODE": "1"}
-        done = subprocess.run([sys.executable, "-c", _PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
+        done = subprocess.run([sys.executable, "-c", checker.PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                                "-p", "tinyloop.exercises.reach", f"--tinyloop-reach-log={log}",
                                "-o", "timeout=60", *arguments],
                               cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True,
