@@ -206,6 +206,23 @@ def test_uv_timer_heap_cancelled_timers_never_run_and_others_still_do(h):
         f"(count cancelled timers out as you pop them); _debug_counts() says {counts}")
 
 
+def test_uv_timer_heap_a_cancelled_timer_popped_before_arming_leaves_the_count_right(h):
+    # Too few cancelled timers to compact the heap: _arm_timer pops the one on
+    # top itself, and must take it off the count of cancelled entries, or the
+    # heap reports fewer live timers than it holds.
+    ran: list[str] = []
+    first = h.loop.call_later(0.02, ran.append, "cancelled")
+    later = h.loop.call_later(60, ran.append, "later")
+    h.loop.call_later(0.05, ran.append, "live")
+    first.cancel()
+    h.run_until(lambda: "live" in ran, "the live timer ran, behind a cancelled one")
+    counts = h.loop._debug_counts()
+    later.cancel()
+    assert ran == ["live"] and counts["timers"] == 1, (
+        "one timer is still waiting (60 s away); popping a cancelled timer in _arm_timer "
+        f"must count it out of _timers_cancelled; ran {ran}, _debug_counts() says {counts}")
+
+
 def test_uv_timer_heap_many_timers_due_at_once_run_in_one_go(h):
     ran: list[int] = []
     when = h.loop.time() + 0.01
