@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import socket
 import sys
@@ -451,7 +452,9 @@ def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinn
     with tempfile.TemporaryDirectory(prefix="tinyloop-uv-syscalls-") as workdir:
         for load in (name for name in load_names if name in depths):
             for key in keys:
-                record = syscalls.measure(server(key, "http"), depths[load], settings, pinning, Path(workdir), warmup)
+                # The server's name names strace's output file: no "/" in it.
+                named = dataclasses.replace(server(key, "http"), name=f"http-{key.replace('/', '-')}")
+                record = syscalls.measure(named, depths[load], settings, pinning, Path(workdir), warmup)
                 figures = record["per_request"]
                 if not figures:
                     lines.append(f"{key:<20} {load:<13} failed: {record['note']}")

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import socket
@@ -166,3 +165,23 @@ def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
     assert uv.startswith("uv (") and "wrk -t1 -c 100 -d 1s" in uv and "calls per request: data_received" in uv
     assert uv_changes.C_LOOP in uv and "HTTP: tinyloop/http" in uv
     assert uv_changes.C_LOOP not in aio and "the loop: tinyloop/callbacks + tinyloop/aio" in aio
+
+
+@needs_wrk
+@pytest.mark.timeout(120 + BUILD_ALLOWANCE)
+def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path, variant_builds: None) -> None:
+    from benchmarks import syscalls
+
+    problem = syscalls.strace_problem()
+    if problem:
+        pytest.skip(problem)
+    command = [sys.executable, SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk", "--quick", "--no-pin"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()
+            if line.startswith(("uv/no-batching ", "uv "))}
+    assert set(rows) == {"uv/no-batching", "uv"}, done.stdout
+    for key, cells in rows.items():
+        reads, writes = float(cells[3]), float(cells[4])
+        # One request in flight per connection: one read and one write each, whichever step.
+        assert 0.9 < reads < 1.2 and 0.9 < writes < 1.2, (key, cells)
