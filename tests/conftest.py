@@ -54,6 +54,26 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         gc.freeze()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker, put the tests that declare a time limit above the
+    ini's ``timeout`` first, the longest limit first (a stable sort).
+
+    The scheduler hands out tests in collection order; a whole-book build
+    (minutes) handed out last would run alone on one worker at the end.
+    Without workers the order is left as it is (the exercise checker's runs).
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    default = float(config.getini("timeout") or 0)
+
+    def limit(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("timeout")
+        seconds = mark.args[0] if mark is not None and mark.args else 0
+        return seconds if isinstance(seconds, (int, float)) and seconds > default else 0
+
+    items.sort(key=lambda item: -limit(item))
+
+
 @pytest.fixture(autouse=True)
 def _sigint_restored() -> Iterator[None]:
     """Give the next test the SIGINT handler this one started with.
