@@ -32,6 +32,7 @@ def test_the_worker_runs_every_operation(loop, op):
     assert instructions.main(["--worker", loop, op, "200"]) == 0
 
 
+@pytest.mark.slow  # compiles the per-timer variant first (scripts/test.sh's slow step)
 @pytest.mark.timeout(900)  # the variant's first build (benchmarks/uv_variants.py) compiles the extension
 def test_the_per_timer_variant_runs_every_operation_in_its_own_process():
     # Its build replaces tinyloop.uv's extension, which only a fresh process can load.
@@ -54,6 +55,7 @@ def test_the_table_has_a_row_per_loop_and_says_what_a_count_is():
     assert "not a time" in table
 
 
+@pytest.mark.slow  # a quick run under valgrind, about a minute (scripts/test.sh's slow step)
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 @pytest.mark.timeout(300)
 def test_a_quick_run_counts_and_writes_under_local_only():
