@@ -109,6 +109,7 @@ def _committed_results() -> str:
                           capture_output=True, text=True).stdout
 
 
+@pytest.mark.slow  # a quick run of every variant, about a minute (scripts/test.sh's slow step)
 @needs_ab
 @pytest.mark.timeout(240)
 def test_a_quick_run_writes_every_row_under_local_only() -> None:
