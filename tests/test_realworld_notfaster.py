@@ -134,7 +134,7 @@ def test_cpu_lists_and_the_default_layout() -> None:
     assert services.cpu_list([3]) == "3"
     assert services.cpu_set("0-2,5") == {0, 1, 2, 5}
     layout = notfaster_bench.default_layout()
-    usable = notfaster_bench.usable_cpus()
+    usable = services.usable_cpus()
     if len(usable) >= 2:
         load = services.cpu_set(layout.load)
         rest = services.cpu_set(layout.app)

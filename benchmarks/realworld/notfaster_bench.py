@@ -68,7 +68,7 @@ from benchmarks.harness.summary import NOISE, is_noisy, median
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App
 
-__all__ = ["Layout", "default_layout", "main", "measure", "render_markdown", "start_app", "usable_cpus"]
+__all__ = ["PARTS", "default_layout", "main", "measure", "render_markdown", "start_app"]
 
 SCHEMA = 1
 CONCURRENCY = 100  # wrk's connections, the article's ab -c 100
@@ -84,34 +84,10 @@ LIBRARIES = ("gunicorn", "falcon", "psycopg", "psycopg-pool", "uvicorn", "starle
 
 # --- the core layout ----------------------------------------------------------
 
-class Layout:
-    """Which cores the load generator, nginx, the app and PostgreSQL may run on.
-
-    Each attribute is a taskset(1) core list ("1", "0-2,5") or None, which
-    leaves that part unpinned.  ``key`` names the layout in the results file.
-    """
-
-    def __init__(self, load: str | None, proxy: str | None, app: str | None, db: str | None) -> None:
-        self.load, self.proxy, self.app, self.db = load, proxy, app, db
-
-    @property
-    def key(self) -> str:
-        return " ".join(f"{part}={getattr(self, part) or 'any'}" for part in ("load", "proxy", "app", "db"))
-
-    def cores(self, part: str) -> int:
-        """How many cores ``part`` may use (all usable ones when unpinned)."""
-        cpus = getattr(self, part)
-        return len(services.cpu_set(cpus)) if cpus else len(usable_cpus())
-
-    def as_dict(self) -> dict[str, str | None]:
-        return {"load": self.load, "proxy": self.proxy, "app": self.app, "db": self.db}
+PARTS = {"load": "wrk", "proxy": "nginx", "app": "the app's workers", "db": "PostgreSQL"}
 
 
-def usable_cpus() -> list[int]:
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-
-
-def default_layout() -> Layout:
+def default_layout() -> services.Layout:
     """The load generator on the last quarter of the cores (at least one); everything else shares the rest.
 
     On 2 cores: wrk on CPU 1; nginx, the app and PostgreSQL on CPU 0.
@@ -121,19 +97,12 @@ def default_layout() -> Layout:
     # shape: the load has cores of its own, so it never takes CPU time from
     # what it measures, and the server side shares the rest as a real host
     # would.  On one core there is nothing to separate.
-    cpus = usable_cpus()
+    cpus = services.usable_cpus()
     if len(cpus) < 2:
-        return Layout(None, None, None, None)
+        return services.Layout(load=None, proxy=None, app=None, db=None)
     k = max(1, len(cpus) // 4)
     load, rest = services.cpu_list(cpus[-k:]), services.cpu_list(cpus[:-k])
-    return Layout(load, rest, rest, rest)
-
-
-def _prefix(cpus: str | None) -> list[str]:
-    """``taskset -c CPUS`` before a command, or nothing (unpinned, or no taskset here)."""
-    if cpus is None or shutil.which("taskset") is None:
-        return []
-    return ["taskset", "-c", cpus]
+    return services.Layout(load=load, proxy=rest, app=rest, db=rest)
 
 
 # --- one app, started and stopped ------------------------------------------------
@@ -159,7 +128,7 @@ def start_app(app: App, workers: int, env: dict[str, str], cpus: str | None,
     whole group, so no worker outlives a run.
     """
     port = services.free_port()
-    argv = [*_prefix(cpus), *app.command(port, workers)]
+    argv = [*services.Layout(app=cpus).prefix("app"), *app.command(port, workers)]
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
@@ -207,13 +176,13 @@ def wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> bytes:
 
 # --- one run ----------------------------------------------------------------------
 
-def _wrk(url: str, seconds: float, layout: Layout, workdir: Path) -> tuple[loads.Measurement, list[str]]:
+def _wrk(url: str, seconds: float, layout: services.Layout, workdir: Path) -> tuple[loads.Measurement, list[str]]:
     settings = loads.Settings(requests={}, duration=seconds, socket_timeout=5.0, run_timeout=seconds + 15)
-    measurement, argv, _ = loads.run(loads.get("wrk"), url, settings, workdir, prefix=_prefix(layout.load))
+    measurement, argv, _ = loads.run(loads.get("wrk"), url, settings, workdir, prefix=layout.prefix("load"))
     return measurement, argv
 
 
-def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: float,
+def measure(app: App, workers: int, pg, layout: services.Layout, seconds: float, warmup: float,
             workdir: Path) -> dict:
     """One run: start ``app`` with ``workers`` and nginx, warm up, load for ``seconds``; return its record.
 
@@ -271,7 +240,7 @@ def measure(app: App, workers: int, pg, layout: Layout, seconds: float, warmup: 
 FIGURES = ("rps", "p50_ms", "p99_ms", "app_us_per_req", "server_us_per_req", "server_cores")
 
 
-def choose_workers(app: App, pg, layout: Layout, settings: dict, workdir: Path,
+def choose_workers(app: App, pg, layout: services.Layout, settings: dict, workdir: Path,
                    say) -> tuple[int | None, list[dict]]:
     """The article's rule: 1, 2, 3... workers until requests/s falls; returns ``(best count, probes)``.
 
@@ -338,7 +307,7 @@ def versions(pg, nginx_version: str | None) -> dict[str, str | None]:
     return found
 
 
-def run(apps: Sequence[App], layout: Layout, settings: dict, say=print) -> dict:
+def run(apps: Sequence[App], layout: services.Layout, settings: dict, say=print) -> dict:
     """Search every app's worker count, then measure them all, interleaved; return the layout's entry."""
     runnable = [app for app in apps if app.missing() is None]
     skipped = {app.name: app.missing() for app in apps if app.missing() is not None}
@@ -376,7 +345,7 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, say=print) -> dict:
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "seconds": round(time.monotonic() - started),
-        "layout": layout.as_dict(),
+        "layout": dict(layout.cpus),
         "settings": {**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
         "machine": fingerprint(),
         "versions": found_versions,
@@ -445,10 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only write the .md again from the JSON")
     parser.add_argument("--list", action="store_true", help="list the configurations and whether each can run")
     parser.add_argument("--apps", help="comma list of configurations (default all)")
-    for part, what in (("load", "wrk"), ("proxy", "nginx"), ("app", "the app's workers"), ("db", "PostgreSQL")):
-        parser.add_argument(f"--cpus-{part}", default=getattr(layout, part), metavar="CPUS",
-                            help=f"cores for {what}, a taskset list (default {getattr(layout, part)}; "
-                                 "'any' leaves it unpinned)")
+    services.add_cpu_arguments(parser, PARTS, layout.cpus)
     parser.add_argument("--duration", type=float, help=f"seconds of wrk per measured run ({DEFAULTS['duration']:g})")
     parser.add_argument("--probe", type=float, help=f"seconds of wrk per worker-search probe ({DEFAULTS['probe']:g})")
     parser.add_argument("--rows", type=int, help=f"rows in the table ({DEFAULTS['rows']:,})")
@@ -465,8 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         for app in apps:
             print(f"{app.name:28} {app.missing() or 'runs here'}")
         return 0
-    layout = Layout(*(None if value in (None, "any") else value
-                      for value in (args.cpus_load, args.cpus_proxy, args.cpus_app, args.cpus_db)))
+    layout = services.Layout.from_arguments(args, layout.cpus)
     settings = {**DEFAULTS, "max_workers": 2 * layout.cores("app") + 1, "quick": args.quick}
     if args.quick:
         settings.update(QUICK)

@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-__all__ = ["INSTALL", "NGINX", "PG", "Service", "ServiceMissing", "cpu_list", "cpu_set", "descendants", "free_port",
-           "nginx", "nginx_version", "pin", "postgres", "process_tree_cpu"]
+__all__ = ["INSTALL", "NGINX", "PG", "Layout", "Service", "ServiceMissing", "add_cpu_arguments", "cpu_list",
+           "cpu_set", "descendants", "free_port", "nginx", "nginx_version", "pin", "postgres", "process_tree_cpu",
+           "usable_cpus"]
 
 # What to install, per package manager, named in ServiceMissing's message.
 INSTALL: dict[str, str] = {
@@ -99,6 +100,56 @@ def cpu_set(cpus: str | Iterable[int]) -> set[int]:
         low, _, high = part.strip().partition("-")
         result.update(range(int(low), int(high or low) + 1))
     return result
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, in order."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+class Layout:
+    """Which cores each part of a run may use: ``Layout(load="1", app="0", db=None)``.
+
+    Each part is a taskset(1) list ("1", "0-2,5") or None (unpinned), and is
+    read as an attribute (``layout.db``).  Part V's experiments take their
+    layout as ``--cpus-PART`` arguments (:func:`add_cpu_arguments`) and
+    record it beside their figures.
+    """
+
+    def __init__(self, **cpus: str | None) -> None:
+        self.cpus = cpus
+        self.__dict__.update(cpus)
+
+    @property
+    def key(self) -> str:
+        """The layout in words, in its parts' order: ``"load=1 proxy=0 app=0 db=any"``."""
+        return " ".join(f"{part}={cpus or 'any'}" for part, cpus in self.cpus.items())
+
+    def prefix(self, part: str) -> list[str]:
+        """``taskset -c CPUS`` to put before ``part``'s command; empty when unpinned or without taskset."""
+        cpus = self.cpus[part]
+        return ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
+
+    def cores(self, part: str) -> int:
+        """How many cores ``part`` may use (every usable one when unpinned)."""
+        cpus = self.cpus[part]
+        return len(cpu_set(cpus)) if cpus else len(usable_cpus())
+
+    @classmethod
+    def from_arguments(cls, args: object, defaults: dict[str, str | None]) -> Layout:
+        """The ``--cpus-PART`` options of ``args``: one left out takes its default; ``any`` or ``none``, unpinned."""
+        def pick(part: str) -> str | None:
+            given = getattr(args, f"cpus_{part}", None)
+            return defaults[part] if given is None else (None if given.lower() in ("any", "none") else given)
+        return cls(**{part: pick(part) for part in defaults})
+
+
+def add_cpu_arguments(parser: object, parts: dict[str, str], defaults: dict[str, str | None]) -> None:
+    """Give ``parser`` (argparse) a ``--cpus-PART`` option per part; ``parts`` says what each part is."""
+    for part, what in parts.items():
+        parser.add_argument(f"--cpus-{part}", metavar="CPUS",  # type: ignore[attr-defined]
+                            help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3), or any "
+                                 f"(default {defaults[part] or 'any'})")
 
 
 def pin(pid: int, cpus: str | Iterable[int] | None) -> str | None:

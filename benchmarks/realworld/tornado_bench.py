@@ -46,7 +46,6 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import loads, servers
@@ -77,41 +76,16 @@ ESTIMATE = "about 10 minutes on a 2-core machine with four loops"
 
 # --- the core layout -----------------------------------------------------------
 
-@dataclass(frozen=True)
-class Layout:
-    """Which cores each part runs on: taskset lists ("0", "1,2"), or None for unpinned."""
-
-    server: str | None
-    load: str | None
-    db: str | None
-    upstream: str | None
-
-    def prefix(self, part: str) -> list[str]:
-        """The argv prefix that pins a command to ``part``'s cores (empty when unpinned)."""
-        cpus = getattr(self, part)
-        return ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
+PARTS = {"server": "the tornado app", "load": "ab and wrk (and this harness)", "db": "PostgreSQL",
+         "upstream": "the upstream HTTP server"}
 
 
-def choose_layout(args: argparse.Namespace) -> Layout:
-    """The layout from the --cpus-* arguments; an argument left out takes the default.
-
-    Default with two or more usable cores and taskset: the app on the
-    first, the rest on the second (on a 2-core machine the app is the part
-    being compared, so it is the one given a core of its own).  With one
-    core, or without taskset: nothing is pinned.
-    """
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pinnable = len(cpus) >= 2 and shutil.which("taskset") is not None
-    first, second = (str(cpus[0]), str(cpus[1])) if pinnable else (None, None)
-    defaults = {"server": first, "load": second, "db": second, "upstream": second}
-
-    def pick(part: str) -> str | None:
-        given = getattr(args, f"cpus_{part}")
-        if given is None:
-            return defaults[part]
-        return None if given.lower() == "none" else given
-
-    return Layout(**{part: pick(part) for part in defaults})
+def default_cpus() -> dict[str, str | None]:
+    """With two or more usable cores and taskset: the app on the first, the rest on the second (on a
+    2-core machine the app is the part being compared, so it gets a core of its own); else unpinned."""
+    cpus = services.usable_cpus()
+    first, second = (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 and shutil.which("taskset") else (None, None)
+    return {"server": first, "load": second, "db": second, "upstream": second}
 
 
 # --- one run ---------------------------------------------------------------------
@@ -133,14 +107,14 @@ def warm_up(port: int, path: str, requests: int, timeout: float) -> str | None:
     return None
 
 
-def app_command(loop: str, layout: Layout, dsn: str | None, upstream_port: int) -> list[str]:
+def app_command(loop: str, layout: services.Layout, dsn: str | None, upstream_port: int) -> list[str]:
     """The command that starts the app on ``loop``, pinned to the server's cores."""
     argv = [*layout.prefix("server"), sys.executable, "-m", "benchmarks.realworld.tornado_app", "--loop", loop, "--port", "0",
             "--rows", str(ROWS), "--upstream", f"http://127.0.0.1:{upstream_port}/"]
     return argv + (["--dsn", dsn] if dsn else [])
 
 
-def measure(loop: str, handler: str, tool: str, settings: loads.Settings, layout: Layout,
+def measure(loop: str, handler: str, tool: str, settings: loads.Settings, layout: services.Layout,
             pg: services.PG | None, upstream: ServerProcess, warmup: int, workdir: Path) -> dict:
     """Start the app on ``loop``, warm ``handler`` up, load it once with ``tool``, stop the app.
 
@@ -292,10 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handlers", help=f"comma-separated, from {', '.join(HANDLERS)} (default: all)")
     parser.add_argument("--tools", help="ab, wrk or both (default: both)")
     parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
-    for part, what in (("server", "the tornado app"), ("load", "ab and wrk (and this harness)"),
-                       ("db", "PostgreSQL"), ("upstream", "the upstream HTTP server")):
-        parser.add_argument(f"--cpus-{part}", metavar="LIST",
-                            help=f"cores for {what}: a taskset list (0 / 1,2 / 0-3) or none")
+    services.add_cpu_arguments(parser, PARTS, default_cpus())
     parser.add_argument("--render", action="store_true",
                         help="measure nothing: write the table (.md) again from the JSON (--out's, or --reference's)")
     args = parser.parse_args(argv)
@@ -317,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     loops = [loop for loop in loops if f"loop {loop}" not in skipped]
     for name, reason in skipped.items():
         print(f"skip {name}: {reason}", flush=True)
-    layout = choose_layout(args)
+    layout = services.Layout.from_arguments(args, default_cpus())
     # The harness mostly waits: keep it off the app's core, and give the
     # caller (a test, in the same process) its own cores back at the end.
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -333,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def execute(args: argparse.Namespace, argv: list[str], base: dict, settings: loads.Settings, layout: Layout,
+def execute(args: argparse.Namespace, argv: list[str], base: dict, settings: loads.Settings, layout: services.Layout,
             loops: list[str], handlers: list[str], tools: list[str], skipped: dict[str, str]) -> dict:
     """Start PostgreSQL and the upstream, run every measurement in order, stop them; return the JSON."""
     clock, repeat = experiment.Clock(), args.repeat or base["repeat"]
