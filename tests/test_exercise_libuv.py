@@ -604,6 +604,7 @@ def test_uv_write_batch_a_batch_the_kernel_takes_whole_resumes_a_paused_protocol
 
 # --- the Cython exercises' build step (tinyloop/exercises/build.py) ---------------------
 
+@pytest.mark.slow  # runs Cython on the student's file (scripts/test.sh's slow step)
 def test_a_cython_exercise_that_does_not_compile_names_the_line_of_the_students_file(tmp_path):
     from tinyloop.exercises import build, catalog, checker, markers
     exercise = catalog.get("uv-ready-queue")
