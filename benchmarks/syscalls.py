@@ -303,7 +303,9 @@ def markdown(data: dict) -> str:
         "never how fast; a slowed server finds more connections ready per wait, so at depth 1 "
         "*wait* reads a little low.",
         f"Measured on: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} {machine['kernel']}, "
-        f"{machine['python']}, {data['tools']['strace']}; {how}; {data['date'][:10]}. Command: `{data['command']}`.",
+        f"{machine['python']}, {data['tools']['strace']}; {how}; {data['date'][:10]}"
+        + (f"; load average {max(load):.1f} (a shared machine: counts, unlike times, barely move with it)"
+           if (load := data.get("load_average")) else "") + f". Command: `{data['command']}`.",
     ]
     if data.get("skipped"):
         notes.append("Not measured: " + "; ".join(f"{name} ({note})" for name, note in data["skipped"].items()) + ".")
