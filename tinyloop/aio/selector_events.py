@@ -576,6 +576,11 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
         self._source_traceback = source_traceback(loop)
         self._sock: socket.socket | None = sock
         self._sock_fd = sock.fileno()
+        # Every read asks for max_size bytes.  Read through the instance, a
+        # class attribute is the slow kind of lookup (3.11 does not
+        # specialize it); copied here, it is a plain field.  Setting it on
+        # the class still works for the transports made after.
+        self.max_size = self.max_size
         self._protocol: Any = None
         self.set_protocol(protocol)
         self._server = server
