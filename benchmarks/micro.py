@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker or out is None:
         return 0
     # The manager alone writes files.
-    pyperf_json = out.with_name(f"{out.stem}-pyperf.json")
+    # pyperf's own JSON (every value) beside the summary, but never in the committed folder.
+    pyperf_json = (output.LOCAL if out.parent == output.RESULTS else out.parent) / f"{out.stem}-pyperf.json"
     if results:
         pyperf_json.parent.mkdir(parents=True, exist_ok=True)
         pyperf.BenchmarkSuite(list(results.values())).dump(str(pyperf_json), replace=True)
