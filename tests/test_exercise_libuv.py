@@ -207,15 +207,16 @@ def test_uv_timer_heap_cancelled_timers_never_run_and_others_still_do(h):
 
 
 def test_uv_timer_heap_a_cancelled_timer_popped_before_arming_leaves_the_count_right(h):
-    # Too few cancelled timers to compact the heap: _arm_timer pops the one on
-    # top itself, and must take it off the count of cancelled entries, or the
-    # heap reports fewer live timers than it holds.
+    # Too few cancelled timers to compact the heap: after the live timer
+    # fires, _arm_timer finds the cancelled one on top, pops it itself, and
+    # must take it off the count of cancelled entries, or the heap reports
+    # fewer live timers than it holds.
     ran: list[str] = []
-    first = h.loop.call_later(0.02, ran.append, "cancelled")
+    h.loop.call_later(0.02, ran.append, "live")
+    cancelled = h.loop.call_later(0.5, ran.append, "cancelled")
     later = h.loop.call_later(60, ran.append, "later")
-    h.loop.call_later(0.05, ran.append, "live")
-    first.cancel()
-    h.run_until(lambda: "live" in ran, "the live timer ran, behind a cancelled one")
+    cancelled.cancel()
+    h.run_until(lambda: "live" in ran, "the live timer ran")
     counts = h.loop._debug_counts()
     later.cancel()
     assert ran == ["live"] and counts["timers"] == 1, (
