@@ -147,7 +147,7 @@ def render(data: dict[str, Any]) -> str:
         per = result["bytes_per_connection"]
         rows.append([f"`{row['name']}`", row["summary"], *(_mib(result["rss"].get(str(n))) for n in counts),
                      "–" if per is None else f"{per:,.0f}"])
-    lines += render_table.markdown(header, rows)
+    lines += render_table.markdown(header, rows, numeric_from=2)
     for note in data.get("notes", []):
         lines += ["", f"*{note}*"]
     lines += ["", f"Command: `{data['command']}`; {render_table.describe_machine(data)}."]
@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
     args = parser.parse_args(argv)
-    if args.render and args.reference:
-        args.out, args.reference = output.RESULTS / "memory.json", False  # re-render the book's table
-    out = output.json_path(parser, args, "memory.json")
+    # --render --reference re-renders the book's table: a rendering, not a measurement.
+    out = output.RESULTS / "memory.json" if args.render and args.reference else output.json_path(
+        parser, args, "memory.json")
     if args.render:
         table = output.write_text(render(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
         print(f"wrote {output.relative(table)}")

@@ -46,11 +46,12 @@ def align(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table: the first column left-aligned, the others right-aligned; ``|`` escaped."""
+def markdown(header: list[str], rows: list[list[str]], numeric_from: int = 1) -> list[str]:
+    """A Markdown table: columns from ``numeric_from`` on right-aligned (numbers), the others left; ``|`` escaped."""
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
-    return [line(header), "|---|" + "---:|" * (len(header) - 1), *(line(row) for row in rows)]
+    return [line(header), "|" + "---|" * numeric_from + "---:|" * (len(header) - numeric_from),
+            *(line(row) for row in rows)]
 
 
 def describe_machine(data: dict) -> str:
