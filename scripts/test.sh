@@ -11,9 +11,10 @@
 #      of what step 1 checks (tornado's own suite on each loop, Part IV's
 #      debug and AddressSanitizer builds, the book built in its other
 #      editions, each exercise's reference solution run through the checker,
-#      the loops' longer runs, ...).  A plain run leaves it out and says how
-#      to run it, so a student waits minutes, not half an hour; CI runs all
-#      three.
+#      the compile-first Cython checks, the benchmarks' quick runs, the
+#      per-stage tests on every stage, ...).  A plain run leaves it out and
+#      says how to run it, so a student waits minutes, not half an hour; CI
+#      runs all three.
 # Exits non-zero if any step fails; the steps asked for always all run.  At
 # the end it prints one line per step (passed / failed / ran no tests / left
 # out, its counts and minutes), then a closing "N passed, N failed" line.
