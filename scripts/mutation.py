@@ -373,6 +373,10 @@ EXPLAINED_OURS: dict[str, list[tuple[str, str, str]]] = {
          "with the heap empty the uv_timer_t stays armed for the deadline it had, wakes the loop "
          "once, and _fire_timers finds nothing due: the same spurious wake-up the reference has "
          "after cancel(), which never re-arms"),
+        ("condition-true", "if ready:",
+         "the idle handle is then started when no timer was due too: libuv polls once without "
+         "waiting, and _run_ready, finding the queue empty, stops the idle handle again (one "
+         "turn of the loop, no callback run, no CPU kept)"),
     ],
 }
 
@@ -572,6 +576,9 @@ def ours_table(data: dict) -> str:
             lines.append(f"    survived: {s['operator']}: {s['mutant']}")
             why = _explained_ours(name, s["operator"], s["mutant"])
             lines += [f"      {part}" for part in textwrap.wrap(why or "not explained yet", 90)]
+        for s in e.get("killed_after", []):  # survived the run, killed by a test written since
+            lines.append(f"    killed since: {s['operator']}: {s['mutant']}")
+            lines += [f"      {part}" for part in textwrap.wrap(s["by"], 90)]
         for s in e.get("equivalent", []):
             lines.append(f"    equivalent: {s['operator']}: {s['mutant']}")
             lines += [f"      {part}" for part in textwrap.wrap(s["reason"], 90)]
