@@ -382,17 +382,20 @@ EXPLAINED_OURS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def _explained_ours(exercise: str, operator: str, what: str) -> str | None:
-    original = what.partition(": ")[2].rpartition(" -> ")[0].strip()
-    for op, line, reason in EXPLAINED_OURS.get(exercise, []):
-        if op == operator and line == original:
-            return reason
-    return None
+    """Why a survivor of ours does no harm (EXPLAINED_OURS), or None."""
+    return _reason_ours(EXPLAINED_OURS, exercise, operator, what)
 
 
 def _equivalent_ours(exercise: str, operator: str, what: str) -> str | None:
-    """The reason a survivor of ours is equivalent (``what`` is ``line N: ORIGINAL -> MUTANT``)."""
+    """Why a survivor of ours is equivalent (EQUIVALENT_OURS), or None."""
+    return _reason_ours(EQUIVALENT_OURS, exercise, operator, what)
+
+
+def _reason_ours(table: dict[str, list[tuple[str, str, str]]], exercise: str, operator: str,
+                 what: str) -> str | None:
+    """``table``'s reason for the mutant ``what`` (``line N: ORIGINAL -> MUTANT``), or None."""
     original = what.partition(": ")[2].rpartition(" -> ")[0].strip()
-    for op, line, reason in EQUIVALENT_OURS.get(exercise, []):
+    for op, line, reason in table.get(exercise, []):
         if op == operator and line == original:
             return reason
     return None
