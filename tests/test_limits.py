@@ -44,8 +44,8 @@ from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, http_get, nofile_at_least, recv_response
 
-from conftest import ONE_PER_PART, stage_params  # noqa: E402  (tests/ is on sys.path)
-from test_select_fd_setsize import wait_until  # noqa: E402
+from conftest import ONE_PER_PART, stage_params  # tests/ is on sys.path under pytest
+from test_select_fd_setsize import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_NAMES = [stage.name for stage in stages.STAGES]
