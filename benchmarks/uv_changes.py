@@ -24,8 +24,9 @@ the product carries no switch for it.
 Every step serves the same two programs: the HTTP Protocol server of
 Part III (tinyloop.aio.server.serve_on) and the echo Protocol of
 benchmarks/peers/echo_server.py.  The loads: ``wrk -t1 -c 100`` keep-alive
-on ``/``, the same with 24 requests pipelined per write (where batching
-shows), and TCP echo of 1 KiB messages on 10 connections (the C client of
+on ``/``, the same with 24 requests pipelined per write (Japronto's load;
+the HTTP protocol answers them with one write, so batching has nothing to
+combine there either: see --syscalls), and TCP echo of 1 KiB messages on 10 connections (the C client of
 benchmarks/echo.py).  The figure is the server's own CPU time per request
 or message (benchmarks/README.md, "How to read CPU µs/request"); beside it
 the requests or messages per second, and each step's speed-up over the step
