@@ -1,9 +1,9 @@
 # benchmarks/trace_cost.py
 """What do the instrument hooks cost, off and on, on tinyloop.aio and tinyloop.uv?
 
-    python benchmarks/trace_cost.py                every loop and variant, counted (a few minutes)
-    python benchmarks/trace_cost.py --quick        fewer requests, for a look
-    python benchmarks/trace_cost.py --reference    maintainers: the book's benchmarks/results/trace_cost.*
+    python -m benchmarks.trace_cost                every loop and variant, counted (a few minutes)
+    python -m benchmarks.trace_cost --quick        fewer requests, for a look
+    python -m benchmarks.trace_cost --reference    maintainers: the book's benchmarks/results/trace_cost.*
 
 Counted in CPU instructions under valgrind's callgrind, like
 benchmarks/instructions.py (whose reasons hold here: a count does not move
@@ -60,24 +60,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``tinyloop`` and ``benchmarks`` importable
-
-from benchmarks.harness.machine import display, fingerprint, version_line  # noqa: E402
-from benchmarks.harness.output import add_arguments, json_path, write_json, write_text  # noqa: E402
-from benchmarks.harness.summary import summarize  # noqa: E402
-from benchmarks import uv_variants  # noqa: E402
-from tinyloop.aio.server import HTTPProtocol  # noqa: E402
-from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
-from tinyloop.callbacks import loop as reactor  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import recv_response  # noqa: E402
-from tinyloop.trace.instrument import HOOKS  # noqa: E402
-from tinyloop.trace.recorder import Recorder  # noqa: E402
+from benchmarks.harness.machine import ROOT, display, fingerprint, version_line
+from benchmarks.harness.output import add_arguments, json_path, write_json, write_text
+from benchmarks.harness.summary import summarize
+from benchmarks import uv_variants
+from tinyloop.aio.server import HTTPProtocol
+from tinyloop.aio.unix_events import SelectorEventLoop
+from tinyloop.callbacks import loop as reactor
+from tinyloop.http import HELLO
+from tinyloop.testing import recv_response
+from tinyloop.trace.instrument import HOOKS
+from tinyloop.trace.recorder import Recorder
 
 SCHEMA = "tinyloop-trace-cost/2"
 LOOPS = ("aio", "uv")
@@ -267,9 +262,10 @@ def _collected(loop_name: str, variant: str, workload: str, number: int) -> int:
     """Instructions callgrind counted in the worker for ``number`` operations."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-               sys.executable, __file__, "--worker", loop_name, variant, workload, str(number)]
+               sys.executable, "-m", "benchmarks.trace_cost", "--worker", loop_name, variant, workload, str(number)]
     with tempfile.TemporaryFile("w+") as errors:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env,
+                                   cwd=ROOT)
         try:
             if workload == "http":
                 line = process.stdout.readline()

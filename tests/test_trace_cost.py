@@ -1,4 +1,4 @@
-"""benchmarks/trace_cost.py runs every variant's workloads correctly (its counts are not tested).
+"""python -m benchmarks.trace_cost runs every variant's workloads correctly (its counts are not tested).
 
 The benchmark itself is run by a maintainer (it runs callgrind); here each
 workload runs a few operations on each variant, the aio baseline is checked
