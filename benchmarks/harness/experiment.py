@@ -39,7 +39,7 @@ from benchmarks.harness.machine import display, fingerprint
 from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
 
-__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "parser", "pinning", "run_tool"]
+__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "parser", "pinning", "run_tool"]
 
 # Every experiment's JSON carries this in ``schema``; the readers (the book's
 # directives, benchmarks.report) accept it.
@@ -197,8 +197,7 @@ def finish(data: dict, out: Path, text: str, conclusion: str, *, extra: dict[Pat
 def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:
     """Run a load generator; ``(exit code, or None past the wall-clock ``limit`` in seconds, its output)``.
 
-    Past the limit it gets SIGINT first (ab answers it by printing what it
-    has measured so far), then, 5 s later, SIGKILL.  It runs in its own
+    Past the limit it is stopped by :func:`interrupt`.  It runs in its own
     session, so a Ctrl-C at the terminal reaches the harness, which then
     kills it: no tool outlives the harness.
     """
@@ -206,17 +205,23 @@ def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         try:
-            out, _ = proc.communicate(timeout=limit)
+            out = proc.communicate(timeout=limit)[0]
             return proc.returncode, out
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                out, _ = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
-            return None, out
+            return None, interrupt(proc)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+
+
+def interrupt(proc: subprocess.Popen, grace: float = 5.0) -> str:
+    """Stop ``proc`` with SIGINT (ab, perf and strace answer it by printing what they have so far),
+    then SIGKILL if it still runs ``grace`` seconds later; returns what it printed (its piped output)."""
+    proc.send_signal(signal.SIGINT)
+    for wait in (grace, None):
+        try:
+            return proc.communicate(timeout=wait)[0] or ""
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return ""  # not reached: communicate() without a time-out returns
