@@ -85,8 +85,7 @@ EXERCISES = [
             Two regions in TCPTransport (tcp.pyx).  In write(data), after
             the checks: append the bytes to self._pending, add their length
             to self._pending_size; if that is now above the high-water mark
-            (self._high_water), or batching is off (not self._batch: a
-            benchmark's switch), send at once with self._flush(); otherwise
+            (self._high_water), send at once with self._flush(); otherwise
             put the transport on the loop's flush list
             (self._loop._to_flush), once per turn (self._queued says whether
             it is there).  Then call self._check_pause().  Below the
