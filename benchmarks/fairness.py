@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
 from benchmarks.harness.machine import ROOT
+from benchmarks.harness.profiling import SYSCALLS
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -210,9 +211,6 @@ _LAYERS = (
     ("tinyloop/http/", "HTTP: tinyloop/http"),
     ("/selectors.py", "selectors module"),
 )
-SYSCALLS = ("'send'", "'recv", "'shutdown'", "'_accept'", "socket.close", "'poll' of 'select.epoll'",
-             "'register' of 'select.epoll'", "'modify' of 'select.epoll'",
-             "'unregister' of 'select.epoll'", "'setsockopt'", "'setblocking'")
 
 
 def _layer(function: tuple[str, int, str]) -> str:

@@ -1,13 +1,13 @@
 # benchmarks/uv_changes.py
 """Which move from Part III to Part IV bought how much: tinyloop.aio to tinyloop.uv, one step at a time.
 
-    python benchmarks/uv_changes.py                  every step, every load, 5 interleaved repetitions (about 4 minutes)
-    python benchmarks/uv_changes.py --quick          a smoke run: short loads, 1 repetition (under a minute)
-    python benchmarks/uv_changes.py --reference      the full run, written where the book reads it
-    python benchmarks/uv_changes.py --loads echo-1k --steps aio,uv --repeat 3
-    python benchmarks/uv_changes.py --profile        where a request's time goes once the loop is in C
-    python benchmarks/uv_changes.py --syscalls       system calls per request of each step, under strace
-    python benchmarks/uv_changes.py --serve uv/no-batching --app echo --port 8000   one server, by hand
+    python -m benchmarks.uv_changes                  every step, every load, 5 interleaved repetitions (about 4 minutes)
+    python -m benchmarks.uv_changes --quick          a smoke run: short loads, 1 repetition (under a minute)
+    python -m benchmarks.uv_changes --reference      the full run, written where the book reads it
+    python -m benchmarks.uv_changes --loads echo-1k --steps aio,uv --repeat 3
+    python -m benchmarks.uv_changes --profile        where a request's time goes once the loop is in C
+    python -m benchmarks.uv_changes --syscalls       system calls per request of each step, under strace
+    python -m benchmarks.uv_changes --serve uv/no-batching --app echo --port 8000   one server, by hand
 
 A *step* is a loop.  Each step adds one move to the step before it, so the
 steps are cumulative: Part III's loop (``aio``, the baseline); the run loop,

@@ -291,7 +291,7 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
     assert "No benchmark results yet" in page
     assert "bash scripts/benchmark.sh" in page
     page = page_text((tmp_path / "out" / "html" / "baselines.html").read_text(encoding="utf-8"))
-    assert "No fairness results yet: run python benchmarks/fairness.py --json" in page
+    assert "No fairness results yet: run python -m benchmarks.fairness --reference" in page
 
 
 def results_fixture() -> dict:

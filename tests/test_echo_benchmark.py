@@ -265,8 +265,8 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
                          "-D", f"book_micro_results={tmp_path / 'none.json'}")
     assert built.returncode == 0, built.stdout + built.stderr
     text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
-    assert "No echo results yet: run python benchmarks/echo.py --reference" in text
-    assert "No micro-benchmark results yet: run python benchmarks/micro.py --reference" in text
+    assert "No echo results yet: run python -m benchmarks.echo --reference" in text
+    assert "No micro-benchmark results yet: run python -m benchmarks.micro --reference" in text
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 30)

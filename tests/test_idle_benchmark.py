@@ -151,4 +151,4 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
     built = sphinx_build(source, tmp_path / "out", "-D", f"book_idle_results={tmp_path / 'missing.json'}")
     assert built.returncode == 0, built.stdout + built.stderr
     text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
-    assert "No idle-connection results yet: run python benchmarks/idle.py" in text
+    assert "No idle-connection results yet: run python -m benchmarks.idle" in text

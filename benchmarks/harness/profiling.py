@@ -33,13 +33,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from benchmarks.fairness import SYSCALLS
 from benchmarks.harness.machine import ROOT
 from benchmarks.harness.process import launch, warm_up
 from tinyloop.serving import announce, listen
 from tinyloop.testing import ServerProcess
 
-__all__ = ["COUNTED", "LAYERS", "by_layer", "count_calls", "layer", "profile_summary", "profiled",
+__all__ = ["COUNTED", "LAYERS", "SYSCALLS", "by_layer", "count_calls", "layer", "profile_summary", "profiled",
            "serve_until_sigterm"]
 
 Function = tuple[str, int, str]  # a pstats key: file, line, name
@@ -87,6 +86,10 @@ def serve_until_sigterm(name: str, loop: Callable[[], asyncio.AbstractEventLoop]
 
 
 # Layers by source file, first match wins.
+# Built-in functions (pstats' "~" entries) that are one system call each, by fragments of their names.
+SYSCALLS = ("'send'", "'recv", "'shutdown'", "'_accept'", "socket.close", "'poll' of 'select.epoll'",
+            "'register' of 'select.epoll'", "'modify' of 'select.epoll'",
+            "'unregister' of 'select.epoll'", "'setsockopt'", "'setblocking'")
 LAYERS = (
     ("/socket.py", "kernel calls: socket methods, epoll"),
     ("tinyloop/http/", "HTTP: tinyloop/http"),

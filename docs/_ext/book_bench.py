@@ -455,8 +455,7 @@ class BenchFairnessDirective(_ScriptResultsDirective):
 
     script, results, config_value, what = ("benchmarks.fairness", "fairness.json",
                                            "book_fairness_results", "fairness")
-    command = ("python benchmarks/fairness.py --json benchmarks/results/fairness.json "
-               "--table benchmarks/results/fairness.txt")
+    command = "python -m benchmarks.fairness --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         if not hasattr(script, "table"):
@@ -473,7 +472,7 @@ class BenchIdleDirective(_ScriptResultsDirective):
 
     option_spec = {"figure": directives.unchanged}
     script, results, config_value, what = "benchmarks.idle", "idle.json", "book_idle_results", "idle-connection"
-    command = "python benchmarks/idle.py --reference"
+    command = "python -m benchmarks.idle --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         figure = self.options.get("figure") or "cpu"

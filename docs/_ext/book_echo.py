@@ -50,7 +50,7 @@ class BenchEchoDirective(_ScriptResultsDirective):
 
     option_spec = {"size": directives.positive_int}
     script, results, config_value, what = "benchmarks.echo", "echo.json", "book_echo_results", "echo"
-    command = "python benchmarks/echo.py --reference"
+    command = "python -m benchmarks.echo --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         sizes = data["settings"]["sizes"]
@@ -81,7 +81,7 @@ class BenchMicroDirective(BenchEchoDirective):
 
     option_spec = {"op": directives.unchanged}
     script, results, config_value, what = "benchmarks.micro", "micro.json", "book_micro_results", "micro-benchmark"
-    command = "python benchmarks/micro.py --reference"
+    command = "python -m benchmarks.micro --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         ops = data["operations"]
