@@ -53,7 +53,7 @@ from benchmarks.harness.profiling import layer, profile_summary, profiled, serve
 from benchmarks.harness.summary import median_range
 from benchmarks.loads import Load, Settings
 from benchmarks.loads import run as loads_run
-from benchmarks.report import align
+from benchmarks.harness.render import align
 from benchmarks.run import measure
 from tinyloop import stages
 from tinyloop.aio import events, selector_events

@@ -83,7 +83,6 @@ def noop() -> None:
     """The callback every timed operation schedules: it does nothing."""
 
 
-_noop = noop  # the older name (benchmarks/instructions.py imports it)
 
 
 async def _nothing() -> None:

@@ -64,7 +64,7 @@ from benchmarks.harness import render
 from benchmarks.harness.render import align, describe_machine
 from benchmarks.harness.summary import NOISE  # the one noise rule
 
-__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "align", "describe_machine", "footnotes", "format_text", "load",
+__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
            "markdown", "noisy", "plot", "server_names", "spread", "table"]
 
 SCHEMA = 1
