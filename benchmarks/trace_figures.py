@@ -444,6 +444,27 @@ def libuv_request() -> dict[str, Any]:
 IDLE = 1000
 
 
+def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, join_timeout: float) -> None:
+    """Serve ``sock`` with the stage ``module`` in this thread while ``load`` runs in another.
+
+    ``load`` ends the serving by sending this thread SIGINT (a Part I server
+    stops on Ctrl-C); ``sock`` is closed and the load's thread joined for
+    at most ``join_timeout`` seconds.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        loader.start()
+        try:
+            module.serve(sock)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sock.close()
+        loader.join(timeout=join_timeout)
+
+
 def _readiness(stage: str) -> dict[str, Any]:
     """A readiness stage with IDLE idle connections (held by a child process) and a short load."""
     from tinyloop import stages
@@ -478,19 +499,10 @@ def _readiness(stage: str) -> dict[str, Any]:
             signal.pthread_kill(main_thread, signal.SIGINT)
 
     probe = ReadinessProbe(recorder)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    loader = threading.Thread(target=load, daemon=True)
     try:
         with probe.installed():
-            loader.start()
-            try:
-                module.serve(sock)
-            except KeyboardInterrupt:
-                pass
+            _serve_while(load, module, sock, join_timeout=10)
     finally:
-        signal.signal(signal.SIGINT, previous)
-        sock.close()
-        loader.join(timeout=10)
         if holder.stdin:
             holder.stdin.close()
         holder.wait(timeout=10)
@@ -643,20 +655,11 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
         time.sleep(0.05)
         signal.pthread_kill(main_thread, signal.SIGINT)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     module.serve_client = timed
-    loader = threading.Thread(target=load, daemon=True)
     try:
-        loader.start()
-        try:
-            module.serve(sock)
-        except KeyboardInterrupt:
-            pass
+        _serve_while(load, module, sock, join_timeout=30)
     finally:
         module.serve_client = original
-        signal.signal(signal.SIGINT, previous)
-        sock.close()
-        loader.join(timeout=30)
     if errors:
         raise RuntimeError(f"a client of {stage} failed: {errors[0]!r}")
 
