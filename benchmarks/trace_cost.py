@@ -339,7 +339,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
     parser.add_argument("--loops", default=",".join(LOOPS), help="aio,uv (default both)")
     parser.add_argument("--repeat", type=int, default=1, help="counts per figure, median (default 1)")

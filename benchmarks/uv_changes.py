@@ -74,22 +74,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script: make ``benchmarks`` and ``tinyloop`` importable
-
-from benchmarks import aio_changes, echo, loads, micro, servers, syscalls, uv_variants  # noqa: E402
-from benchmarks import run as http_run  # noqa: E402
-from benchmarks.harness.machine import display, fingerprint  # noqa: E402
-from benchmarks.harness.output import RESULTS  # noqa: E402
-from benchmarks.harness.process import choose_pinning  # noqa: E402
-from benchmarks.harness.summary import median_range  # noqa: E402
-from benchmarks.peers.echo_server import EchoProtocol  # noqa: E402
-from tinyloop import stages  # noqa: E402
-from tinyloop.aio.server import serve_on  # noqa: E402
-from tinyloop.aio.unix_events import Loop as AioLoop  # noqa: E402
-from tinyloop.aio.unix_events import SelectorEventLoop  # noqa: E402
-from tinyloop.testing import ServerProcess  # noqa: E402
+from benchmarks import aio_changes, echo, loads, micro, servers, syscalls, uv_variants
+from benchmarks import run as http_run
+from benchmarks.harness.machine import display, fingerprint
+from benchmarks.harness.output import RESULTS
+from benchmarks.harness.process import choose_pinning
+from benchmarks.harness.summary import median_range
+from benchmarks.peers.echo_server import EchoProtocol
+from tinyloop import stages
+from tinyloop.aio.server import serve_on
+from tinyloop.aio.unix_events import Loop as AioLoop
+from tinyloop.aio.unix_events import SelectorEventLoop
+from tinyloop.testing import ServerProcess
 
 SCHEMA = 1
 REFERENCE = RESULTS / "uv_changes.json"             # the book's; only --reference writes it
@@ -214,8 +210,8 @@ def serve(key: str, app: str, port: int, profile_to: str | None = None) -> int:
 
 
 def server(key: str, app: str) -> servers.Server:
-    """The harness's Server for step ``key`` serving ``app``: this script with --serve."""
-    argv = (sys.executable, str(Path(__file__).resolve()), "--serve", key, "--app", app, "--port", "0")
+    """The harness's Server for step ``key`` serving ``app``: this module with --serve."""
+    argv = (sys.executable, "-m", "benchmarks.uv_changes", "--serve", key, "--app", app, "--port", "0")
     return servers.Server(f"{app}:{key}", "variant", _STEPS[key].move, argv)
 
 
@@ -483,7 +479,7 @@ def _names(argument: str | None, known: tuple[str, ...], what: str, in_given_ord
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmarks/uv_changes.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.uv_changes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     keys = tuple(_STEPS)
     parser.add_argument("--steps", help=f"comma list, kept in order (default all: {', '.join(keys)})")

@@ -28,7 +28,7 @@ from benchmarks import uv_changes  # noqa: E402
 from tinyloop.http import HELLO  # noqa: E402
 from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
 
-SCRIPT = str(ROOT / "benchmarks" / "uv_changes.py")
+SCRIPT = ("-m", "benchmarks.uv_changes")  # run from the repository root, as the README says
 
 UV_MISSING = uv_changes.uv_missing()
 pytestmark = pytest.mark.skipif(UV_MISSING is not None, reason=f"tinyloop.uv is not built: {UV_MISSING}")
@@ -130,7 +130,7 @@ def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
 @pytest.mark.timeout(240 + BUILD_ALLOWANCE)
 def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "uv_changes.json"
-    command = [sys.executable, SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2",
+    command = [sys.executable, *SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2",
                "--micro-ops", "200", "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=200 + BUILD_ALLOWANCE, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -157,7 +157,7 @@ def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
     out = tmp_path / "profile_uv.txt"
-    command = [sys.executable, SCRIPT, "--profile", "uv,aio", "--quick", "--no-pin", "--profile-out", str(out)]
+    command = [sys.executable, *SCRIPT, "--profile", "uv,aio", "--quick", "--no-pin", "--profile-out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text(encoding="utf-8")
@@ -175,7 +175,7 @@ def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path,
     problem = syscalls.strace_problem()
     if problem:
         pytest.skip(problem)
-    command = [sys.executable, SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk", "--quick", "--no-pin"]
+    command = [sys.executable, *SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk", "--quick", "--no-pin"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()
