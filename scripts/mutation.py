@@ -54,12 +54,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tinyloop.exercises import catalog, checker, markers  # the venv's editable install (scripts/setup.sh)
+from tinyloop.exercises.properties import last_line as properties_last_line
 
-from tinyloop.exercises import catalog, checker, markers  # noqa: E402
-from tinyloop.exercises.properties import last_line as properties_last_line  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "benchmarks" / "results" / "mutation.json"
 SCHEMA = 1
