@@ -60,7 +60,14 @@ def test_trace_a_stage_under_load(stage: str, tmp_path: Path) -> None:
     # The /compute?ms=30 handler held the loop for 30 ms inside one callback.
     assert max(e["dur"] for e in callbacks) >= 30_000, "the slow handler shows as one long callback"
     waits = [e for e in events if e["name"] == "wait" and "events" in e["args"]]
-    assert sum(e["args"]["events"] for e in waits) >= 3, "requests made descriptors ready"
+    # Every other stage reads only on readiness (a reader callback, a
+    # read_wait trap, a transport): the two connections' requests make at
+    # least three descriptors ready.  The
+    # coroutine stage's streams try recv first (optimistic reads) and wait
+    # only when it would block, so on a busy machine a request is often
+    # there already; its listener's readiness is all that is certain.
+    least = 1 if stage == "coroutines" else 3
+    assert sum(e["args"]["events"] for e in waits) >= least, "requests made descriptors ready"
     if stage in ("generators", "yieldfrom", "coroutines", "aio-streams"):
         tracks = [e["args"]["name"] for e in events if e["name"] == "thread_name"]
         assert len([t for t in tracks if t.startswith("task ")]) >= 2, f"a track per task: {tracks}"
