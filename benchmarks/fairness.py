@@ -4,14 +4,16 @@
     python -m benchmarks.fairness                   every server, with and without a compute load
     python -m benchmarks.fairness --quick           two servers, few requests: a look
     python -m benchmarks.fairness --reference       maintainers: the book's benchmarks/results/fairness.json and .txt
-    python -m benchmarks.fairness --servers coroutines,threaded --requests 200
+    python -m benchmarks.fairness --servers coroutines,threaded --requests 200 --repeat 5
     python -m benchmarks.fairness --profile callbacks,coroutines --reference     the book's profile.txt
 
 Each row starts one server and sends ``--requests`` fast ``GET /`` requests
 from ``--clients`` keep-alive connections, each client pausing a random 1 to
 10 ms between requests, and records every request's latency.  In the rows
-marked "+ compute", one more client meanwhile asks ``GET /compute?ms=50``
-again and again: a handler that computes for 50 ms.  The servers:
+with a background load, one more client meanwhile asks ``GET /compute?ms=50``
+again and again: a handler that computes for 50 ms.  Each row runs
+``--repeat`` times, interleaved with the others (the harness's fold: each
+figure the median of the repetitions, p99 with its min-max).  The servers:
 
     threaded             a thread per connection (Part 0): the kernel preempts
     coroutines           one thread, cooperative: a handler runs until it awaits
@@ -52,7 +54,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
 
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
@@ -63,6 +64,7 @@ from tinyloop.testing import ServerProcess, recv_response
 
 SCHEMA = experiment.SCHEMA
 QUICK = {"servers": ("threaded", "coroutines"), "requests": 40}
+FIGURES = ("requests", "p50_ms", "p99_ms", "max_ms", "computes")
 TIMEOUT = 10.0  # seconds any one request may take before the row fails
 
 # label -> (stage, environment)
@@ -74,19 +76,6 @@ SERVERS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 FAST = b"GET / HTTP/1.1\r\nHost: fairness\r\n\r\n"
-
-
-@dataclass
-class Row:
-    server: str
-    stage: str
-    env: dict[str, str]
-    background: str          # "none" or "/compute?ms=N"
-    requests: int            # fast requests answered
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
-    computes: int            # /compute requests answered meanwhile
 
 
 def _pin(pid: int | None, cpu: int) -> None:
@@ -120,8 +109,14 @@ def _compute_client(address: tuple[str, int], path: str, stop: threading.Event, 
             done[0] += 1
 
 
-def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int) -> Row:
-    """One row: start ``server``, run the fast clients (and the compute client), stop it."""
+def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int) -> dict:
+    """One run: start ``server``, run the fast clients (and the compute client), stop it.
+
+    Returns the run's record: ``server``, ``background`` ("none" or
+    "/compute?ms=N"), ``status`` ("ok", or "error" with a ``note``), and
+    FIGURES: fast requests answered, their p50/p99/max latency in ms, and
+    the /compute requests answered meanwhile.
+    """
     stage, env = SERVERS[server]
     background = "none" if compute_ms is None else f"/compute?ms={compute_ms}"
     with ServerProcess(stage, env=env) as proc:
@@ -148,19 +143,37 @@ def measure(server: str, *, requests: int, clients: int, compute_ms: int | None,
         for thread in workers:
             thread.join(TIMEOUT)
     samples = sorted(s for per_client in latencies for s in per_client)
+    record = {"server": server, "background": background}
     if len(samples) < 2:
-        raise RuntimeError(f"{server}: only {len(samples)} requests were answered")
+        return {**record, "status": "error", "note": f"only {len(samples)} requests were answered"}
     cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return Row(server, stage, env, background, len(samples), round(cuts[49] * 1e3, 2),
-               round(cuts[98] * 1e3, 2), round(samples[-1] * 1e3, 2), computes[0])
+    return {**record, "status": "ok", "requests": len(samples), "p50_ms": round(cuts[49] * 1e3, 2),
+            "p99_ms": round(cuts[98] * 1e3, 2), "max_ms": round(samples[-1] * 1e3, 2), "computes": computes[0]}
+
+
+def fold(records: list[dict]) -> list[dict]:
+    """One row per (server, background), in run order: the harness's fold (medians, min-max, noisy on p99)."""
+    folded = experiment.fold(records, "background", "server", FIGURES, deciding=("p99_ms",), ratios=())
+    rows = []
+    for record in records:
+        if record["rep"] == 1:
+            stage, env = SERVERS[record["server"]]
+            summary = folded[record["background"]][record["server"]]
+            rows.append({"server": record["server"], "stage": stage, "env": env, "background": record["background"],
+                         **{key: value for key, value in summary.items() if key != "ratio"}})
+    return rows
 
 
 def table(data: dict) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` of ``data`` (this script's JSON), as the book's {bench-fairness} shows them."""
-    header = ["server", "background load", "requests", "p50 ms", "p99 ms", "max ms", "computes"]
+    header = ["server", "background load", "requests", "p50 ms", "p99 ms", "p99 min–max", "max ms", "computes"]
     rows = [[row["server"], "none" if row["background"] == "none" else f"1 client: GET {row['background']}",
-             str(row["requests"]), f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
-             f"{row['max_ms']:.2f}", str(row["computes"])] for row in data["rows"]]
+             *([render_table.number(row["requests"]), render_table.number(row["p50_ms"], 2),
+                render_table.number(row["p99_ms"], 2),
+                render_table.spread_cell((row.get("spread") or {}).get("p99_ms"), row.get("noisy"), 2),
+                render_table.number(row["max_ms"], 2), render_table.number(row["computes"])]
+               if row.get("p99_ms") is not None else [row.get("note") or "failed", *[""] * 5])]
+            for row in data["rows"]]
     return header, rows
 
 
@@ -168,8 +181,8 @@ def render(data: dict) -> str:
     """The rows of ``data`` (this script's JSON) as an aligned text table, with how it was measured."""
     settings = data["settings"]
     return "\n".join([*render_table.align(*table(data)), "",
-                      f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per row, "
-                      "1-10 ms pauses; latency measured by the client.",
+                      f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per run, "
+                      "1-10 ms pauses; latency measured by the client; each figure the median of the runs.",
                       render_table.describe_machine(data)]) + "\n"
 
 
@@ -256,7 +269,7 @@ def profile_stage(stage: str, requests: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("fairness", __doc__, repeat=None, pin=False, aliases=("--json",))
+    parser = experiment.parser("fairness", __doc__, pin=False, aliases=("--json",))
     parser.add_argument("--servers", help=f"comma list from {', '.join(SERVERS)} (default: all; "
                                           f"--quick {','.join(QUICK['servers'])})")
     parser.add_argument("--requests", type=int, help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
@@ -280,22 +293,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
     requests = args.requests or (QUICK["requests"] if args.quick else 400)
+    repeat = args.repeat or (1 if args.quick else 3)
     _pin(None, 1)
     clock = experiment.Clock()
-    rows = []
-    for name in chosen:
-        for compute_ms in (None, args.compute_ms):
-            row = measure(name, requests=requests, clients=args.clients, compute_ms=compute_ms, seed=args.seed)
-            print(f"  {row.server:<18} {row.background:<16} p50 {row.p50_ms:7.2f} ms  "
-                  f"p99 {row.p99_ms:7.2f} ms", flush=True)
-            rows.append(asdict(row))
+    records = experiment.interleave(
+        [(name, compute_ms) for name in chosen for compute_ms in (None, args.compute_ms)], repeat,
+        lambda cell: measure(cell[0], requests=requests, clients=args.clients, compute_ms=cell[1], seed=args.seed),
+        lambda cell: f"{cell[0]} {'none' if cell[1] is None else f'/compute?ms={cell[1]}'}",
+        lambda r: f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms")
     pinned = hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1  # as _pin does
     data = experiment.document(
         "fairness", sys.argv[1:] if argv is None else argv, clock,
         pinning={"enabled": pinned, "server_cpus": "0", "load_cpus": "1"} if pinned else {"enabled": False},
-        settings={"quick": args.quick, "requests": requests, "clients": args.clients,
+        settings={"quick": args.quick, "requests": requests, "clients": args.clients, "repeat": repeat,
                   "compute_ms": args.compute_ms, "seed": args.seed})
-    data.update(rows=rows, elapsed_s=clock.elapsed())
+    data.update(rows=fold(records), runs=records, elapsed_s=clock.elapsed())
     text = render(data)
     experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
