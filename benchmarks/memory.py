@@ -4,7 +4,6 @@
     python -m benchmarks.memory                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
     python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
     python -m benchmarks.memory --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
-    python -m benchmarks.memory --render         rewrite the table from the saved JSON (--reference: the book's)
 
 For each server and each count N, the server is started fresh, answers one
 request on a connection of its own (so what the first request allocates,
@@ -18,29 +17,21 @@ line through the counts), not RSS / N: the interpreter's own memory is in
 every point and drops out of the slope.
 
 The rows are the Part III and Part IV stages (``aio``, ``uv``) and the
-Protocol peers on stdlib asyncio and uvloop (benchmarks/servers.py), so the
-table says what moving the loop to libuv saved per connection, and how that
-compares with uvloop.
-
-Writes benchmarks/results/local/memory.json and memory.md (ignored by git);
-``--reference`` writes the book's benchmarks/results/memory.json and
-memory.md, whose table the chapter includes.  Loopback only; every wait is bounded; every server is stopped
-and every socket closed before the next run.
+Protocol peers on stdlib asyncio and uvloop, so the table says what moving
+the loop to libuv saved per connection, and how that compares with uvloop.
+Writes memory.json and memory.md by the harness's output rule.
 """
 
-# Rules this file keeps (the harness's, benchmarks/harness/, plus):
-#   * RSS is the kernel's VmRSS (/proc/PID/status), read with
-#     ServerProcess.rss_bytes; the connections come from
-#     tinyloop.testing.Crowd, one thread and selectors, in this process.
+# Rules this file keeps:
+#   * RSS is the kernel's VmRSS (/proc/PID/status, ServerProcess.rss_bytes);
+#     the connections come from tinyloop.testing.Crowd, one thread and
+#     selectors, in this process.
 #   * The descriptor limit is raised for this process and for the server
 #     (ServerProcess(nofile=...)), up to the hard limit; a count that does
 #     not fit under it is left out, with a note in the table.
-#   * The JSON holds every figure the table shows; the table is rendered
-#     from the JSON and nothing else.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -48,16 +39,15 @@ from typing import Any
 
 from benchmarks import servers
 from benchmarks.harness import experiment, output
-from benchmarks.harness import render as render_table
-from benchmarks.harness.process import raise_nofile
+from benchmarks.harness.render import describe_machine, markdown
+from benchmarks.harness.process import choose_names, raise_nofile
 from benchmarks.harness.summary import slope
 from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.testing import Crowd, ServerProcess, http_get
 
-__all__ = ["COUNTS", "SERVERS", "main", "measure", "render", "slope"]
+__all__ = ["COUNTS", "SERVERS", "main", "measure", "render"]
 
-SCHEMA = experiment.SCHEMA
 SERVERS = ("aio", "uv", "asyncio-protocol", "uvloop-protocol")
 COUNTS = (0, 1000, 10_000)
 QUICK_COUNTS = (0, 1000)
@@ -67,15 +57,12 @@ TIMEOUT = 60.0      # seconds for each step (start, open, a round of requests)
 ROOM = 1024         # descriptors beyond the connections, per process
 
 
-def _server(name: str) -> servers.Server:
-    try:
-        return servers.stage_server(stages.get(name))
-    except KeyError:
-        return servers.peer_server(name)
+def _error(why: str) -> dict[str, Any]:
+    return {"status": "error", "note": why, "error": why}
 
 
 def measure(server: servers.Server, counts: list[int]) -> dict[str, Any]:
-    """One run: ``{"rss": {N: bytes}, "fds": {N: count}}``, or ``{"error": text}``."""
+    """One run: ``{"status": "ok", "rss": {N: bytes}, "fds": {N: count}}``, or status "error" and why."""
     process = ServerProcess(server.name, command=list(server.argv), env=server.env,
                             nofile=max(counts) + ROOM, timeout=15.0)
     rss: dict[str, int] = {}
@@ -84,23 +71,17 @@ def measure(server: servers.Server, counts: list[int]) -> dict[str, Any]:
         process.start()
         status, body = http_get(process.address, timeout=TIMEOUT)
         if (status, body) != (200, HELLO):
-            return {"status": "error", "note": f"the warm-up request got {status} {body[:40]!r}",
-                    "error": f"the warm-up request got {status} {body[:40]!r}"}
+            return _error(f"the warm-up request got {status} {body[:40]!r}")
         with Crowd(process.address, timeout=TIMEOUT) as crowd:
             for count in counts:
                 if count > len(crowd):
                     crowd.open(count - len(crowd))
-                    answers = crowd.ask()
-                    wrong = sum(answer != (200, HELLO) for answer in answers)
-                    if wrong:
-                        why = f"{wrong} of {count} connections were not answered"
-                        return {"status": "error", "note": why, "error": why}
+                    if wrong := sum(answer != (200, HELLO) for answer in crowd.ask()):
+                        return _error(f"{wrong} of {count} connections were not answered")
                 time.sleep(SETTLE)
-                rss[str(count)] = process.rss_bytes()
-                fds[str(count)] = process.fd_count()
+                rss[str(count)], fds[str(count)] = process.rss_bytes(), process.fd_count()
     except (OSError, RuntimeError, TimeoutError) as error:
-        why = f"{type(error).__name__}: {error}"
-        return {"status": "error", "note": why, "error": why}
+        return _error(f"{type(error).__name__}: {error}")
     finally:
         if process.proc is not None:
             process.stop()
@@ -111,11 +92,9 @@ def summarize(runs: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
     """Medians per count over the runs that succeeded, and the slope through them."""
     good = [run for run in runs if "rss" in run]
     if not good:
-        return {"rss": {}, "bytes_per_connection": None,
-                "error": runs[-1].get("error") if runs else "not run"}
+        return {"rss": {}, "bytes_per_connection": None, "error": runs[-1].get("error") if runs else "not run"}
     medians = {str(n): statistics.median(run["rss"][str(n)] for run in good) for n in counts}
-    return {"rss": medians,
-            "fds": {str(n): max(run["fds"][str(n)] for run in good) for n in counts},
+    return {"rss": medians, "fds": {str(n): max(run["fds"][str(n)] for run in good) for n in counts},
             "bytes_per_connection": slope([(n, medians[str(n)]) for n in counts]),
             "runs_ok": len(good), "error": None}
 
@@ -125,89 +104,27 @@ def _mib(value: float | None) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """The Markdown table (benchmarks/results/memory.md) from the JSON's ``data``."""
-    counts = data["counts"]
-    lines = []
-    if data["settings"]["quick"]:
-        lines += ["*A `--quick` plumbing run: one repetition, up to "
-                  f"{max(counts):,} connections. The book's figures come from the full run "
-                  "(`python -m benchmarks.memory`).*", ""]
+    """The Markdown table (memory.md) from the JSON's ``data`` alone."""
+    counts, settings = data["counts"], data["settings"]
+    lines = [f"*A `--quick` plumbing run: one repetition, up to {max(counts):,} connections. The book's "
+             "figures come from the full run (`python -m benchmarks.memory`).*", ""] if settings["quick"] else []
     lines += [f"Server resident memory (VmRSS, MiB) with N idle keep-alive connections, each "
-              f"having served one request; median of {data['settings']['repeat']} interleaved run(s), a fresh "
+              f"having served one request; median of {settings['repeat']} interleaved run(s), a fresh "
               "server each. Bytes per connection is the least-squares slope of RSS against N.", ""]
-    header = ["server", "what it is", *(f"RSS at {n:,}" for n in counts), "bytes per connection"]
     rows = []
     for row in data["servers"]:
         result = data["results"].get(row["name"], {})
-        if row["skipped"] or result.get("error"):
-            why = row["skipped"] or result["error"]
-            rows.append([f"`{row['name']}`", f"{row['summary']} (*not measured: {why}*)",
-                         *["–"] * (len(counts) + 1)])
-            continue
-        per = result["bytes_per_connection"]
-        rows.append([f"`{row['name']}`", row["summary"], *(_mib(result["rss"].get(str(n))) for n in counts),
-                     "–" if per is None else f"{per:,.0f}"])
-    lines += render_table.markdown(header, rows, numeric_from=2)
-    for note in data.get("notes", []):
-        lines += ["", f"*{note}*"]
-    lines += ["", f"Command: `{data['command']}`; {render_table.describe_machine(data)}."]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False, aliases=("--json",))
-    parser.add_argument("--servers", help=f"comma-separated (default: {','.join(SERVERS)})")
-    parser.add_argument("--counts", help=f"comma-separated connection counts (default: "
-                                         f"{','.join(map(str, COUNTS))}; --quick {','.join(map(str, QUICK_COUNTS))}; "
-                                         "0 is always measured)")
-    parser.add_argument("--render", action="store_true",
-                        help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
-    args = parser.parse_args(argv)
-    # --render --reference re-renders the book's table: a rendering, not a measurement.
-    out = output.RESULTS / "memory.json" if args.render and args.reference else output.json_path(
-        parser, args, "memory.json")
-    if args.render:
-        table = output.write_text(render(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
-        print(f"wrote {output.relative(table)}")
-        return 0
-    names = args.servers.split(",") if args.servers else list(SERVERS)
-    known = [stage.name for stage in stages.STAGES] + [peer.name for peer in servers.PEERS]
-    if unknown := [name for name in names if name not in known]:
-        parser.error(f"unknown server(s): {', '.join(unknown)}; known: {', '.join(known)}")
-    counts = sorted({0, *(int(n) for n in args.counts.split(","))} if args.counts
-                    else set(QUICK_COUNTS if args.quick else COUNTS))
-    repeat = args.repeat or (1 if args.quick else REPEAT)
-    notes = []
-    limit = raise_nofile(max(counts) + ROOM)
-    fitting = [n for n in counts if n + ROOM <= limit]
-    if fitting != counts:
-        notes.append(f"left out: {', '.join(f'{n:,}' for n in counts if n not in fitting)} connections "
-                     f"(the descriptor limit here is {limit:,}; ulimit -Hn raises it)")
-        counts = fitting
-    rows, ready = [], []
-    for name in names:
-        server = _server(name)
-        note = servers.prepare(server)
-        rows.append({"name": name, "kind": server.kind, "summary": server.summary, "skipped": note})
-        if note:
-            print(f"skip {name}: {note}", flush=True)
+        if why := row["skipped"] or result.get("error"):
+            rows.append([f"`{row['name']}`", f"{row['summary']} (*not measured: {why}*)", *["–"] * (len(counts) + 1)])
         else:
-            ready.append(server)
-    clock = experiment.Clock()
-    records = experiment.interleave(
-        ready, repeat, lambda server: {"server": server.name, **measure(server, counts)},
-        lambda server: server.name,
-        lambda record: ", ".join(f"{n}: {_mib(record['rss'][str(n)])} MiB" for n in counts))
-    data = experiment.document("memory", sys.argv[1:] if argv is None else argv, clock,
-                               settings={"quick": args.quick, "repeat": repeat, "counts": counts,
-                                         "settle_s": SETTLE, "rss": "VmRSS, /proc/PID/status"})
-    data.update(counts=counts, servers=rows, notes=notes, elapsed_s=clock.elapsed(),
-                results={server.name: {**summarize([r for r in records if r["server"] == server.name], counts),
-                                       "runs": [r for r in records if r["server"] == server.name]}
-                         for server in ready})
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
-    return 0
+            per = result["bytes_per_connection"]
+            rows.append([f"`{row['name']}`", row["summary"], *(_mib(result["rss"].get(str(n))) for n in counts),
+                         "–" if per is None else f"{per:,.0f}"])
+    header = ["server", "what it is", *(f"RSS at {n:,}" for n in counts), "bytes per connection"]
+    lines += markdown(header, rows, numeric_from=2)
+    lines += [line for note in data.get("notes", []) for line in ("", f"*{note}*")]
+    lines += ["", f"Command: `{data['command']}`; {describe_machine(data)}."]
+    return "\n".join(lines) + "\n"
 
 
 def conclusion(data: dict) -> str:
@@ -216,6 +133,47 @@ def conclusion(data: dict) -> str:
              if row.get("bytes_per_connection") is not None]
     return ("KiB per idle keep-alive connection: " + ", ".join(parts)) if parts else \
         "memory per connection: nothing measured"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False, aliases=("--json",))
+    parser.add_argument("--servers", help=f"comma-separated stages and peers (default: {','.join(SERVERS)})")
+    parser.add_argument("--counts", help=f"comma-separated connection counts (default: {','.join(map(str, COUNTS))}; "
+                                         f"--quick {','.join(map(str, QUICK_COUNTS))}; 0 is always measured)")
+    args = parser.parse_args(argv)
+    out = output.json_path(parser, args, "memory.json")
+    every_stage = [stage.name for stage in stages.STAGES]
+    names = choose_names(args.servers, every_stage + [peer.name for peer in servers.PEERS], "server", list(SERVERS))
+    counts = sorted({0, *(int(n) for n in args.counts.split(","))} if args.counts
+                    else set(QUICK_COUNTS if args.quick else COUNTS))
+    repeat = args.repeat or (1 if args.quick else REPEAT)
+    notes = []
+    limit = raise_nofile(max(counts) + ROOM)
+    if left_out := [n for n in counts if n + ROOM > limit]:
+        notes.append(f"left out: {', '.join(f'{n:,}' for n in left_out)} connections "
+                     f"(the descriptor limit here is {limit:,}; ulimit -Hn raises it)")
+        counts = [n for n in counts if n not in left_out]
+    rows, ready = [], []
+    for name in names:
+        server = servers.stage_server(stages.get(name)) if name in every_stage else servers.peer_server(name)
+        if note := servers.prepare(server):
+            print(f"skip {name}: {note}", flush=True)
+        else:
+            ready.append(server)
+        rows.append({"name": name, "kind": server.kind, "summary": server.summary, "skipped": note})
+    clock = experiment.Clock()
+    records = experiment.interleave(
+        ready, repeat, lambda server: {"server": server.name, **measure(server, counts)}, lambda server: server.name,
+        lambda record: ", ".join(f"{n}: {_mib(record['rss'][str(n)])} MiB" for n in counts))
+    data = experiment.document("memory", argv, clock, settings={
+        "quick": args.quick, "repeat": repeat, "counts": counts, "settle_s": SETTLE, "rss": "VmRSS, /proc/PID/status"})
+    runs = {server.name: [r for r in records if r["server"] == server.name] for server in ready}
+    data.update(counts=counts, servers=rows, notes=notes, elapsed_s=clock.elapsed(),
+                results={name: {**summarize(own, counts), "runs": own} for name, own in runs.items()})
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
+    return 0
 
 
 if __name__ == "__main__":
