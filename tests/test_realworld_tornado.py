@@ -119,6 +119,6 @@ def test_table_shows_skips_failures_and_only_the_relevant_cpu_columns() -> None:
             "results": tornado_bench.summarize(runs)}
     table = tornado_bench.markdown(data)
     assert "| /db | wrk | aio | 100 | 9.0 | 20.0 | 800 | 300 | — |" in table, table
-    assert "| /hello | ab | uvloop | did not start |" in table
+    assert "| /hello | ab | uvloop | 1 of 1 runs: error (did not start) |" in table
     assert "Not measured: loop uv (no module)." in table
     assert "PostgreSQL 15.18" in table and "/db wrk aio: 2" in table

@@ -52,7 +52,6 @@ from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.render import DASH, markdown as table
-from benchmarks.harness.summary import is_noisy, median
 from benchmarks.realworld import services
 from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions
 from tinyloop.testing import ServerProcess
@@ -174,28 +173,21 @@ FIGURES = ("rps", "p50_ms", "p99_ms", "app_cpu_us_per_req", "db_cpu_us_per_req",
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per (handler, tool, loop), in run order: the medians of its ``ok`` runs.
+    """One row per (handler, tool, loop), in run order: the harness's fold of its runs.
 
-    A row's ``spread`` is its req/s ``[min, max]``; ``noisy`` is true when
-    they differ by more than NOISE; ``failed`` sums every run's.
+    Medians of the ``ok`` runs, ``spread`` {figure: [min, max]}, ``noisy`` on
+    req/s, ``failed`` summed, ``note`` for the runs that failed.
     """
-    grouped: dict[tuple[str, str, str], list[dict]] = {}
+    folded = experiment.fold(({**run, "case": f"{run['handler']} {run['tool']}"} for run in runs), "case", "loop",
+                             FIGURES, deciding=("rps",), ratios=())
+    rows = {}
     for run in runs:
-        grouped.setdefault((run["handler"], run["tool"], run["loop"]), []).append(run)
-    rows = []
-    for (handler, tool, loop), group in grouped.items():
-        ok = [run for run in group if run["status"] == "ok"]
-        row = {"handler": handler, "tool": tool, "loop": loop, "runs": len(group), "ok_runs": len(ok)}
-        for figure in FIGURES:
-            row[figure] = median([run[figure] for run in ok])
-        rates = [run["rps"] for run in ok if run["rps"] is not None]
-        row["spread"] = [min(rates), max(rates)] if rates else None
-        row["noisy"] = bool(rates) and is_noisy([min(rates), max(rates)])
-        row["failed"] = sum(run["failed"] or 0 for run in group)
-        notes = sorted({run["note"] for run in group if run["note"]})
-        row["note"] = "; ".join(notes) or None
-        rows.append(row)
-    return rows
+        key = (run["handler"], run["tool"], run["loop"])
+        if key not in rows:
+            summary = folded[f"{run['handler']} {run['tool']}"][run["loop"]]
+            rows[key] = {"handler": key[0], "tool": key[1], "loop": key[2],
+                         **{name: value for name, value in summary.items() if name != "ratio"}}
+    return list(rows.values())
 
 
 def short_version(name: str, line: str) -> str:
