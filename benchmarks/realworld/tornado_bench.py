@@ -151,17 +151,13 @@ def measure(loop: str, handler: str, tool: str, settings: loads.Settings, layout
         if result.completed:
             for name in parts:
                 record[f"{name}_cpu_us_per_req"] = (after[name] - before[name]) * 1e6 / result.completed
-        if app.proc is not None and app.proc.poll() is not None:
-            record["note"] = f"the app exited with code {app.proc.returncode} during the run"
-        elif result.timed_out or result.completed == 0:
-            record["status"], record["note"] = "timeout", result.error or "no response"
-        elif result.completed is None:
-            tail = output.strip().splitlines()[-1:] or ["no output"]
-            record["note"] = result.error or f"could not read the tool's output: {tail[0]}"
-        else:
-            record["status"] = "ok"
-            if result.failed:
-                record["note"] = f"{result.failed} failed requests"
+        tail = (output.strip().splitlines()[-1:] or ["no output"])[0]
+        exited = app.proc is not None and app.proc.poll() is not None
+        record["status"], record["note"] = (
+            ("error", f"the app exited with code {app.proc.returncode} during the run") if exited
+            else ("timeout", result.error or "no response") if result.timed_out or result.completed == 0
+            else ("error", result.error or f"could not read the tool's output: {tail}") if result.completed is None
+            else ("ok", f"{result.failed} failed requests" if result.failed else None))
         return record
     finally:
         app.stop()
