@@ -201,7 +201,8 @@ def conclusion(data: dict) -> str:
     after = f"{sum(fine(row['after']) for row in rows)} of {len(rows)} stages recovered"
     if not any("before" in row for row in rows):
         return f"at the descriptor limit: {after}"
-    return (f"at the descriptor limit: {sum(fine(row['before']) for row in rows)} of {len(rows)} stages "
+    had = [row for row in rows if row.get("before", {}).get("status") != "n/a"]  # stages the other tree has
+    return (f"at the descriptor limit: {sum(fine(row['before']) for row in had)} of {len(had)} stages "
             f"recovered before, {after} after")
 
 
