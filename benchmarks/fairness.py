@@ -29,7 +29,10 @@ reactor, tasks and futures, streams, HTTP, system calls.
 Latency is measured by the client, in this process, from just before the
 request is sent to the end of its response.  The server runs on CPU 0 and
 this process on CPU 1 (where the machine has two), so they do not take turns
-on one core.  Loopback only, bounded in requests and time.
+on one core, and both at real-time priority where allowed (the harness's
+pinning; ``--no-realtime``), so that other work on a shared machine does not
+keep a woken server or client waiting for its core.  Loopback only,
+bounded in requests and time.
 """
 
 # Rules this file keeps:
@@ -54,10 +57,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
 from benchmarks.harness.machine import ROOT
+from benchmarks.harness.process import choose_pinning, realtime_self
 from benchmarks.harness.profiling import SYSCALLS
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
@@ -76,12 +81,6 @@ SERVERS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 FAST = b"GET / HTTP/1.1\r\nHost: fairness\r\n\r\n"
-
-
-def _pin(pid: int | None, cpu: int) -> None:
-    """Run ``pid`` (None: this process) on CPU ``cpu`` if the machine has it; else leave it."""
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > cpu:
-        os.sched_setaffinity(pid or 0, {cpu})
 
 
 def _fast_client(address: tuple[str, int], count: int, seed: int, out: list[float]) -> None:
@@ -109,18 +108,20 @@ def _compute_client(address: tuple[str, int], path: str, stop: threading.Event, 
             done[0] += 1
 
 
-def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int) -> dict:
+def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int,
+            prefix: Sequence[str] = ()) -> dict:
     """One run: start ``server``, run the fast clients (and the compute client), stop it.
 
     Returns the run's record: ``server``, ``background`` ("none" or
     "/compute?ms=N"), ``status`` ("ok", or "error" with a ``note``), and
     FIGURES: fast requests answered, their p50/p99/max latency in ms, and
-    the /compute requests answered meanwhile.
+    the /compute requests answered meanwhile.  ``prefix`` goes before the
+    server's command (the harness's pinning: ``taskset``, ``chrt``).
     """
     stage, env = SERVERS[server]
     background = "none" if compute_ms is None else f"/compute?ms={compute_ms}"
-    with ServerProcess(stage, env=env) as proc:
-        _pin(proc.pid, 0)
+    command = [*prefix, sys.executable, "-m", "tinyloop", "serve", stage, "--host", "127.0.0.1", "--port", "0"]
+    with ServerProcess(stage, env=env, command=command) as proc:
         for _ in range(20):  # warm-up: imports, first connections, thread pool
             _fast_client(proc.address, 1, seed, [])
         stop = threading.Event()
@@ -236,15 +237,15 @@ def _layer(function: tuple[str, int, str]) -> str:
     return "other Python"
 
 
-def profile_stage(stage: str, requests: int) -> str:
-    """Profile ``stage``'s server under ``ab -k -n REQUESTS -c 10``; the summary as text."""
+def profile_stage(stage: str, requests: int, prefix: Sequence[str] = ()) -> str:
+    """Profile ``stage``'s server (``prefix`` before its command) under ``ab -k -n REQUESTS -c 10``;
+    the summary as text."""
     if shutil.which("ab") is None:
         raise SystemExit("--profile needs ApacheBench (ab)")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, f"{stage}.prof")
-        command = [sys.executable, "-c", _PROFILED, stage, out]
+        command = [*prefix, sys.executable, "-c", _PROFILED, stage, out]
         with ServerProcess(stage, command=command, env={"PYTHONPATH": str(ROOT)}) as proc:
-            _pin(proc.pid, 0)
             ab = ["ab", "-q", "-k", "-n", str(requests), "-c", "10", f"http://127.0.0.1:{proc.port}/"]
             run = subprocess.run(ab, capture_output=True, text=True, timeout=120)
             if run.returncode != 0:
@@ -269,7 +270,7 @@ def profile_stage(stage: str, requests: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("fairness", __doc__, pin=False, aliases=("--json",))
+    parser = experiment.parser("fairness", __doc__, aliases=("--json",))
     parser.add_argument("--servers", help=f"comma list from {', '.join(SERVERS)} (default: all; "
                                           f"--quick {','.join(QUICK['servers'])})")
     parser.add_argument("--requests", type=int, help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
@@ -280,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: profile these stages (comma list) under ab -k, by layer, into profile.txt")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "fairness.json")
-    if args.profile:
-        _pin(None, 1)
-        text = "\n".join(profile_stage(stage.strip(), args.requests or 2000)
+    if args.profile:  # CPU time: no real-time priority needed
+        prefix = choose_pinning(args.no_pin)["server_prefix"]
+        text = "\n".join(profile_stage(stage.strip(), args.requests or 2000, prefix)
                          for stage in args.profile.split(",") if stage.strip())
         print(text, end="")
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile.txt')))}")
@@ -294,17 +295,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
     requests = args.requests or (QUICK["requests"] if args.quick else 400)
     repeat = args.repeat or (1 if args.quick else 3)
-    _pin(None, 1)
+    pinning = experiment.pinning(args)  # the server on one CPU, this process (the clients) on the other
+    if pinning["enabled"] and pinning["realtime"].startswith("chrt"):
+        realtime_self(int(pinning["load_cpus"]))  # the clients' threads too, so a wait is the server's
     clock = experiment.Clock()
     records = experiment.interleave(
         [(name, compute_ms) for name in chosen for compute_ms in (None, args.compute_ms)], repeat,
-        lambda cell: measure(cell[0], requests=requests, clients=args.clients, compute_ms=cell[1], seed=args.seed),
+        lambda cell: measure(cell[0], requests=requests, clients=args.clients, compute_ms=cell[1], seed=args.seed,
+                             prefix=pinning["server_prefix"]),
         lambda cell: f"{cell[0]} {'none' if cell[1] is None else f'/compute?ms={cell[1]}'}",
         lambda r: f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms")
-    pinned = hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1  # as _pin does
     data = experiment.document(
-        "fairness", sys.argv[1:] if argv is None else argv, clock,
-        pinning={"enabled": pinned, "server_cpus": "0", "load_cpus": "1"} if pinned else {"enabled": False},
+        "fairness", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
         settings={"quick": args.quick, "requests": requests, "clients": args.clients, "repeat": repeat,
                   "compute_ms": args.compute_ms, "seed": args.seed})
     data.update(rows=fold(records), runs=records, elapsed_s=clock.elapsed())
