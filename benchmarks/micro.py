@@ -1,32 +1,16 @@
 # benchmarks/micro.py
 """The loop's own costs, one operation at a time, measured with pyperf.
 
-    python -m benchmarks.micro                    every operation on every loop
+    python -m benchmarks.micro                    every operation (OPERATIONS) on every loop
     python -m benchmarks.micro --quick            a short look (few processes, short values)
-    python -m benchmarks.micro --event-loops asyncio,aio --ops call_soon,sleep0
-    python -m benchmarks.micro --reference        refresh the book's reference, benchmarks/results/micro.json
+    python -m benchmarks.micro --event-loops asyncio,aio --ops call_soon,sleep0 [any pyperf option]
 
-Operations (each timed over many repetitions in one process, then over
-several fresh processes, by pyperf's Runner):
-
-    call_soon     one callback scheduled with call_soon and run by the loop
-    timer_cancel  one call_later(3600, ...) scheduled and cancelled, the loop
-                  then dropping the cancelled timer
-    sleep0        one ``await asyncio.sleep(0)`` in a task: the task yields
-                  to the loop and is stepped again
-    create_task   ``await loop.create_task(coro())`` of a coroutine that
-                  returns at once
-
-on stdlib asyncio, uvloop and tinyloop.aio, and, for the two operations that
-do not need asyncio's tasks, on Part II's callbacks reactor
-(tinyloop.callbacks.loop.Loop).
-
-Writes pyperf's own JSON (every value of every process) to
-benchmarks/results/local/micro-pyperf.json, and a summary (median time per
-operation, operations per second, ratio to asyncio, spread) to
-benchmarks/results/local/micro.json; --reference writes the summary to the
-committed benchmarks/results/micro.json instead, which the book renders
-({bench-micro}).
+The loops: stdlib asyncio, uvloop, tinyloop.aio and tinyloop.uv, and, for the
+two operations that need no tasks, Part II's callbacks reactor.  Writes
+pyperf's own JSON (every value of every process, for ``python -m pyperf
+stats``) as micro-pyperf.json, and the summary (median time per operation,
+operations per second, ratio to asyncio, spread) as micro.json, by the
+harness's output rule; the book renders the reference's ({bench-micro}).
 """
 
 # Rules this file keeps:
@@ -57,16 +41,13 @@ from typing import Any
 
 from benchmarks import servers
 from benchmarks.harness import experiment, output
-from benchmarks.harness import render as render_table
 from benchmarks.harness.process import choose_names, realtime_self
+from benchmarks.harness.render import DASH, align, machine_line, number, spread_cell
 from benchmarks.harness.summary import is_noisy
 from benchmarks.peers.echo_server import LOOPS, loop_factory
 
 __all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
 
-SCHEMA = experiment.SCHEMA
-REFERENCE = output.RESULTS / "micro.json"          # the book's, committed; only --reference writes it
-LOCAL = output.LOCAL / "micro.json"                # a user's run: ignored by git
 BASELINE = "asyncio"
 
 # Each batch of operations ends in one pass of run_forever; large enough that
@@ -81,8 +62,6 @@ QUICK_PYPERF = ["--quiet", "--processes", "2", "--values", "2", "--warmups", "1"
 
 def noop() -> None:
     """The callback every timed operation schedules: it does nothing."""
-
-
 
 
 async def _nothing() -> None:
@@ -109,9 +88,17 @@ def _batches(loops: int, factory: Callable[[], Any], schedule: Callable[[Any, in
         loop.close()
 
 
+def _in_loop(factory: Callable[[], Any], main: Callable[[], Any]) -> float:
+    """What ``main()`` returns (its own timing), run to completion on a new loop from ``factory``."""
+    loop = factory()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` callbacks, scheduled with call_soon in batches, each batch run by run_forever
-    (the batch's stop callback is its last operation)."""
+    """``loops`` call_soon callbacks; each batch's stop callback is its last operation."""
     def schedule(loop: Any, n: int) -> None:
         for _ in range(n - 1):
             loop.call_soon(noop)
@@ -119,8 +106,8 @@ def time_call_soon(loops: int, factory: Callable[[], Any]) -> float:
 
 
 def time_timer_cancel(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` timers scheduled an hour ahead and cancelled; after each batch the loop
-    runs once, which is where a heap with many cancelled timers gets cleaned."""
+    """``loops`` timers an hour ahead, cancelled; after each batch the loop runs once, which is
+    where a heap with many cancelled timers gets cleaned."""
     def schedule(loop: Any, n: int) -> None:
         for _ in range(n):
             loop.call_later(3600.0, noop).cancel()
@@ -128,7 +115,6 @@ def time_timer_cancel(loops: int, factory: Callable[[], Any]) -> float:
 
 
 def time_sleep0(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` round trips of ``await asyncio.sleep(0)`` in one task."""
     async def main() -> float:
         started = time.perf_counter()
         for _ in range(loops):
@@ -138,7 +124,6 @@ def time_sleep0(loops: int, factory: Callable[[], Any]) -> float:
 
 
 def time_create_task(loops: int, factory: Callable[[], Any]) -> float:
-    """``loops`` times: create a task for a coroutine that returns at once, and await it."""
     async def main() -> float:
         create_task = asyncio.get_running_loop().create_task
         started = time.perf_counter()
@@ -146,14 +131,6 @@ def time_create_task(loops: int, factory: Callable[[], Any]) -> float:
             await create_task(_nothing())
         return time.perf_counter() - started
     return _in_loop(factory, main)
-
-
-def _in_loop(factory: Callable[[], Any], main: Callable[[], Any]) -> float:
-    loop = factory()
-    try:
-        return loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 # name -> (function, what one operation is, whether the reactor can run it)
@@ -186,9 +163,9 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
     """``{operation: {loop: row}}`` from each benchmark's values (seconds per operation).
 
     A row has ``median_ns``, ``mean_ns``, ``stdev_ns``, ``ops_per_s``
-    (1 / median), ``spread_ns`` [min, max], ``noisy`` (the largest value over
-    1 + summary.NOISE times the smallest) and ``ratio``: its median time over
-    the baseline loop's (below 1 is faster), None without a baseline row.
+    (1 / median), ``values``, ``spread_ns`` [min, max], ``noisy`` (by
+    summary.is_noisy) and ``ratio``: its median time over the baseline
+    loop's (below 1 is faster), None without a baseline row.
     """
     out: dict[str, dict[str, dict]] = {}
     for (op, loop), seconds in values.items():
@@ -198,9 +175,7 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
             "median_ns": median, "mean_ns": statistics.fmean(ns),
             "stdev_ns": statistics.stdev(ns) if len(ns) > 1 else 0.0,
             "ops_per_s": 1e9 / median if median else None, "values": len(ns),
-            "spread_ns": [min(ns), max(ns)],
-            "noisy": is_noisy([min(ns), max(ns)]),
-        }
+            "spread_ns": [min(ns), max(ns)], "noisy": is_noisy([min(ns), max(ns)])}
     for rows in out.values():
         base = rows.get(baseline)
         for row in rows.values():
@@ -208,47 +183,49 @@ def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELI
     return out
 
 
-HEADER = ["loop", "median ns/op", "ops/s", "× asyncio", "min–max ns"]
-
-
 def table(data: dict, op: str) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` for one operation, loops in the run's order; a skipped loop says so."""
-    rows_by_loop = data["results"].get(op, {})
     rows = []
     for loop in data["loops"]:
-        name, skipped = loop["name"], loop.get("skipped")
-        if skipped:
-            rows.append([name, "skipped", "—", "—", "—"])
-            continue
-        row = rows_by_loop.get(name)
-        if row is None:
-            continue  # the reactor has no tasks: no row for sleep0 / create_task
-        low, high = row["spread_ns"]
-        spread = f"{low:,.0f}–{high:,.0f}" + (" noisy" if row["noisy"] else "")
-        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        rows.append([name, f"{row['median_ns']:,.0f}", f"{row['ops_per_s']:,.0f}", ratio, spread])
-    return HEADER, rows
+        row = data["results"].get(op, {}).get(loop["name"])
+        if loop.get("skipped"):
+            rows.append([loop["name"], "skipped", DASH, DASH, DASH])
+        elif row is not None:  # (none for the reactor's missing operations)
+            rows.append([loop["name"], number(row["median_ns"]), number(row["ops_per_s"]),
+                         DASH if row["ratio"] is None else f"{row['ratio']:.2f}",
+                         spread_cell(row["spread_ns"], row["noisy"])])
+    return ["loop", "median ns/op", "ops/s", "× asyncio", "min–max ns"], rows
 
 
 def describe(data: dict) -> str:
     """One line saying where and how: machine, pyperf's settings, pinning, date."""
-    machine, settings = data.get("machine", {}), data.get("settings", {})
-    parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
-             f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
+    settings = data.get("settings", {})
     how = (f"pyperf, {settings.get('processes')} processes x {settings.get('values')} values"
            + (f", on CPU {settings['affinity']}" if settings.get("affinity") else ", unpinned")
            + (", real-time priority" if "SCHED_FIFO" in str(settings.get("process")) else "")
            + (" (--quick: a look, not a measurement)" if settings.get("quick") else ""))
-    return f"{', '.join(p for p in parts if p)}; {how}; {str(data.get('date', ''))[:10]}"
+    return f"{machine_line(data)}; {how}; {str(data.get('date', ''))[:10]}"
 
 
 def format_text(data: dict) -> str:
-    parts = [f"{op['name']}: {op['what']}\n" + "\n".join(render_table.align(*table(data, op["name"])))
+    parts = [f"{op['name']}: {op['what']}\n" + "\n".join(align(*table(data, op["name"])))
              for op in data["operations"]]
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
-    notes.append("× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.")
-    notes.append("Measured on: " + describe(data))
+    notes += ["× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.",
+              "Measured on: " + describe(data)]
     return "\n\n".join(parts) + "\n\n" + "\n".join(notes)
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: each operation's fastest loop, with its time against asyncio's."""
+    parts = []
+    for op, by_loop in data["results"].items():
+        timed = {loop: row["median_ns"] for loop, row in by_loop.items() if row.get("median_ns")}
+        if timed:
+            best = min(timed, key=timed.get)
+            ratio = by_loop[best].get("ratio")
+            parts.append(f"{op} {best}" + (f" {ratio:.2f}× asyncio" if ratio else ""))
+    return ("fastest loop per operation: " + ", ".join(parts)) if parts else "micro: nothing measured"
 
 
 # --- the command line --------------------------------------------------------
@@ -257,13 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyperf
     except ImportError:
-        raise SystemExit("micro: pyperf is not installed: run `bash scripts/setup.sh` "
-                         "(or pip install pyperf)") from None
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    shown = list(argv)
-    quick = "--quick" in argv
-    argv = [a for a in argv if a != "--quick"]
+        raise SystemExit("micro: pyperf is not installed: run `bash scripts/setup.sh`") from None
+    shown = list(sys.argv[1:] if argv is None else argv)
+    quick = "--quick" in shown
+    argv = [a for a in shown if a != "--quick"]
     if "--worker" not in argv:
         # Our defaults first; the user's pyperf options (later) override them.
         argv = (QUICK_PYPERF if quick else DEFAULT_PYPERF) + argv
@@ -291,53 +265,33 @@ def main(argv: list[str] | None = None) -> int:
             factories[name] = factory_for(name)
         except ImportError as error:
             skipped[name] = f"does not import ({error})"
-    ready = [name for name in loops if name in factories]
-    out, where = None, None
     if not args.worker:  # refuse a wrong output before measuring
         args.quick = quick
         out = output.json_path(parser, args, "micro.json")
         # The workers inherit real-time priority: other work on the machine does not preempt them.
         where = realtime_self(int(args.affinity.split(",")[0]) if args.affinity else None)
-
     clock = experiment.Clock()
-    results: dict[tuple[str, str], Any] = {}
-    for op, loop in benchmarks(ready, ops):
-        bench = runner.bench_time_func(f"{op}[{loop}]", OPERATIONS[op][0], factories[loop])
-        if bench is not None:  # None in a worker, and for the tasks it does not run
-            results[(op, loop)] = bench
-    if args.worker or out is None:
+    results = {(op, loop): runner.bench_time_func(f"{op}[{loop}]", OPERATIONS[op][0], factories[loop])
+               for op, loop in benchmarks([name for name in loops if name in factories], ops)}
+    results = {key: bench for key, bench in results.items() if bench is not None}  # None in a worker
+    if args.worker:
         return 0
-    # The manager alone writes files.
     # pyperf's own JSON (every value) beside the summary, but never in the committed folder.
     pyperf_json = (output.LOCAL if out.parent == output.RESULTS else out.parent) / f"{out.stem}-pyperf.json"
     if results:
         pyperf_json.parent.mkdir(parents=True, exist_ok=True)
         pyperf.BenchmarkSuite(list(results.values())).dump(str(pyperf_json), replace=True)
-    baseline = BASELINE if BASELINE in ready else None
+    baseline = BASELINE if BASELINE in factories else None
     data = experiment.document(
         "micro", shown, clock, tools={"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
-        settings={"quick": quick, "processes": args.processes, "values": args.values,
-                  "warmups": args.warmups, "min_time_s": args.min_time, "affinity": args.affinity,
-                  "batch": BATCH, "process": where})
+        settings={"quick": quick, "processes": args.processes, "values": args.values, "warmups": args.warmups,
+                  "min_time_s": args.min_time, "affinity": args.affinity, "batch": BATCH, "process": where})
     data.update(baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
                 loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
-                results=summarize({key: list(bench.get_values()) for key, bench in results.items()},
-                                  baseline or ""),
+                results=summarize({key: list(bench.get_values()) for key, bench in results.items()}, baseline or ""),
                 pyperf_json=output.relative(pyperf_json), elapsed_s=clock.elapsed())
     experiment.finish(data, out, format_text(data), conclusion(data))
     return 0
-
-
-def conclusion(data: dict) -> str:
-    """The run in one line: each operation's fastest loop, with its time against asyncio's."""
-    parts = []
-    for op, by_loop in data["results"].items():
-        timed = {loop: row["median_ns"] for loop, row in by_loop.items() if row.get("median_ns")}
-        if timed:
-            best = min(timed, key=timed.get)
-            ratio = by_loop[best].get("ratio")
-            parts.append(f"{op} {best}" + (f" {ratio:.2f}× asyncio" if ratio else ""))
-    return ("fastest loop per operation: " + ", ".join(parts)) if parts else "micro: nothing measured"
 
 
 if __name__ == "__main__":

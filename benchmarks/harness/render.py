@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["DASH", "align", "cell", "describe_machine", "markdown", "number", "spread_cell"]
+__all__ = ["DASH", "align", "cell", "describe_machine", "machine_line", "markdown", "number", "spread_cell"]
 
 DASH = "—"
 
@@ -62,13 +62,6 @@ def describe_machine(data: dict) -> str:
     ``machine``, ``pinning``, ``settings`` and ``load_average`` (any may be
     missing).  ``machine`` may also be a line of text (an older file's).
     """
-    machine = data.get("machine") or {}
-    if isinstance(machine, str):
-        parts = [machine]
-    else:
-        parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
-                 f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(),
-                 str(machine.get("python"))]
     pinning = data.get("pinning") or {}
     settings = data.get("settings") or {}
     where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
@@ -82,4 +75,15 @@ def describe_machine(data: dict) -> str:
     load = data.get("load_average")
     if isinstance(load, list) and load:
         how += f"; load average {max(load):.1f} (a shared machine)"
-    return f"{', '.join(p for p in parts if p)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
+    return f"{machine_line(data)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
+
+
+def machine_line(data: dict) -> str:
+    """The JSON's ``machine`` in a few words: ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython 3.11.2"``
+    (a line of text, an older file's ``machine``, as it is)."""
+    machine = data.get("machine") or {}
+    if isinstance(machine, str):
+        return machine
+    parts = [str(machine.get("cpu_model") or "unknown CPU"), f"{machine.get('cpus')} CPUs",
+             f"{machine.get('system') or ''} {machine.get('kernel') or ''}".strip(), str(machine.get("python"))]
+    return ", ".join(part for part in parts if part)
