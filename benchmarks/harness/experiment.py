@@ -15,6 +15,9 @@ function for one cell, and the one line it concludes.  This module gives it:
     fingerprint, tools, pinning, the machine's load before and after);
   * ``finish``: write the JSON (and its text beside it), print the table and
     the conclusion;
+  * ``settings``, ``runnable``, ``least``: the settings a run takes from its
+    command line, the servers it can run, and the least figure of a table,
+    as every server experiment picks them;
   * ``run_tool``: a load generator run under a wall-clock limit.
 
 Rules it keeps: a run's figures are medians of the repetitions whose status
@@ -39,7 +42,8 @@ from benchmarks.harness.machine import display, fingerprint
 from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
 
-__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "parser", "pinning", "run_tool"]
+__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "least", "parser", "pinning",
+           "run_tool", "runnable", "settings"]
 
 # Every experiment's JSON carries this in ``schema``; the readers (the book's
 # directives, benchmarks.report) accept it.
@@ -75,6 +79,45 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
 def pinning(args: argparse.Namespace) -> dict:
     """The pinning :func:`parser`'s options ask for: separate CPUs, at real-time priority where allowed."""
     return choose_pinning(args.no_pin, realtime=not args.no_realtime)
+
+
+def settings(parser: argparse.ArgumentParser, args: argparse.Namespace, defaults: dict[str, float],
+             quick: dict[str, float], least: dict[str, float] | None = None) -> dict[str, float]:
+    """Each key of ``defaults``: the option of that name where the command line gives it, else
+    ``quick``'s value with ``--quick``, else the default.  A value under its ``least`` (default:
+    any positive value) is refused through ``parser.error`` (exit 2)."""
+    base = quick if args.quick else defaults
+    chosen = {key: base[key] if getattr(args, key, None) is None else getattr(args, key) for key in base}
+    for key, value in chosen.items():
+        floor = (least or {}).get(key)
+        if value < (floor or 0) or value <= 0:
+            parser.error(f"--{key.replace('_', '-')} must be {'positive' if floor is None else f'at least {floor:g}'}"
+                         f", got {value:g}")
+    return chosen
+
+
+def runnable(candidates: Sequence, skipped: dict[str, str], name: str) -> list:
+    """The ``candidates`` (servers, by ``.name``) not ``skipped``, after a line for each that is
+    ({name: why}); exits (SystemExit) when none is left."""
+    for server, note in skipped.items():
+        print(f"skip {server}: {note}")
+    ready = [server for server in candidates if server.name not in skipped]
+    if not ready:
+        raise SystemExit(f"{name}: no server can run here")
+    return ready
+
+
+def least(figures: dict[str, float | None], baseline: str | None, digits: int, among: Iterable[str] | None = None,
+          unit: str = " µs") -> str | None:
+    """``"uv 13 µs, asyncio-protocol 16"``: the least of ``figures`` (of the names ``among``, default
+    all), then the ``baseline``'s where it has one, ``digits`` after the point; None without any."""
+    measured = {name: value for name, value in figures.items() if value is not None}
+    pool = [name for name in (measured if among is None else among) if name in measured]
+    if not pool:
+        return None
+    best = min(pool, key=measured.__getitem__)
+    against = f", {baseline} {measured[baseline]:.{digits}f}" if baseline in measured else ""
+    return f"{best} {measured[best]:.{digits}f}{unit}{against}"
 
 
 class Clock:
