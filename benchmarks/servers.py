@@ -8,6 +8,8 @@
 #     argument list that takes ``--port 0`` and prints the same announce line,
 #     ``tinyloop: serving NAME on http://127.0.0.1:PORT/``; tinyloop.testing's
 #     ServerProcess starts either and stops it with SIGTERM.
+#   * A peer is a declaration (:class:`Peer`): its command, what it needs
+#     here, how it is built.  The echo experiment declares its own the same way.
 #   * A server that cannot run here is skipped with a note saying why (a
 #     stage whose module is not written yet, no ``go`` on PATH, a failed
 #     build), never an error that stops the other servers.
@@ -32,8 +34,8 @@ from benchmarks.harness.machine import display, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "choose", "launch", "peer_server", "prepare", "start",
-           "stage_server", "tool_versions"]
+__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "choose", "launch",
+           "peer_server", "prepare", "start", "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
 PEER_DIR = HERE / "peers"
@@ -64,23 +66,53 @@ class Server:
 class Peer:
     """A peer's recipe.  ``needs`` names what must exist here: a Python module
     (``"module:uvloop"``) or a program on PATH (``"go"``); ``default`` is false
-    for peers that only the harness's own tests ask for."""
+    for peers that only the harness's own tests ask for; ``argv`` and ``env``
+    start it; ``setup`` (if any) builds or checks it: None when ready, else why not."""
 
     name: str
     summary: str
     needs: str | None = None
     default: bool = True
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    setup: Callable[[], str | None] | None = None
+
+    def server(self) -> Server:
+        return Server(self.name, "peer", self.summary, self.argv, env=self.env)
+
+    def prepare(self) -> str | None:
+        """None when the peer can start here (after its ``setup``), else a note saying why not."""
+        module = self.needs.partition("module:")[2] if self.needs else ""
+        if module and importlib.util.find_spec(module) is None:
+            return f"Python module {module} is not installed"
+        if self.needs and not module and shutil.which(self.needs) is None:
+            return f"{self.needs} is not on PATH"
+        return self.setup() if self.setup else None
+
+
+def _python(script: str, *args: str) -> tuple[str, ...]:
+    """``python benchmarks/peers/SCRIPT ARGS --port 0``."""
+    return (sys.executable, str(PEER_DIR / script), *args, "--port", "0")
+
+
+def _asyncio(loop: str, api: str, summary: str) -> Peer:
+    return Peer(f"{loop}-{api}", summary, None if loop == "asyncio" else f"module:{loop}",
+                argv=_python("asyncio_server.py", "--loop", loop, "--api", api))
 
 
 PEERS: tuple[Peer, ...] = (
-    Peer("asyncio-protocol", "stdlib asyncio, Protocol callbacks (the baseline of every ratio)"),
-    Peer("asyncio-streams", "stdlib asyncio, start_server streams"),
-    Peer("uvloop-protocol", "the same Protocol code on uvloop", "module:uvloop"),
-    Peer("uvloop-streams", "the same streams code on uvloop", "module:uvloop"),
-    Peer("go-nethttp", "Go net/http, GOMAXPROCS=1", "go"),
-    Peer("node-http", "Node.js http module", "node"),
-    Peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "cc"),
-    Peer("stall", "serves one connection, then answers nothing (tests the time-outs)", default=False),
+    _asyncio("asyncio", "protocol", "stdlib asyncio, Protocol callbacks (the baseline of every ratio)"),
+    _asyncio("asyncio", "streams", "stdlib asyncio, start_server streams"),
+    _asyncio("uvloop", "protocol", "the same Protocol code on uvloop"),
+    _asyncio("uvloop", "streams", "the same streams code on uvloop"),
+    Peer("go-nethttp", "Go net/http, GOMAXPROCS=1", "go", argv=(str(BUILD / "go-nethttp"), "-port", "0"),
+         env={"GOMAXPROCS": "1"}, setup=lambda: build_go(BUILD / "go-nethttp", ".", [PEER_DIR / "go" / "main.go"])),
+    Peer("node-http", "Node.js http module", "node", argv=("node", str(PEER_DIR / "node" / "server.js"), "--port", "0")),
+    Peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "cc",
+         argv=(str(BUILD / "http_floor"), "--port", "0"),
+         setup=lambda: build_c(BUILD / "http_floor", PEER_DIR / "c" / "http_floor.c")),
+    Peer("stall", "serves one connection, then answers nothing (tests the time-outs)", default=False,
+         argv=_python("stall_server.py")),
 )
 
 _PEERS = {peer.name: peer for peer in PEERS}
@@ -94,23 +126,7 @@ def stage_server(stage: stages.Stage) -> Server:
 
 def peer_server(name: str) -> Server:
     """The server for peer ``name``; raises ``KeyError`` for an unknown name."""
-    peer = _PEERS[name]
-    python = sys.executable
-    if name.startswith(("asyncio-", "uvloop-")):
-        loop, api = name.split("-")
-        argv: tuple[str, ...] = (python, str(PEER_DIR / "asyncio_server.py"), "--loop", loop,
-                                 "--api", api, "--port", "0")
-        return Server(name, "peer", peer.summary, argv)
-    if name == "go-nethttp":
-        return Server(name, "peer", peer.summary, (str(BUILD / "go-nethttp"), "-port", "0"),
-                      env={"GOMAXPROCS": "1"})
-    if name == "node-http":
-        return Server(name, "peer", peer.summary, ("node", str(PEER_DIR / "node" / "server.js"), "--port", "0"))
-    if name == "c-epoll":
-        return Server(name, "peer", peer.summary, (str(BUILD / "http_floor"), "--port", "0"))
-    if name == "stall":
-        return Server(name, "peer", peer.summary, (python, str(PEER_DIR / "stall_server.py"), "--port", "0"))
-    raise KeyError(name)
+    return _PEERS[name].server()
 
 
 def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
@@ -118,11 +134,10 @@ def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
     stage, and every peer but those only the tests ask for), stages first; an unknown name exits
     with the choices (harness.process.choose_names)."""
     every_stage = [stage.name for stage in stages.STAGES]
-    every_peer = [peer.name for peer in PEERS]
     return ([stage_server(stages.get(name)) for name in process.choose_names(stage_names, every_stage, "stage",
                                                                              every_stage)]
             + [peer_server(name) for name in process.choose_names(
-                peer_names, every_peer, "peer", [peer.name for peer in PEERS if peer.default])])
+                peer_names, list(_PEERS), "peer", [peer.name for peer in PEERS if peer.default])])
 
 
 def prepare(server: Server) -> str | None:
@@ -131,30 +146,18 @@ def prepare(server: Server) -> str | None:
     A stage is ready when its module imports (Part II stages may not exist
     yet); a peer when what it needs is installed and its build succeeds.
     """
-    if server.kind == "stage":
-        try:
-            stages.load(server.name)
-        except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
-            module = stages.get(server.name).module
-            first = str(error).splitlines()[0] if str(error) else ""
-            return f"{module} does not import ({type(error).__name__}: {first})"
-        return None
-    peer = _PEERS[server.name]
-    if peer.needs and peer.needs.startswith("module:"):
-        module = peer.needs.partition(":")[2]
-        if importlib.util.find_spec(module) is None:
-            return f"Python module {module} is not installed"
-    elif peer.needs and shutil.which(peer.needs) is None:
-        return f"{peer.needs} is not on PATH"
-    if server.name == "go-nethttp":
-        return build_go(BUILD / "go-nethttp", ".", [PEER_DIR / "go" / "main.go"])
-    if server.name == "c-epoll":
-        return build_c(BUILD / "http_floor", PEER_DIR / "c" / "http_floor.c")
+    if server.kind != "stage":
+        return _PEERS[server.name].prepare()
+    try:
+        stages.load(server.name)
+    except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
+        first = str(error).splitlines()[0] if str(error) else ""
+        return f"{stages.get(server.name).module} does not import ({type(error).__name__}: {first})"
     return None
 
 
 def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,
-           cwd: Path | None = None, env: dict[str, str] | None = None) -> str | None:
+          cwd: Path | None = None, env: dict[str, str] | None = None) -> str | None:
     """Build ``binary`` with ``command(output_path)`` unless it is newer than every source.
 
     Returns None on success, else a note.  The compiler writes a file of its
@@ -224,14 +227,10 @@ def start(server: Server, prefix: Sequence[str] = (), warmup: int = 0,
 
 def tool_versions() -> dict[str, str | None]:
     """The version line of every program and library the numbers depend on (None: absent)."""
-    versions: dict[str, str | None] = {
-        "ab": version_line(["ab", "-V"]),
-        "wrk": version_line(["wrk", "-v"]),
-        "go": version_line(["go", "version"]) if shutil.which("go") else None,
-        "node": version_line(["node", "--version"]) if shutil.which("node") else None,
-        "cc": version_line([os.environ.get("CC", "cc"), "--version"]),
-        "taskset": version_line(["taskset", "--version"]) if shutil.which("taskset") else None,
-    }
+    versions: dict[str, str | None] = {  # version_line: None where the program does not run
+        name: version_line(argv) for name, argv in (
+            ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]), ("node", ["node", "--version"]),
+            ("cc", [os.environ.get("CC", "cc"), "--version"]), ("taskset", ["taskset", "--version"]))}
     for module in ("uvloop", "matplotlib"):
         try:
             versions[module] = importlib.metadata.version(module)
