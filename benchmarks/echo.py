@@ -36,6 +36,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from benchmarks import servers
@@ -54,15 +55,34 @@ CONNECTIONS = 10
 DEFAULTS = {"duration": 1.5, "warmup": 0.5, "repeat": 3, "timeout": 5.0}
 QUICK = {"duration": 0.3, "warmup": 0.1, "repeat": 1, "timeout": 2.0}
 
+
+def _importable(loop: str) -> str | None:
+    """None when ``loop``'s factory imports (not only its package), else why not."""
+    module = LOOPS[loop].partition(":")[0]
+    try:
+        importlib.import_module(module)
+        loop_factory(loop)
+    except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
+        return f"Python module {module} does not import ({type(error).__name__}: {error})"
+    return None
+
+
 # The rows: every loop of echo_server.LOOPS with each API, then the peers.
 _API = {"protocol": "an asyncio.Protocol", "streams": "start_server streams"}
 PEERS: tuple[Peer, ...] = (
     *(Peer(f"{loop}-{api}", f"{_API[api]} on {loop}",
-           None if loop == "asyncio" else f"module:{factory.partition(':')[0]}")
+           None if loop == "asyncio" else f"module:{factory.partition(':')[0]}",
+           argv=(sys.executable, str(PEER_DIR / "echo_server.py"), "--loop", loop, "--api", api, "--port", "0"),
+           setup=partial(_importable, loop))
       for loop, factory in LOOPS.items() for api in APIS),
-    Peer("go", "Go, a goroutine per connection, GOMAXPROCS=1", "go"),
-    Peer("node", "Node.js net, socket.pipe(socket)", "node"),
-    Peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "cc"),
+    Peer("go", "Go, a goroutine per connection, GOMAXPROCS=1", "go", argv=(str(BUILD / "echo-go"), "-port", "0"),
+         env={"GOMAXPROCS": "1"},
+         setup=lambda: servers.build_go(BUILD / "echo-go", "./echo", [PEER_DIR / "go" / "echo" / "main.go"])),
+    Peer("node", "Node.js net, socket.pipe(socket)", "node",
+         argv=("node", str(PEER_DIR / "node" / "echo.js"), "--port", "0")),
+    Peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "cc",
+         argv=(str(BUILD / "echo_floor"), "--port", "0"),
+         setup=lambda: servers.build_c(BUILD / "echo_floor", PEER_DIR / "c" / "echo_floor.c")),
 )
 _PEERS = {peer.name: peer for peer in PEERS}
 
@@ -70,39 +90,6 @@ _PEERS = {peer.name: peer for peer in PEERS}
 FIGURES = ("msgs_per_s", "cpu_us_per_msg", "mib_per_s", "server_busy", "p50_us", "p99_us",
            "client_cpu_us_per_msg")
 CLIENT = BUILD / "echo_client"
-
-
-def echo_server(name: str) -> Server:
-    """The Server for echo row ``name``; raises ``KeyError`` for an unknown name."""
-    summary = _PEERS[name].summary
-    loop, _, api = name.partition("-")
-    if loop in LOOPS:
-        return Server(name, "peer", summary, (sys.executable, str(PEER_DIR / "echo_server.py"),
-                                              "--loop", loop, "--api", api, "--port", "0"))
-    argv = {"go": (str(BUILD / "echo-go"), "-port", "0"),
-            "node": ("node", str(PEER_DIR / "node" / "echo.js"), "--port", "0"),
-            "c-epoll": (str(BUILD / "echo_floor"), "--port", "0")}[name]
-    return Server(name, "peer", summary, argv, env={"GOMAXPROCS": "1"} if name == "go" else {})
-
-
-def prepare(peer: Peer) -> str | None:
-    """Make ``peer`` ready to start: None if it is, else a note saying why not."""
-    loop = peer.name.partition("-")[0]
-    if loop in LOOPS:
-        module = peer.needs.partition(":")[2] if peer.needs else "asyncio"
-        try:
-            importlib.import_module(module)
-            loop_factory(loop)  # the factory itself, not only its package, must import
-        except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
-            return f"Python module {module} does not import ({type(error).__name__}: {error})"
-        return None
-    if peer.needs and shutil.which(peer.needs) is None:
-        return f"{peer.needs} is not on PATH"
-    if peer.name == "go":
-        return servers.build_go(BUILD / "echo-go", "./echo", [PEER_DIR / "go" / "echo" / "main.go"])
-    if peer.name == "c-epoll":
-        return servers.build_c(BUILD / "echo_floor", PEER_DIR / "c" / "echo_floor.c")
-    return None
 
 
 def prepare_client() -> str | None:
@@ -180,31 +167,24 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict, client
             record["note"] = ("the client ran past its wall-clock limit" if code is None
                               else f"the client failed (exit code {code}): {tail[0]}")
             return record
-        messages, seconds = int(result["messages"]), result["seconds"]
-        record.update(messages=messages, seconds=seconds, errors=int(result["errors"]),
+        messages, seconds, errors = int(result["messages"]), result["seconds"], int(result["errors"])
+        cpu = None if before is None or after is None else after - before
+        record.update(messages=messages, seconds=seconds, errors=errors, cpu_s=None if cpu is None else round(cpu, 6),
                       p50_us=result["p50_us"] if result["p50_us"] >= 0 else None,
                       p99_us=result["p99_us"] if result["p99_us"] >= 0 else None)
         if seconds > 0:
-            record["msgs_per_s"] = messages / seconds
-            record["mib_per_s"] = result["bytes"] / seconds / 2**20
-        if before is not None and after is not None:
-            record["cpu_s"] = round(after - before, 6)
-            record["server_busy"] = (after - before) / seconds if seconds > 0 else None
-            if messages:
-                record["cpu_us_per_msg"] = (after - before) * 1e6 / messages
-        if messages and "cpu_s" in result:
-            record["client_cpu_us_per_msg"] = result["cpu_s"] * 1e6 / messages
+            record.update(msgs_per_s=messages / seconds, mib_per_s=result["bytes"] / seconds / 2**20,
+                          server_busy=None if cpu is None else cpu / seconds)
+        if messages:
+            record.update(cpu_us_per_msg=None if cpu is None else cpu * 1e6 / messages,
+                          client_cpu_us_per_msg=result["cpu_s"] * 1e6 / messages if "cpu_s" in result else None)
         exit_code = process.proc.poll() if process.proc else None
-        if exit_code is not None:
-            record["note"] = f"the server exited with code {exit_code} during the run"
-        elif result["errors"]:
-            record["note"] = (f"{int(result['errors'])} of {settings.connections} connections failed "
-                              "(closed, reset, or a wrong byte echoed)")
-        elif result["timeout"] or not messages:
-            record["status"] = "timeout"
-            record["note"] = f"no message came back for {settings.timeout:g} s"
-        else:
-            record["status"] = "ok"
+        record["status"], record["note"] = (
+            ("error", f"the server exited with code {exit_code} during the run") if exit_code is not None
+            else ("error", f"{errors} of {settings.connections} connections failed "
+                           "(closed, reset, or a wrong byte echoed)") if errors
+            else ("timeout", f"no message came back for {settings.timeout:g} s") if result["timeout"] or not messages
+            else ("ok", None))
         return record
     finally:
         process.stop()
@@ -284,13 +264,10 @@ def conclusion(data: dict) -> str:
     if not data["results"]:
         return "echo: nothing measured"
     size = min(data["results"], key=int)
-    rows = {name: row["cpu_us_per_msg"] for name, row in data["results"][size].items()
-            if row.get("cpu_us_per_msg") is not None}
-    if not rows:
-        return f"echo {_size_label(int(size))}: nothing measured"
-    best, base = min(rows, key=rows.get), data.get("baseline")
-    against = f", {base} {rows[base]:.1f}" if base in rows else ""
-    return f"echo {_size_label(int(size))}: least server CPU per message: {best} {rows[best]:.1f} µs{against}"
+    rows = {name: row.get("cpu_us_per_msg") for name, row in data["results"][size].items()}
+    least = experiment.least(rows, data.get("baseline"), 1)
+    return f"echo {_size_label(int(size))}: " + (f"least server CPU per message: {least}" if least
+                                                 else "nothing measured")
 
 
 # --- the command line --------------------------------------------------------
@@ -321,14 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the servers, whether each can run, and exit")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "echo.json")
-    base = QUICK if args.quick else DEFAULTS
-    pick = {key: getattr(args, key) if getattr(args, key) is not None else base[key] for key in base}
-    if min(pick.values()) <= 0 or not 1 <= args.connections <= 1024:
-        parser.error("--duration, --warmup, --timeout and --repeat must be positive; --connections 1 to 1024")
-    settings = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections)
+    pick = experiment.settings(parser, args, DEFAULTS, QUICK)
+    if not 1 <= args.connections <= 1024:
+        parser.error(f"--connections must be 1 to 1024, got {args.connections}")
+    settings, repeat = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections), int(pick["repeat"])
     names = choose_names(args.servers, list(_PEERS), "server", list(_PEERS))
-    candidates = [echo_server(name) for name in names]
-    skipped = {name: note for name in names if (note := prepare(_PEERS[name]))}
+    candidates = [_PEERS[name].server() for name in names]
+    skipped = {name: note for name in names if (note := _PEERS[name].prepare())}
     client_note = prepare_client()
     if args.list:
         print(f"client  echo_client       {'skipped: ' + client_note if client_note else 'ready'}")
@@ -337,18 +313,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if client_note:
         raise SystemExit(f"echo: the load generator is not ready: {client_note}")
-    for name, note in skipped.items():
-        print(f"skip {name}: {note}")
-    ready = [server for server in candidates if server.name not in skipped]
-    if not ready:
-        raise SystemExit("echo: no server can run here")
+    ready = experiment.runnable(candidates, skipped, "echo")
     sizes = _sizes(args.sizes)
     pinning = experiment.pinning(args)
-    cells = [(size, server) for size in sizes for server in ready]
     width = max(len(server.name) for server in ready)
     clock = experiment.Clock()
     records = experiment.interleave(
-        cells, int(pick["repeat"]), lambda cell: measure(cell[1], cell[0], settings, pinning),
+        [(size, server) for size in sizes for server in ready], repeat,
+        lambda cell: measure(cell[1], cell[0], settings, pinning),
         lambda cell: f"{cell[1].name:<{width}} {_size_label(cell[0]):>7}",
         lambda r: f"{r['msgs_per_s']:.0f} msg/s, cpu {r['cpu_us_per_msg'] or 0:.1f} µs/msg, "
                   f"busy {r['server_busy'] or 0:.2f}")
@@ -356,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     data = experiment.document(
         "echo", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
         tools={**servers.tool_versions(), "echo_client": "benchmarks/peers/c/echo_client.c"},
-        settings={"quick": args.quick, "repeat": int(pick["repeat"]), "duration_s": settings.duration,
+        settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
                   "warmup_s": settings.warmup, "timeout_s": settings.timeout,
                   "connections": settings.connections, "sizes": sizes, "cpu_source": CPU_SOURCE,
                   "order": "interleaved: each repetition runs every size on every server; a fresh server "
