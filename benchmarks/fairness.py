@@ -29,10 +29,11 @@ reactor, tasks and futures, streams, HTTP, system calls.
 Latency is measured by the client, in this process, from just before the
 request is sent to the end of its response.  The server runs on CPU 0 and
 this process on CPU 1 (where the machine has two), so they do not take turns
-on one core, and both at real-time priority where allowed (the harness's
-pinning; ``--no-realtime``), so that other work on a shared machine does not
-keep a woken server or client waiting for its core.  Loopback only,
-bounded in requests and time.
+on one core (the harness's pinning, without its real-time priority: under
+SCHED_FIFO a thread runs until it blocks, so the threaded server's waiting
+thread would never get the core to ask for the GIL, and the threaded rows
+would measure no preemption at all).  Loopback only, bounded in requests
+and time.
 """
 
 # Rules this file keeps:
@@ -62,7 +63,7 @@ from collections.abc import Sequence
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
 from benchmarks.harness.machine import ROOT
-from benchmarks.harness.process import choose_pinning, realtime_self
+from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.profiling import SYSCALLS
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
@@ -116,7 +117,7 @@ def measure(server: str, *, requests: int, clients: int, compute_ms: int | None,
     "/compute?ms=N"), ``status`` ("ok", or "error" with a ``note``), and
     FIGURES: fast requests answered, their p50/p99/max latency in ms, and
     the /compute requests answered meanwhile.  ``prefix`` goes before the
-    server's command (the harness's pinning: ``taskset``, ``chrt``).
+    server's command (the harness's pinning: ``taskset -c 0``).
     """
     stage, env = SERVERS[server]
     background = "none" if compute_ms is None else f"/compute?ms={compute_ms}"
@@ -270,7 +271,7 @@ def profile_stage(stage: str, requests: int, prefix: Sequence[str] = ()) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("fairness", __doc__, aliases=("--json",))
+    parser = experiment.parser("fairness", __doc__, pin=False, aliases=("--json",))
     parser.add_argument("--servers", help=f"comma list from {', '.join(SERVERS)} (default: all; "
                                           f"--quick {','.join(QUICK['servers'])})")
     parser.add_argument("--requests", type=int, help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
@@ -281,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: profile these stages (comma list) under ab -k, by layer, into profile.txt")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "fairness.json")
-    if args.profile:  # CPU time: no real-time priority needed
-        prefix = choose_pinning(args.no_pin)["server_prefix"]
+    pinning = choose_pinning(False)  # the server on one CPU, this process (the clients) on the other
+    if args.profile:
+        prefix = pinning["server_prefix"]
         text = "\n".join(profile_stage(stage.strip(), args.requests or 2000, prefix)
                          for stage in args.profile.split(",") if stage.strip())
         print(text, end="")
@@ -295,9 +297,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
     requests = args.requests or (QUICK["requests"] if args.quick else 400)
     repeat = args.repeat or (1 if args.quick else 3)
-    pinning = experiment.pinning(args)  # the server on one CPU, this process (the clients) on the other
-    if pinning["enabled"] and pinning["realtime"].startswith("chrt"):
-        realtime_self(int(pinning["load_cpus"]))  # the clients' threads too, so a wait is the server's
     clock = experiment.Clock()
     records = experiment.interleave(
         [(name, compute_ms) for name in chosen for compute_ms in (None, args.compute_ms)], repeat,
