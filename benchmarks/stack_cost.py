@@ -18,9 +18,10 @@ Three measurements, each on both generator schedulers, in nanoseconds:
     reactor trip    ``sleep(0)`` at depth 1: a trap that suspends the task and
                     resumes it from the reactor's next iteration.
 
-and, for scale, the same chain of D plain function calls.  Each figure is the
-median of ``--repeat`` runs of ``--number`` operations (timeit, with the
-garbage collector off), divided by ``--number``.  No sockets: nothing here
+and, for scale, the same chain of D plain function calls.  pyperf times
+each (benchmarks/harness/pyperf_runs.py: worker processes, calibration,
+warm-ups, the garbage collector off while a run is timed); each figure is
+the median of pyperf's values with their min-max.  No sockets: nothing here
 waits for the kernel.
 
 ``--profile`` instead runs the two stages' servers under cProfile and
@@ -29,19 +30,19 @@ its summary, profile_generators.txt, by the same output rule.
 """
 
 # Rules this file keeps:
-#   * Both schedulers run the same work written two ways, on the same Loop,
-#     measured in the same interleaved order (stack, yield from, stack, ...),
-#     so machine drift spreads over both.
+#   * Both schedulers run the same work written two ways, each on a new
+#     Loop, timed by pyperf in worker processes pinned to one CPU at
+#     real-time priority where allowed (the harness's realtime_self).
 #   * The JSON holds every figure the table shows and how it was measured;
 #     the table is rendered from the JSON and nothing else.
 
 from __future__ import annotations
 
-import statistics
+import gc
 import sys
-import timeit
+import time
 
-from benchmarks.harness import experiment, output
+from benchmarks.harness import experiment, output, pyperf_runs
 from benchmarks.harness.process import realtime_self
 from benchmarks.harness.render import align, describe_machine
 from benchmarks.harness.summary import summarize
@@ -128,50 +129,54 @@ MEASURES = {
 }
 
 
-def time_run(loop, scheduler_class, coro_factory):
-    """Seconds for one run of the task ``coro_factory()`` on a new ``scheduler_class(loop)``."""
-    def once():
-        scheduler_class(loop).run(coro_factory())
-
-    return timeit.Timer(once).timeit(number=1)  # timeit turns the garbage collector off
-
-
-def measure(number, repeat):
+def time_side(loops, measure, side, depth):
+    """Seconds for ``loops`` operations of ``measure`` at ``depth`` on ``side`` (``"stack"``,
+    ``"yieldfrom"`` or ``"plain"``), with the garbage collector off: pyperf's time function."""
+    _, stack_coro, yf_coro, by_depth = MEASURES[measure]
     loop = Loop()
-    rows = []
+    gc.disable()
     try:
-        for name, (what, stack_coro, yf_coro, by_depth) in MEASURES.items():
-            # A reactor trip is ten times dearer: a tenth as many keep runs short.
-            n = number if name != "reactor trip" else max(1, number // 10)
-            for depth in (DEPTHS if by_depth else (1,)):
-                args = (depth, n) if by_depth else (n,)
-                # Interleave: stack, yield from, stack, ... one run at a time.
-                stack_runs, yf_runs = [], []
-                for _ in range(repeat):
-                    stack_runs.append(time_run(loop, Scheduler, lambda: stack_coro(*args)))
-                    yf_runs.append(time_run(loop, YieldFromScheduler, lambda: yf_coro(*args)))
-                stack, yf = (summarize(seconds * 1e9 / n for seconds in runs) for runs in (stack_runs, yf_runs))
-                row = {"measure": name, "what": what, "depth": depth, "number": n,
-                       "stack_ns": stack["median"], "yieldfrom_ns": yf["median"],
-                       "stack_ns_range": [stack["min"], stack["max"]], "yieldfrom_ns_range": [yf["min"], yf["max"]],
-                       "noisy": stack["noisy"] or yf["noisy"]}
-                if name == "call+return":
-                    plain = statistics.median(timeit.Timer(lambda: plain_calls(depth, n)).repeat(
-                        repeat=repeat, number=1)) / n
-                    row["plain_ns"] = plain * 1e9
-                rows.append(row)
-                print(f"  {name:<13} D={depth:<3} stack {stack['median']:8.0f} ns   "
-                      f"yield from {yf['median']:8.0f} ns", flush=True)
+        if side == "plain":
+            started = time.perf_counter()
+            plain_calls(depth, loops)
+            return time.perf_counter() - started
+        scheduler = (Scheduler if side == "stack" else YieldFromScheduler)(loop)
+        coro = (stack_coro if side == "stack" else yf_coro)(*((depth, loops) if by_depth else (loops,)))
+        started = time.perf_counter()
+        scheduler.run(coro)
+        return time.perf_counter() - started
     finally:
+        gc.enable()
         loop.close()
+
+
+# pyperf's table: every (measure, depth, side) once, named "measure/depth/side".
+CELLS = [(name, depth) for name, (_, _, _, by_depth) in MEASURES.items() for depth in (DEPTHS if by_depth else (1,))]
+TIMINGS = [pyperf_runs.Timing(f"{name}/{depth}/{side}", time_side, (name, side, depth))
+           for name, depth in CELLS for side in ("stack", "yieldfrom", *(("plain",) if name == "call+return" else ()))]
+
+
+def measure(options):
+    """The table's rows, from one pyperf run of TIMINGS with ``options`` (pyperf's)."""
+    values = pyperf_runs.run("benchmarks.stack_cost:TIMINGS", [timing.name for timing in TIMINGS], options)
+    rows = []
+    for name, depth in CELLS:
+        stack, yf = (summarize(v * 1e9 for v in values[f"{name}/{depth}/{side}"]) for side in ("stack", "yieldfrom"))
+        row = {"measure": name, "what": MEASURES[name][0], "depth": depth, "values": len(values[f"{name}/{depth}/stack"]),
+               "stack_ns": stack["median"], "yieldfrom_ns": yf["median"],
+               "stack_ns_range": [stack["min"], stack["max"]], "yieldfrom_ns_range": [yf["min"], yf["max"]],
+               "noisy": stack["noisy"] or yf["noisy"]}
+        if name == "call+return":
+            row["plain_ns"] = summarize(v * 1e9 for v in values[f"{name}/{depth}/plain"])["median"]
+        rows.append(row)
     return rows
 
 
 def render(data):
     """The text table, from the JSON alone."""
     s = data["settings"]
-    lines = [f"Stack scheduler vs yield from: ns per operation, median (min–max) of {s['repeat']} runs "
-             f"of {s['number']} operations ({s['number'] // 10} for the reactor trip)", ""]
+    lines = [f"Stack scheduler vs yield from: ns per operation, median (min–max) of pyperf's values "
+             f"({s['pyperf']})", ""]
     header = ["operation", "D", "stack", "yield from", "stack / yf", "plain calls"]
     rows = []
     for row in data["rows"]:
@@ -190,8 +195,7 @@ def render(data):
 
 
 def main(argv=None):
-    parser = experiment.parser("stack_cost", __doc__, repeat=7, pin=False, aliases=("--json",))
-    parser.add_argument("--number", type=int, default=None, help="operations per run (default 20000; --quick 2000)")
+    parser = experiment.parser("stack_cost", __doc__, repeat=None, pin=False, aliases=("--json",))
     parser.add_argument("--profile", action="store_true",
                         help="instead: profile the generators and yieldfrom servers under ab -k")
     args = parser.parse_args(argv)
@@ -203,15 +207,14 @@ def main(argv=None):
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
         return 0
     where = realtime_self()  # one core, no migrations, no preemption by other work
-    number = args.number or (2000 if args.quick else 20_000)
-    repeat = args.repeat or (3 if args.quick else 7)
+    options = pyperf_runs.QUICK if args.quick else pyperf_runs.DEFAULT
     clock = experiment.Clock()
     data = experiment.document(
         "stack_cost", sys.argv[1:] if argv is None else argv, clock, pinning={"process": where},
-        settings={"quick": args.quick, "number": number, "repeat": repeat, "depths": list(DEPTHS),
-
-                  "timer": "timeit, gc off, time.perf_counter; stack and yield-from runs interleaved"})
-    data.update(rows=measure(number, repeat), elapsed_s=clock.elapsed())
+        settings={"quick": args.quick, "depths": list(DEPTHS), "pyperf": " ".join(options),
+                  "timer": "pyperf bench_time_func, gc off while timed, time.perf_counter"})
+    data.update(rows=measure(options), elapsed_s=clock.elapsed())
+    data["settings"]["repeat"] = data["rows"][0]["values"]  # pyperf's values per figure, for the caption
     text = render(data)
     experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0

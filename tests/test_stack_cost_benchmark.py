@@ -1,6 +1,6 @@
 # tests/test_stack_cost_benchmark.py
 #
-# benchmarks/stack_cost.py with tiny counts: every measure at every depth is
+# benchmarks/stack_cost.py --quick (pyperf, a few loops): every measure at every depth is
 # in the JSON with its three timings, and the run ends on its conclusion.
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(150)
 def test_a_tiny_run_writes_every_row_and_concludes(tmp_path: Path) -> None:
     out = tmp_path / "stack_cost.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.stack_cost", "--number", "200",
-                           "--repeat", "1", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stack_cost", "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
