@@ -54,31 +54,29 @@ SCHEMA = experiment.SCHEMA
 
 # Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
 # takes about ten minutes on a 2-core machine; --quick is for tests.
+# The keys of the settings that have an option are its name (``timeout``: ab -s, wrk --timeout).
 DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 3,
-            "socket_timeout": 5.0, "run_timeout": 60.0, "warmup": 1000}
+            "timeout": 5.0, "run_timeout": 60.0, "warmup": 1000}
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
-         "socket_timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
-
+         "timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
+LEAST = {"duration": 1, "timeout": 0.1, "run_timeout": 1, "repeat": 1, "warmup": 1}
 
 
 # --- choosing what to run -------------------------------------------------
 
 def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
     """``"5000"`` sets both ab loads; ``"ab-close=5000,ab-keepalive=20000"`` sets each."""
-    out = dict(base)
     if argument is None:
-        return out
+        return dict(base)
     try:
-        if "=" not in argument:
-            return {name: int(argument) for name in out}
-        for part in argument.split(","):
-            name, _, value = part.partition("=")
-            if name.strip() not in out:
-                raise SystemExit(f"run.py: --requests: {name.strip()!r} is not an ab load; "
-                                 f"choose from: {', '.join(out)}")
-            out[name.strip()] = int(value)
+        pairs = [part.partition("=")[::2] for part in argument.split(",")] if "=" in argument else []
+        out = {**base, **{name.strip(): int(value) for name, value in pairs}} if pairs else dict.fromkeys(
+            base, int(argument))
     except ValueError:
         raise SystemExit(f"run.py: --requests: expected N or LOAD=N[,LOAD=N], got {argument!r}") from None
+    if set(out) != set(base):
+        raise SystemExit(f"run.py: --requests: {', '.join(map(repr, set(out) - set(base)))} is not an ab load; "
+                         f"choose from: {', '.join(base)}")
     if any(n < 1 for n in out.values()):
         raise SystemExit("run.py: --requests must be at least 1")
     return out
@@ -100,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
     parser.add_argument("--timeout", type=float,
                         help="seconds a tool waits on a silent server: ab -s, wrk --timeout "
-                             f"(default {DEFAULTS['socket_timeout']:g})")
+                             f"(default {DEFAULTS['timeout']:g})")
     parser.add_argument("--run-timeout", type=float,
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
     parser.add_argument("--warmup", type=int,
@@ -112,10 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
-    parser.add_argument("--syscalls", action="store_true",
-                        help="afterwards, count system calls per request on the same servers under strace, "
-                             "at pipelining depth 1 and 24 (benchmarks/syscalls.py: syscalls.json and .md "
-                             "beside the JSON; with --reference, the book's)")
     return parser
 
 
@@ -201,33 +195,21 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
             if newcomer is not None:
                 newcomer.finish()
         exit_code = process.proc.poll() if process.proc else None
-        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
-                      completed=result.completed, failed=result.failed, seconds=result.seconds)
-        if newcomer is not None:
-            record["newcomer_ms"] = newcomer.latency_ms
-        if before is not None and after is not None:
-            record["cpu_s"] = round(after - before, 6)
-            if result.completed:
-                record["cpu_us_per_req"] = (after - before) * 1e6 / result.completed
-        if exit_code is not None:
-            record["note"] = f"the server exited with code {exit_code} during the run"
-        elif result.timed_out:
-            record["status"] = "timeout"
-            record["note"] = result.error
-        elif result.completed is None:
-            tail = output.strip().splitlines()[-1:] or ["no output"]
-            record["note"] = result.error or f"could not read the tool's output: {tail[0]}"
-        elif result.completed == 0:
-            record["status"] = "timeout"
-            record["note"] = f"no response in the {result.seconds:.1f} s run"
-        elif newcomer is not None and (newcomer.answered_at is None or newcomer.answered_at > load_ended):
-            record["status"] = "starved"
-            record["note"] = (f"a connection opened {newcomer.delay:g} s into the load got no answer "
-                              f"before it ended ({result.completed} requests went to the others)")
-        else:
-            record["status"] = "ok"
-            if result.error:
-                record["note"] = result.error
+        cpu = None if before is None or after is None else after - before
+        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
+                      failed=result.failed, seconds=result.seconds, cpu_s=None if cpu is None else round(cpu, 6),
+                      cpu_us_per_req=cpu * 1e6 / result.completed if cpu is not None and result.completed else None,
+                      newcomer_ms=None if newcomer is None else newcomer.latency_ms)
+        tail = (output.strip().splitlines()[-1:] or ["no output"])[0]
+        starved = newcomer is not None and (newcomer.answered_at is None or newcomer.answered_at > load_ended)
+        record["status"], record["note"] = (
+            ("error", f"the server exited with code {exit_code} during the run") if exit_code is not None
+            else ("timeout", result.error) if result.timed_out
+            else ("error", result.error or f"could not read the tool's output: {tail}") if result.completed is None
+            else ("timeout", f"no response in the {result.seconds:.1f} s run") if result.completed == 0
+            else ("starved", f"a connection opened {newcomer.delay:g} s into the load got no answer "
+                             f"before it ended ({result.completed} requests went to the others)") if starved
+            else ("ok", result.error))
         return record
     finally:
         process.stop()
@@ -260,31 +242,15 @@ def _show(record: dict) -> str:
     return " ".join(parts)
 
 
-def _settings(args: argparse.Namespace) -> tuple[Settings, int, int]:
-    """``(settings, repeat, warm-up requests)`` from the command line, checked."""
-    base = QUICK if args.quick else DEFAULTS
-
-    def pick(given: float | None, key: str, flag: str, least: float) -> float:
-        value = base[key] if given is None else given
-        if value < least:
-            raise SystemExit(f"run: {flag} must be at least {least:g}, got {value:g}")
-        return value
-
-    settings = Settings(
-        requests=_requests(args.requests, {"ab-close": int(base["ab-close"]),
-                                           "ab-keepalive": int(base["ab-keepalive"])}),
-        duration=pick(args.duration, "duration", "--duration", 1),
-        socket_timeout=pick(args.timeout, "socket_timeout", "--timeout", 0.1),
-        run_timeout=pick(args.run_timeout, "run_timeout", "--run-timeout", 1))
-    return (settings, int(pick(args.repeat, "repeat", "--repeat", 1)),
-            int(pick(args.warmup, "warmup", "--warmup", 1)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.out = output.json_path(parser, args, f"{args.name}.json")
-    settings, repeat, warmup = _settings(args)
+    pick = experiment.settings(parser, args, DEFAULTS, QUICK, LEAST)
+    settings = Settings(requests=_requests(args.requests, {"ab-close": int(pick["ab-close"]),
+                                                           "ab-keepalive": int(pick["ab-keepalive"])}),
+                        duration=pick["duration"], socket_timeout=pick["timeout"], run_timeout=pick["run_timeout"])
+    repeat, warmup = int(pick["repeat"]), int(pick["warmup"])
     candidates = servers.choose(args.stages, args.peers)
     chosen = [loads.get(name) for name in choose_names(args.loads, [load.name for load in loads.LOADS], "load",
                                                        [load.name for load in loads.LOADS if load.default])]
@@ -301,11 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"run: {' and '.join(missing)} not found; install ApacheBench (Debian: "
                          "apache2-utils) and wrk, or run `bash scripts/setup.sh`")
-    for name, note in skipped.items():
-        print(f"skip {name}: {note}")
-    ready = [server for server in candidates if server.name not in skipped]
-    if not ready:
-        raise SystemExit("run: no server can run here")
+    ready = experiment.runnable(candidates, skipped, "run")
     pinning = experiment.pinning(args)
     width = max(len(server.name) for server in ready)
     clock = experiment.Clock()
@@ -348,35 +310,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.resolve() != REFERENCE.resolve():
         print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
               f"in it, build with -D book_bench_results={relative(args.out)}")
-    if args.syscalls:
-        # A pass of its own, after the timed one: strace slows a server down.
-        from benchmarks import syscalls
-        print(flush=True)
-        where = ["--reference"] if args.reference else ["--out", str(args.out.parent / "syscalls.json")]
-        chosen_names = []
-        for flag, value in (("--stages", args.stages), ("--peers", args.peers)):
-            if value is not None:
-                chosen_names += [flag, value]
-        return syscalls.main([*chosen_names, *where, *(["--quick"] if args.quick else []),
-                              *(["--no-pin"] if args.no_pin else [])])
     return 0
 
 
 def conclusion(data: dict) -> str:
     """The run in one line: under wrk (else the first load), the stage with the least server CPU
     per request, against the baseline's."""
-    results = data["results"].get("wrk") or next(iter(data["results"].values()), {})
     load = "wrk" if "wrk" in data["results"] else next(iter(data["results"]), "?")
-    kinds = {server["name"]: server["kind"] for server in data["servers"]}
-    measured = {name: row["cpu_us_per_req"] for name, row in results.items()
-                if row.get("cpu_us_per_req") is not None}
-    stages_measured = [name for name in measured if kinds.get(name) == "stage"]
-    if not stages_measured:
-        return f"{load}: no stage measured"
-    best = min(stages_measured, key=measured.get)
-    base = data.get("baseline")
-    against = f", {base} {measured[base]:.0f}" if base in measured else ""
-    return f"{load}: server CPU per request, least among the stages: {best} {measured[best]:.0f} µs{against}"
+    results = data["results"].get(load, {})
+    stage_names = [server["name"] for server in data["servers"] if server["kind"] == "stage"]
+    least = experiment.least({name: row.get("cpu_us_per_req") for name, row in results.items()},
+                             data.get("baseline"), 0, among=[name for name in results if name in stage_names])
+    return f"{load}: " + (f"server CPU per request, least among the stages: {least}" if least else "no stage measured")
 
 
 if __name__ == "__main__":
