@@ -5,12 +5,10 @@
 
 prints the tables of a saved run (default: your last run,
 benchmarks/results/local/latest.json, else the book's reference run,
-benchmarks/results/latest.json).
-The book imports this module (``benchmarks.report``) to render its tables and
-figures at build time, so importing it does nothing but define functions:
-no I/O, no matplotlib (``plot`` imports it when called, and draws with the
-Agg canvas, never a window).  It reads the JSON alone and needs nothing else
-from the project.
+benchmarks/results/latest.json).  The book imports this module to render its tables and figures at build
+time, so importing it does nothing but define functions: no I/O, no
+matplotlib (``plot`` imports it when called, and draws with the Agg canvas,
+never a window), nothing else from the project.
 
 The JSON (schema 1), as ``python -m benchmarks.run`` writes it (its head,
 schema to load_average, is every experiment's: benchmarks/harness/experiment.py)::
@@ -46,12 +44,8 @@ server did not start, answered wrongly, or exited).  A result's status is
 "ok" if every run was, "partial" if some were, else the failed runs' status.
 ``newcomer_ms`` is that halfway connection's wait for its answer (wrk only).
 
-Figures in ``results`` are medians over the repetitions whose status is "ok";
-``failed`` is summed over all of them; a figure nobody measured is None.
-A figure's spread is the smallest and the largest value of those
-repetitions.  A row is *noisy* when its repetitions differ by more than
-NOISE (25%): the largest req/s or CPU µs/req is more than 1.25 times the
-smallest.  Its median is then a weak figure, and the tables say so.
+Figures in ``results``, their spread and ``noisy`` are the harness's one
+fold (benchmarks/harness/experiment.py) and noise rule (summary.NOISE).
 """
 
 from __future__ import annotations
@@ -61,7 +55,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import render
-from benchmarks.harness.render import align, describe_machine
+from benchmarks.harness.render import DASH, align, describe_machine
 from benchmarks.harness.summary import NOISE  # the one noise rule
 
 __all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
@@ -92,7 +86,6 @@ FOOTNOTES = {
                "machine before reading much into that row."),
 }
 
-_DASH = "—"
 # A server whose every run ended so has no figures, only this word in the table.
 _FAILED = ("timeout", "starved", "error")
 
@@ -121,44 +114,38 @@ def server_names(data: dict, load_name: str | None = None) -> list[str]:
             if results is None or e["name"] in results or e.get("skipped")]
 
 
-def _number(value: float | None, kind: str) -> str:
+def _number(value: float | None, kind: str, ratio: float | None = None) -> str:
+    """``value`` as a table shows a figure of ``kind`` (rps, ms, cpu), with `` (1.32×)`` when there is a ratio."""
     if value is None:
-        return _DASH
+        return DASH
     if kind == "rps":
-        return f"{value:.0f}"
-    if kind == "ratio":
-        return f"{value:.2f}×"
-    if kind == "cpu":
-        return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
-    # milliseconds: three significant figures are plenty
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+        text = f"{value:.0f}"
+    elif kind == "cpu":
+        text = f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+    else:  # milliseconds: three significant figures are plenty
+        text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    return text if ratio is None else f"{text} ({ratio:.2f}×)"
 
 
-def _with_ratio(value: float | None, ratio: float | None, kind: str, ratios: bool) -> str:
-    text = _number(value, kind)
-    if ratios and value is not None and ratio is not None:
-        text += f" ({_number(ratio, 'ratio')})"
-    return text
+def _result(data: dict, load_name: str, server: str) -> dict:
+    return data.get("results", {}).get(load_name, {}).get(server) or {}
 
 
 def spread(data: dict, load_name: str, server: str, figure: str) -> tuple[float, float] | None:
     """``(min, max)`` of ``figure`` over the server's ok repetitions in one load, or None."""
-    stored = ((data.get("results", {}).get(load_name, {}).get(server) or {}).get("spread") or {}).get(figure)
+    stored = (_result(data, load_name, server).get("spread") or {}).get(figure)
     return None if stored is None else (stored[0], stored[1])
 
 
 def noisy(data: dict, load_name: str, server: str) -> bool:
     """Whether the server's repetitions in one load differ by more than :data:`NOISE`
     in req/s or CPU µs/req (the harness's fold decides it)."""
-    return bool((data.get("results", {}).get(load_name, {}).get(server) or {}).get("noisy"))
+    return bool(_result(data, load_name, server).get("noisy"))
 
 
-def _spread_cell(data: dict, load_name: str, server: str) -> str:
-    low_high = spread(data, load_name, server, "rps")
-    if low_high is None:
-        return _DASH
-    text = f"{_number(low_high[0], 'rps')}–{_number(low_high[1], 'rps')}"
-    return text + " noisy" if noisy(data, load_name, server) else text
+def _range(data: dict, load_name: str, server: str, figure: str, kind: str) -> str | None:
+    low_high = spread(data, load_name, server, figure)
+    return None if low_high is None else f"{_number(low_high[0], kind)}–{_number(low_high[1], kind)}"
 
 
 def _load_entry(data: dict, load_name: str) -> dict:
@@ -175,15 +162,12 @@ def table(data: dict, load_name: str, servers: list[str] | None = None, *,
 
     Columns: server, req/s, min–max (req/s over the repetitions, followed by
     "noisy" when they differ by more than :data:`NOISE`), p50 ms, p99 ms,
-    CPU µs/req, failed.  With
-    ``ratios``, each figure is followed by its ratio to the baseline
-    (asyncio-protocol) in parentheses: ``"8123 (1.32×)"``.  Rows follow
-    ``servers`` if given (names of servers in the run), else
-    :func:`server_names` order.  A server that did not run or whose runs all
-    failed says so in the req/s column (``"skipped"``, ``"timeout"``,
-    ``"error"``) and has dashes elsewhere; a partly failed one has ``*`` after
-    its req/s (see ``FOOTNOTES["partial"]``).  Column 0 is a name, every
-    other column a number or a dash.
+    CPU µs/req, failed.  With ``ratios``, each figure is followed by its
+    ratio to the baseline in parentheses: ``"8123 (1.32×)"``.  Rows follow
+    ``servers`` if given, else :func:`server_names` order.  A server that did
+    not run or whose runs all failed says so in the req/s column
+    (``"skipped"``, ``"timeout"``, ``"error"``) and has dashes elsewhere; a
+    partly failed one has ``*`` after its req/s (``FOOTNOTES["partial"]``).
 
     Raises ``KeyError`` for a load or server name the results do not have.
     """
@@ -192,34 +176,25 @@ def table(data: dict, load_name: str, servers: list[str] | None = None, *,
     skipped = {e["name"]: e.get("skipped") for e in data.get("servers", [])}
     if servers is None:
         servers = server_names(data, load_name)
-    else:
-        unknown = [name for name in servers if name not in results and not skipped.get(name)]
-        if unknown:
-            raise KeyError(f"no results for {', '.join(map(repr, unknown))} in load {load_name!r}; "
-                           f"the results have: {', '.join(server_names(data, load_name))}")
-    header = ["server", "req/s", "min–max", "p50 ms", "p99 ms", "CPU µs/req", "failed"]
+    elif unknown := [name for name in servers if name not in results and not skipped.get(name)]:
+        raise KeyError(f"no results for {', '.join(map(repr, unknown))} in load {load_name!r}; "
+                       f"the results have: {', '.join(server_names(data, load_name))}")
     rows = []
     for name in servers:
         summary = results.get(name)
-        if summary is None:
-            rows.append([name, "skipped", _DASH, _DASH, _DASH, _DASH, _DASH])
+        if summary is None or summary["status"] in _FAILED:
+            failed = DASH if summary is None or summary.get("failed") is None else str(summary["failed"])
+            rows.append([name, summary["status"] if summary else "skipped", DASH, DASH, DASH, DASH, failed])
             continue
-        failed = _DASH if summary.get("failed") is None else str(summary["failed"])
-        if summary["status"] in _FAILED:
-            rows.append([name, summary["status"], _DASH, _DASH, _DASH, _DASH, failed])
-            continue
-        ratio = summary.get("ratio") or {}
-        rps = _with_ratio(summary["rps"], ratio.get("rps"), "rps", ratios)
+        ratio = (summary.get("ratio") or {}) if ratios else {}
+        cells = [_number(summary[key], kind, ratio.get(key))
+                 for key, kind in (("rps", "rps"), ("p50_ms", "ms"), ("p99_ms", "ms"), ("cpu_us_per_req", "cpu"))]
         if summary["status"] == "partial":
-            rps = rps.replace(" ", "* ", 1) if " " in rps else rps + "*"
-        rows.append([
-            name, rps, _spread_cell(data, load_name, name),
-            _with_ratio(summary["p50_ms"], ratio.get("p50_ms"), "ms", ratios),
-            _with_ratio(summary["p99_ms"], ratio.get("p99_ms"), "ms", ratios),
-            _with_ratio(summary["cpu_us_per_req"], ratio.get("cpu_us_per_req"), "cpu", ratios),
-            failed,
-        ])
-    return header, rows
+            cells[0] = cells[0].replace(" ", "* ", 1) if " " in cells[0] else cells[0] + "*"
+        spread_text = _range(data, load_name, name, "rps", "rps")
+        cells.insert(1, DASH if spread_text is None else spread_text + (" noisy" if summary.get("noisy") else ""))
+        rows.append([name, *cells, DASH if summary.get("failed") is None else str(summary["failed"])])
+    return ["server", "req/s", "min–max", "p50 ms", "p99 ms", "CPU µs/req", "failed"], rows
 
 
 def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> list[str]:
@@ -233,34 +208,31 @@ def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> l
             notes.append(f"{name}: skipped: {skipped[name]}")
         elif summary is not None and summary.get("note"):
             notes.append(f"{name}: {summary['note']}")
-        if summary is not None and noisy(data, load_name, name):
-            ranges = []
-            for figure, label, kind in (("rps", "req/s", "rps"), ("cpu_us_per_req", "CPU µs/req", "cpu")):
-                low_high = spread(data, load_name, name, figure)
-                if low_high:
-                    ranges.append(f"{label} {_number(low_high[0], kind)}–{_number(low_high[1], kind)}")
-            notes.append(f"{name}: noisy: its repetitions differ by more than "
-                         f"{NOISE:.0%} ({', '.join(ranges)})")
+        if summary is not None and summary.get("noisy"):
+            ranges = [f"{label} {text}" for figure, label, kind in (("rps", "req/s", "rps"),
+                                                                      ("cpu_us_per_req", "CPU µs/req", "cpu"))
+                      if (text := _range(data, load_name, name, figure, kind))]
+            notes.append(f"{name}: noisy: its repetitions differ by more than {NOISE:.0%} ({', '.join(ranges)})")
     return notes
+
+
+def _tables(data: dict, load_names: list[str] | None) -> list[tuple[dict, list[str], list[list[str]]]]:
+    """``(load entry, header, rows)`` for each of ``load_names`` (None: every load) in the run's order."""
+    return [(entry, *table(data, entry["name"], ratios=data.get("baseline") is not None))
+            for entry in data.get("loads", []) if load_names is None or entry["name"] in load_names]
 
 
 def format_text(data: dict, load_names: list[str] | None = None) -> str:
     """Every load's table for a terminal, each with its notes, then the general footnotes."""
     out = [f"tinyloop benchmarks: {describe_machine(data)}"]
-    baseline = data.get("baseline")
-    for entry in data.get("loads", []):
-        if load_names is not None and entry["name"] not in load_names:
-            continue
-        header, rows = table(data, entry["name"], ratios=baseline is not None)
-        out += ["", f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", ""]
-        out += align(header, rows)
+    for entry, header, rows in _tables(data, load_names):
+        out += ["", f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", "", *align(header, rows)]
         out += [f"  {note}" for note in footnotes(data, entry["name"])]
-    out.append("")
-    keys = ["ratio"] if baseline else []
-    keys += ["spread", "latency", "cpu", "failed"]
+    baseline = data.get("baseline")
+    keys = (["ratio"] if baseline else []) + ["spread", "latency", "cpu", "failed"]
     if any(s.get("status") == "partial" for r in data.get("results", {}).values() for s in r.values()):
         keys.append("partial")
-    out += [f"- {FOOTNOTES[key]}" for key in keys]
+    out += ["", *(f"- {FOOTNOTES[key]}" for key in keys)]
     if not baseline:
         out.append("- No ratios: asyncio-protocol was not in this run.")
     return "\n".join(out)
@@ -270,24 +242,18 @@ def markdown(data: dict, load_names: list[str] | None = None) -> str:
     """Loads' tables as Markdown, for a page that includes a committed results file.
 
     The book renders latest.json with its own directive; a load measured in
-    a run of its own (``run.py --loads wrk-pipeline --out
-    benchmarks/results/pipeline.json``) is shown through this instead, as
-    benchmarks/results/pipeline.md.  Each table is followed by its command,
-    its notes, the general footnotes it needs and the machine.
+    a run of its own (``run --loads wrk-pipeline --name pipeline``) is shown
+    through this instead, as benchmarks/results/pipeline.md.  Each table is
+    followed by its command, its notes, the general footnotes it needs and
+    the machine.
     """
-    baseline = data.get("baseline")
     out = []
-    for entry in data.get("loads", []):
-        if load_names is not None and entry["name"] not in load_names:
-            continue
-        header, rows = table(data, entry["name"], ratios=baseline is not None)
+    for entry, header, rows in (tables := _tables(data, load_names)):
         out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows)]
-        out += ["", f"Command: `{entry['command']}`", ""]
-        out += [f"- {note}" for note in footnotes(data, entry["name"])]
-    keys = (["ratio"] if baseline else []) + ["latency", "cpu", "failed"]
+        out += ["", f"Command: `{entry['command']}`", "", *(f"- {note}" for note in footnotes(data, entry["name"]))]
+    keys = (["ratio"] if data.get("baseline") else []) + ["latency", "cpu", "failed"]
     out += [f"- {FOOTNOTES[key]}" for key in keys]
-    if any(entry.get("pipeline") for entry in data.get("loads", [])
-           if load_names is None or entry["name"] in load_names):
+    if any(entry.get("pipeline") for entry, _, _ in tables):
         out.append("- With pipelining, wrk times a batch, not a request: p50 and p99 are the time "
                    "from writing a batch to receiving its last answer (no figure where wrk printed 0).")
     out += ["", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]
@@ -312,40 +278,30 @@ def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] 
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    load_names = [load] if load else [entry["name"] for entry in data.get("loads", [])]
     kinds = {e["name"]: e.get("kind", "peer") for e in data.get("servers", [])}
     panels = []
-    for name in load_names:
+    for name in [load] if load else [entry["name"] for entry in data.get("loads", [])]:
         table(data, name, servers)  # validates the names the same way
-        order = servers or server_names(data, name)
-        results = data.get("results", {}).get(name, {})
-        panels.append((_load_entry(data, name), order, results))
+        panels.append((_load_entry(data, name), servers or server_names(data, name),
+                       data.get("results", {}).get(name, {})))
     rows_per_panel = max(len(order) for _, order, _ in panels)
     figure = Figure(figsize=(11, len(panels) * (0.28 * rows_per_panel + 1.3) + 0.4))
-    axes = figure.subplots(len(panels), 2, squeeze=False)
-    for (entry, order, results), (left, right) in zip(panels, axes):
-        for ax, figure_key, label, fmt in (
-                (left, "rps", "requests/s (higher is better)", "rps"),
-                (right, "cpu_us_per_req", "server CPU µs per request (lower is better)", "cpu")):
-            positions = range(len(order))
-            values = []
-            for server in order:
-                summary = results.get(server)
-                ok = summary is not None and summary["status"] in ("ok", "partial")
-                values.append(summary[figure_key] if ok and summary[figure_key] is not None else None)
-            ax.barh(list(positions), [v or 0 for v in values],
+    for (entry, order, results), axes in zip(panels, figure.subplots(len(panels), 2, squeeze=False)):
+        for ax, figure_key, label, kind in zip(axes, ("rps", "cpu_us_per_req"), (
+                "requests/s (higher is better)", "server CPU µs per request (lower is better)"), ("rps", "cpu")):
+            values = [(results[server][figure_key] if server in results
+                       and results[server]["status"] in ("ok", "partial") else None) for server in order]
+            ax.barh(list(range(len(order))), [v or 0 for v in values],
                     color=[_COLOURS.get(kinds.get(s, "peer"), "#888888") for s in order])
             top = max((v for v in values if v is not None), default=1) or 1
             for y, (server, value) in enumerate(zip(order, values)):
                 if value is None:
-                    summary = results.get(server)
-                    text = summary["status"] if summary else "skipped"
+                    text = results[server]["status"] if server in results else "skipped"
                     ax.text(0, y, f" {text}", va="center", fontsize=8, color="#aa0000")
                 else:
-                    ratio = (results[server].get("ratio") or {}).get(figure_key)
-                    text = _with_ratio(value, ratio, fmt, True)
+                    text = _number(value, kind, (results[server].get("ratio") or {}).get(figure_key))
                     ax.text(value + top * 0.01, y, text, va="center", fontsize=7)
-            ax.set_yticks(list(positions), order, fontsize=8)
+            ax.set_yticks(list(range(len(order))), order, fontsize=8)
             ax.invert_yaxis()
             ax.set_xlim(0, top * 1.3)
             ax.set_title(f"{entry['name']}: {label}", fontsize=9)
@@ -367,26 +323,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("json", nargs="?", type=Path, default=None,
                         help="results file (default: your last run, benchmarks/results/local/latest.json, "
                              "else the book's reference run, benchmarks/results/latest.json)")
-    parser.add_argument("--loads", help="comma list of loads to print (default all)")
+    parser.add_argument("--loads", type=lambda text: text.split(","), help="comma list of loads to print (default all)")
     parser.add_argument("--plot", type=Path, help="also draw the plot into this PNG")
     parser.add_argument("--markdown", type=Path, help="also write the tables (of --loads) as Markdown here")
     args = parser.parse_args(argv)
-    if args.json is None:
-        args.json = LOCAL_PATH if LOCAL_PATH.exists() else DEFAULT_PATH
+    path = args.json or (LOCAL_PATH if LOCAL_PATH.exists() else DEFAULT_PATH)
     try:
-        data = load(args.json)
+        data = load(path)
     except FileNotFoundError:
-        print(f"report: {args.json} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
+        print(f"report: {path} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
         return 1
     except ValueError as error:
         print(f"report: {error}", file=sys.stderr)
         return 1
-    print(f"results: {args.json}")
-    print(format_text(data, args.loads.split(",") if args.loads else None))
+    print(f"results: {path}")
+    print(format_text(data, args.loads))
     if args.plot:
         print(f"drew {plot(data, None, args.plot)}")
     if args.markdown:
-        args.markdown.write_text(markdown(data, args.loads.split(",") if args.loads else None), encoding="utf-8")
+        args.markdown.write_text(markdown(data, args.loads), encoding="utf-8")
         print(f"wrote {args.markdown}")
     return 0
 
