@@ -4,6 +4,7 @@
     python -m benchmarks.memory                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
     python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
     python -m benchmarks.memory --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
+    python -m benchmarks.memory --render         rewrite the table from the saved JSON (--reference: the book's)
 
 For each server and each count N, the server is started fresh, answers one
 request on a connection of its own (so what the first request allocates,
@@ -32,6 +33,7 @@ Writes memory.json and memory.md by the harness's output rule.
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
@@ -141,8 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", help=f"comma-separated stages and peers (default: {','.join(SERVERS)})")
     parser.add_argument("--counts", help=f"comma-separated connection counts (default: {','.join(map(str, COUNTS))}; "
                                          f"--quick {','.join(map(str, QUICK_COUNTS))}; 0 is always measured)")
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
     args = parser.parse_args(argv)
-    out = output.json_path(parser, args, "memory.json")
+    # --render --reference re-renders the book's table: a rendering, not a measurement.
+    out = output.RESULTS / "memory.json" if args.render and args.reference else output.json_path(
+        parser, args, "memory.json")
+    if args.render:
+        table = output.write_text(render(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
+        print(f"wrote {output.relative(table)}")
+        return 0
     every_stage = [stage.name for stage in stages.STAGES]
     names = choose_names(args.servers, every_stage + [peer.name for peer in servers.PEERS], "server", list(SERVERS))
     counts = sorted({0, *(int(n) for n in args.counts.split(","))} if args.counts
