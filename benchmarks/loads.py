@@ -116,13 +116,8 @@ def command(load: Load, url: str, settings: Settings, csv_path: Path | None = No
     """
     timeout = f"{settings.socket_timeout:g}"
     if load.tool == "ab":
-        argv = ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]),
-                "-c", str(load.concurrency)]
-        if load.keepalive:
-            argv.append("-k")
-        if csv_path is not None:
-            argv += ["-e", str(csv_path)]
-        return argv + [url]
+        return ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]), "-c", str(load.concurrency),
+                *(["-k"] if load.keepalive else []), *(["-e", str(csv_path)] if csv_path is not None else []), url]
     if load.tool == "wrk":
         argv = ["wrk", "-t1", "-c", str(load.concurrency), "-d", f"{settings.duration:g}s",
                 "--timeout", f"{timeout}s", "--latency"]
@@ -180,26 +175,17 @@ def parse_ab(text: str, csv_text: str | None = None) -> Measurement:
     rounds to whole milliseconds.  ``failed`` adds "Non-2xx responses" to
     "Failed requests", because ab counts a 404 or a 500 as a success.
     """
-    found: dict[str, float] = {}
-    for key, pattern in _AB_FIELDS.items():
-        match = pattern.search(text)
-        if match:
-            found[key] = float(match.group(1))
-    result = Measurement()
+    found = {key: float(match.group(1)) for key, pattern in _AB_FIELDS.items() if (match := pattern.search(text))}
+    result = Measurement(rps=found.get("rps"), seconds=found.get("seconds"))
     if "completed" in found:
         result.completed = int(found["completed"])
     if "failed" in found or "non_2xx" in found:
         result.failed = int(found.get("failed", 0) + found.get("non_2xx", 0))
-    result.rps = found.get("rps")
-    result.seconds = found.get("seconds")
-    percentiles = parse_ab_csv(csv_text) if csv_text else {}
-    if not percentiles:
-        percentiles = {int(p): float(ms) for p, ms in _AB_PERCENT.findall(text)}
+    percentiles = (parse_ab_csv(csv_text) if csv_text else {}) or {
+        int(p): float(ms) for p, ms in _AB_PERCENT.findall(text)}
     if result.completed:  # with nothing completed ab's percentiles are zeros
-        result.p50_ms = percentiles.get(50)
-        result.p99_ms = percentiles.get(99)
-    errors = _AB_ERROR.findall(text)
-    if errors:
+        result.p50_ms, result.p99_ms = percentiles.get(50), percentiles.get(99)
+    if errors := _AB_ERROR.findall(text):
         result.error = "; ".join(errors)
         result.timed_out = any("timeout" in error.lower() for error in errors)
     return result
@@ -264,36 +250,27 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
     if csv_path is not None:
         csv_path.unlink(missing_ok=True)
     argv = [*prefix, *command(load, url, settings, csv_path)]
-    if load.tool == "ab":
-        limit = settings.run_timeout
-    else:
-        limit = settings.duration + settings.socket_timeout + 10
+    limit = settings.run_timeout if load.tool == "ab" else settings.duration + settings.socket_timeout + 10
     started = time.monotonic()
     code, output = run_tool(argv, limit)
-    wall_limit_hit = code is None
     elapsed = time.monotonic() - started
-    csv_text = None
-    if csv_path is not None and csv_path.exists():
-        csv_text = csv_path.read_text()
-        csv_path.unlink()
+    csv_text = csv_path.read_text() if csv_path is not None and csv_path.exists() else None
+    if csv_path is not None:
+        csv_path.unlink(missing_ok=True)
     result = parse_ab(output, csv_text) if load.tool == "ab" else parse_wrk(output)
     result.exit_code = code
     if load.pipeline > 1:
         # wrk 4.1 records one latency sample per batch, and with so few
         # samples its top percentile can come out as "0.00us": no figure.
-        if result.p50_ms == 0:
-            result.p50_ms = None
-        if result.p99_ms == 0:
-            result.p99_ms = None
+        result.p50_ms, result.p99_ms = result.p50_ms or None, result.p99_ms or None
     if result.seconds is None:
         result.seconds = elapsed
-    if wall_limit_hit:
+    if code is None:  # past the wall-clock limit
         # ab's percentiles after SIGINT index its planned count of requests,
         # not the completed ones: some come out as 0.000.  Keep none of them.
         result.p50_ms = result.p99_ms = None
         result.timed_out = True
-        result.error = (f"stopped after the {limit:g} s wall-clock limit"
-                        + (f"; {result.error}" if result.error else ""))
+        result.error = f"stopped after the {limit:g} s wall-clock limit" + (f"; {result.error}" if result.error else "")
     elif code != 0 and result.error is None:
         tail = output.strip().splitlines()[-1:] or ["no output"]
         result.error = f"{argv[len(prefix)]} exited with code {code}: {tail[0]}"
