@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, recv_response
 
-__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "raise_nofile", "realtime_prefix", "realtime_self",
-           "warm_up"]
+__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "pid_cpu_seconds", "raise_nofile",
+           "realtime_prefix", "realtime_self", "warm_up"]
 
 
 def choose_names(argument: str | None, known: list[str], what: str, default: list[str]) -> list[str]:
@@ -115,23 +115,31 @@ def launch(name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
 
 def cpu_seconds(process: ServerProcess) -> float | None:
     """The server's user + system CPU time so far, all its threads, in seconds; None if unknown."""
+    seconds = pid_cpu_seconds(process.pid)
+    if seconds is not None:
+        return seconds
+    try:
+        return process.cpu_seconds()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_cpu_seconds(pid: int) -> float | None:
+    """Process ``pid``'s own user + system CPU time, all its threads, in nanoseconds' precision;
+    None where the platform does not give it (the caller falls back to /proc's ticks)."""
     # Discussion: /proc/PID/stat (ServerProcess.cpu_seconds) counts in clock
     # ticks, 10 ms each, which is coarse for a run that costs the server a
     # few hundred milliseconds.  Linux also gives every process a CPU-time
     # clock that any other process may read, in nanoseconds, covering all its
     # threads, dead ones included: the clock id clock_getcpuclockid(3) would
     # return is (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; see the
-    # kernel's posix-cpu-timers.c).  Elsewhere we fall back to /proc, and
-    # where there is no /proc either, to None: resource.getrusage cannot
-    # see another running process.
-    if sys.platform == "linux":
-        try:
-            return time.clock_gettime((~process.pid << 3) | 2)
-        except (OSError, OverflowError):
-            pass
+    # kernel's posix-cpu-timers.c).  resource.getrusage cannot see another
+    # running process.
+    if sys.platform != "linux":
+        return None
     try:
-        return process.cpu_seconds()
-    except (OSError, ValueError, IndexError):
+        return time.clock_gettime((~pid << 3) | 2)
+    except (OSError, OverflowError):
         return None
 
 
