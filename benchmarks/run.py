@@ -69,17 +69,16 @@ def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
     if argument is None:
         return dict(base)
     try:
-        pairs = [part.partition("=")[::2] for part in argument.split(",")] if "=" in argument else []
-        out = {**base, **{name.strip(): int(value) for name, value in pairs}} if pairs else dict.fromkeys(
-            base, int(argument))
+        given = ({name.strip(): int(value) for name, _, value in (part.partition("=") for part in argument.split(","))}
+                 if "=" in argument else dict.fromkeys(base, int(argument)))
     except ValueError:
         raise SystemExit(f"run.py: --requests: expected N or LOAD=N[,LOAD=N], got {argument!r}") from None
-    if set(out) != set(base):
-        raise SystemExit(f"run.py: --requests: {', '.join(map(repr, set(out) - set(base)))} is not an ab load; "
+    if unknown := set(given) - set(base):
+        raise SystemExit(f"run.py: --requests: {', '.join(map(repr, sorted(unknown)))} is not an ab load; "
                          f"choose from: {', '.join(base)}")
-    if any(n < 1 for n in out.values()):
+    if any(n < 1 for n in given.values()):
         raise SystemExit("run.py: --requests must be at least 1")
-    return out
+    return {**base, **given}
 
 
 def build_parser() -> argparse.ArgumentParser:
