@@ -196,8 +196,8 @@ def render(data: dict) -> str:
     settings = data["settings"]
     return "\n".join([*render_table.align(*table(data)), "",
                       f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per run, "
-                      "1-10 ms pauses; latency measured by the client; each figure the median of the runs; "
-                      f"{(data.get('pinning') or {}).get('priority') or 'nice 0'}.",
+                      "1-10 ms pauses; latency measured by the client"
+                      + (f"; {data['pinning']['priority']}." if (data.get("pinning") or {}).get("priority") else "."),
                       render_table.describe_machine(data)]) + "\n"
 
 
