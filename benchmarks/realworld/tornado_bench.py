@@ -51,7 +51,7 @@ from pathlib import Path
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.process import choose_names
-from benchmarks.harness.render import DASH, markdown as table
+from benchmarks.harness.render import markdown as table, number
 from benchmarks.realworld import services
 from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions
 from tinyloop.testing import ServerProcess
@@ -195,10 +195,6 @@ def short_version(name: str, line: str) -> str:
     return {"postgres": f"PostgreSQL {shown}", "python": shown}.get(name, f"{name} {shown}")
 
 
-def _cell(value: float | None, digits: int) -> str:
-    return DASH if value is None else f"{value:,.{digits}f}"
-
-
 def markdown(data: dict) -> str:
     """The results as the Markdown the chapter includes: a header of what ran, then one table."""
     machine, settings = data["machine"], data["settings"]
@@ -224,8 +220,8 @@ def markdown(data: dict) -> str:
             continue
         db = row["db_cpu_us_per_req"] if row["handler"].startswith("db") else None
         up = row["upstream_cpu_us_per_req"] if row["handler"] == "upstream" else None
-        rows.append([*where, _cell(row["rps"], 0) + (" (noisy)" if row["noisy"] else ""), _cell(row["p50_ms"], 1),
-                     _cell(row["p99_ms"], 1), _cell(row["app_cpu_us_per_req"], 0), _cell(db, 0), _cell(up, 0)])
+        rows.append([*where, number(row["rps"], 0) + (" (noisy)" if row["noisy"] else ""), number(row["p50_ms"], 1),
+                     number(row["p99_ms"], 1), number(row["app_cpu_us_per_req"], 0), number(db, 0), number(up, 0)])
     lines += table(["handler", "load", "loop", "req/s", "p50 ms", "p99 ms", "app CPU µs/req",
                     "database CPU µs/req", "upstream CPU µs/req"], rows)
     if failed := [row for row in data["results"] if row["failed"]]:
@@ -320,8 +316,8 @@ def execute(args: argparse.Namespace, argv: list[str], base: dict, settings: loa
             return measure(loop, handler, tool, settings, layout, pg, upstream, base["warmup"], workdir)
 
         records = experiment.interleave(cells, repeat, one, lambda cell: f"{HANDLERS[cell[0]]:<11} {cell[1]:<3} "
-                                        f"{cell[2]:<7}", lambda r: f"{_cell(r['rps'], 0):>8} req/s app "
-                                        f"{_cell(r['app_cpu_us_per_req'], 0)} µs/req")
+                                        f"{cell[2]:<7}", lambda r: f"{number(r['rps'], 0):>8} req/s app "
+                                        f"{number(r['app_cpu_us_per_req'], 0)} µs/req")
     tool_versions = servers.tool_versions()
     data = experiment.document(
         "realworld.tornado_bench", argv, clock, tools={tool: tool_versions[tool] for tool in tools},
