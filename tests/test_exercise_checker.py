@@ -5,12 +5,14 @@
 # exercise): each case below applies one reported mistake to the reference
 # solution, exactly, and asserts that `check` fails it, and says why in
 # the student's words.  Then a crash and an import failure, which must
-# each get their own message.
+# each get their own message, and a file that deletes what is not its own.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,69 @@ def test_an_import_failure_is_not_a_crash_and_shows_its_traceback(crash_exercise
     assert not report.passed
     assert "your file fails when it is imported at line" in text and "CRASHED" not in text, text
     assert "in helper: return {}[\"key\"]" in text and "KeyError: 'key'" in text, text
+
+
+# --- a file that deletes what is not its own (tinyloop/exercises/guard.py) ------------
+
+@pytest.mark.parametrize("how", ["os.remove(PATH)", "shutil.rmtree(os.path.dirname(PATH))",
+                                 "open(PATH, 'w').close()"])
+@pytest.mark.parametrize("caught", [False, True], ids=["raised", "caught"])
+def test_a_file_that_deletes_outside_its_temporary_directory_fails_and_deletes_nothing(
+        crash_exercise, tmp_path: Path, how: str, caught: bool) -> None:
+    # A directory beside the check's, made here: the student's code is told
+    # its path and tries to delete (or empty) the file in it.  Caught or not,
+    # the PermissionError of the guard must turn into a FAIL that names it.
+    sibling = Path(tempfile.mkdtemp(prefix="tl-sibling-"))
+    try:
+        precious = sibling / "precious.txt"
+        precious.write_text("keep me")
+        student = tmp_path / "student"
+        student.mkdir()
+        path = student / "crash-demo.py"
+        call = f"{how.replace('PATH', repr(str(precious)))}"
+        if caught:
+            call = f"try:\n        {call}\n    except OSError:\n        pass"
+        path.write_text(CRASH_MODULE.replace("    return 1\n", f"    import os, shutil\n    {call}\n    return 1\n"))
+        report = checker.check(crash_exercise, path, root=tmp_path)
+        text = report.render()
+        assert not report.passed, text
+        verb = "overwrite" if how.startswith("open") else "delete"
+        target = precious if verb == "overwrite" or how.startswith("os.remove") else sibling
+        assert f"your code tried to {verb} {target}, outside the check's temporary directory" in text, text
+        assert precious.read_text() == "keep me"
+        assert not [pid for pid in _processes_in(tmp_path)], "the check left a process behind"
+    finally:
+        shutil.rmtree(sibling)
+
+
+def test_a_file_may_delete_what_it_made_itself(crash_exercise, tmp_path: Path) -> None:
+    # tempfile's directories are in the check's own; one made under /tmp by
+    # the code itself (a short path for a UNIX socket) is its own too.
+    student = tmp_path / "student"
+    student.mkdir()
+    path = student / "crash-demo.py"
+    path.write_text(CRASH_MODULE.replace("    return 1\n", (
+        "    import os, shutil, tempfile\n"
+        "    shutil.rmtree(tempfile.mkdtemp())\n"
+        "    mine = tempfile.mkdtemp(dir='/tmp')\n"
+        "    open(os.path.join(mine, 's'), 'w').close()\n"
+        "    os.remove(os.path.join(mine, 's'))\n"
+        "    os.rmdir(mine)\n"
+        "    return 1\n")))
+    report = checker.check(crash_exercise, path, root=tmp_path)
+    assert report.passed, report.render()
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """The pids of processes whose working directory is ``folder`` (the checker's tests run there)."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == folder:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.slow  # compiles the extension with the student's file first (scripts/test.sh's slow step)

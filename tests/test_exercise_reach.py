@@ -7,6 +7,7 @@ and the checker never runs fewer tests than a current entry allows.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -39,7 +40,32 @@ def test_instrument_puts_a_hit_first_in_every_region_and_the_file_still_compiles
     for region in regions:
         assert lines[region.begin] == f'{region.indent}__import__("tinyloop.exercises.reach", ' \
                                       f'fromlist=["hit"]).hit({exercise.name!r})'
-    assert len(lines) == len(text.splitlines()) + 2
+    # Last, module level: the hits file opened on load, not first when the
+    # process may be out of descriptors (the accept back-off's region).
+    assert lines[-1] == '__import__("tinyloop.exercises.reach", fromlist=["prepare"]).prepare()'
+    assert len(lines) == len(text.splitlines()) + 3
+
+
+def test_a_hit_is_recorded_by_a_process_that_ran_out_of_descriptors(tmp_path):
+    # The region of aio-accept-backoff runs only after accept() failed with
+    # EMFILE: the hits file must already be open then.
+    hits = tmp_path / "hits"
+    program = (
+        "import resource, socket\n"
+        "from tinyloop.exercises import reach\n"
+        "reach.prepare()\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        held.append(socket.socket())\n"
+        "except OSError:\n"
+        "    pass\n"
+        "reach.hit('x')\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**os.environ, "TINYLOOP_REACH_HITS": str(hits)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert len(hits.read_text().split()) == 1
 
 
 def test_hits_are_placed_in_the_test_that_ran_then():
@@ -78,6 +104,21 @@ def test_the_plugin_deselects_the_unreached_and_puts_the_http_suite_last():
     assert unreached and not unreached & set(collected)
     ranks = [reach._rank(node) for node in collected]
     assert ranks == sorted(ranks) and ranks[-1] == 2
+
+
+def test_the_per_stage_suites_run_each_test_on_the_exercises_own_stage_only():
+    # The limits tests and the HTTP suite ask every stage's server the same:
+    # each test runs on the stage of the exercise, whatever -k selects.
+    exercise = catalog.get("aio-accept-backoff")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                           *checker.REACH_OPTIONS, exercise.name, "tests/test_limits.py",
+                           "tests/test_servers.py", "-k", "aio or uv"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0 and collected, done.stdout + done.stderr
+    assert all(line.endswith("[aio]") for line in collected), collected
+    names = [line.partition("[")[0] for line in collected]
+    assert len(names) == len(set(names))
 
 
 @pytest.mark.slow  # the whole wide suite of one exercise, about 10 s

@@ -267,6 +267,67 @@ def test_fd_setsize_descriptors_at_or_above_the_limit_are_closed_and_logged(
         f"each refusal must be logged with a line that mentions FD_SETSIZE; logged: {logged}")
 
 
+# --- accept-backoff ------------------------------------------------------------------
+
+class _Waited(Exception):
+    """Raised by the scripted select() once it has seen what serve() waits for."""
+
+
+def first_wait(monkeypatch: pytest.MonkeyPatch, rest: float | None) -> tuple[list, object, socket.socket]:
+    """What select_server.serve() hands its first select() call, when the acceptor's
+    rest_left() says ``rest``: (the read list, the timeout, the listener)."""
+    from tinyloop.raw import select_server
+
+    class Resting:
+        def __init__(self, listener: socket.socket, name: str, **kwargs: object) -> None:
+            self.listener = listener
+
+        def rest_left(self) -> float | None:
+            return rest
+
+        def accept(self) -> list:
+            return []
+
+    seen: list = []
+
+    def select(readers: list, writers: list, errors: list, timeout: object = None) -> tuple:
+        seen.extend([list(readers), timeout])
+        raise _Waited
+
+    monkeypatch.setattr(select_server, "Acceptor", Resting)
+    monkeypatch.setattr(select_server, "select", type("select", (), {"select": staticmethod(select)}))
+    listener = socket.socket()
+    try:
+        with pytest.raises(_Waited):
+            select_server.serve(listener)
+    finally:
+        listener.close()
+    assert seen, "serve() must call select.select() to wait"
+    return seen[0], seen[1], listener
+
+
+def test_accept_backoff_a_resting_listener_is_left_out_of_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    readers, timeout, listener = first_wait(monkeypatch, 0.75)
+    assert listener not in readers, (
+        "while acceptor.rest_left() is a number (the listener rests after EMFILE) the listener must "
+        "not be in select()'s read list: it stays readable while connections wait, and the loop "
+        "would spin; yours passed it")
+    assert timeout == 0.75, (
+        f"select() must wait at most the rest left (acceptor.rest_left(), 0.75 s here), so the loop "
+        f"wakes when the rest is over; yours passed timeout={timeout!r}")
+
+
+def test_accept_backoff_a_listener_not_resting_is_watched_with_no_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    readers, timeout, listener = first_wait(monkeypatch, None)
+    assert listener in readers, (
+        "when acceptor.rest_left() is None the server may accept: the listener must be in "
+        f"select()'s read list; yours passed {readers}")
+    assert timeout is None, (
+        f"with no rest under way select() must block until something is ready (timeout None); "
+        f"yours passed timeout={timeout!r}")
+
+
 # --- kqueue-changes -------------------------------------------------------------------
 
 class Wants:

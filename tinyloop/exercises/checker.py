@@ -17,6 +17,11 @@
 # fail on a stage's server, the checker also runs that server once with the
 # file and shows the traceback it printed: a test sees only a closed socket.
 #
+# The tests' processes write only in the check's temporary directory (TMPDIR
+# points there); tinyloop/exercises/guard.py, installed at start-up in each
+# of them, refuses to delete or overwrite a file outside it, and a refusal
+# fails the check.
+#
 # The student's file replaces the reference module through TINYLOOP_OVERRIDE
 # (tinyloop/_override.py), set in the environment of the pytest run and of
 # every server process: in-process tests and servers started by tests, or by
@@ -38,6 +43,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import signal
@@ -52,7 +58,7 @@ from pathlib import Path
 
 import tinyloop
 from tinyloop._override import ENV
-from tinyloop.exercises import build, markers, properties
+from tinyloop.exercises import build, guard, markers, properties
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["CheckerError", "Report", "Step", "check", "stop_session", "own_test_arguments", "repository_root",
@@ -167,12 +173,35 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
         # Cython names its source in tracebacks as the build saw it
         # (tinyloop/uv/tcp.pyx): those lines are the student's file's.
         shown = build.sources(exercise)[1].relative_to(root)
+    # Everything the tests write goes into one temporary directory, and the
+    # guard (tinyloop/exercises/guard.py) refuses to delete or overwrite
+    # anything outside it, in every process that runs the student's code.
+    with tempfile.TemporaryDirectory(prefix="tl-check-", ignore_cleanup_errors=True) as scratch:
+        _run_steps(report, exercise, text, replaced, shown, root, Path(scratch), quick, verdict_only)
+    return report
+
+
+def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, shown: Path, root: Path,
+               scratch: Path, quick: bool, verdict_only: bool) -> None:
+    """The test steps of :func:`check` (4 and 5), in ``report``: the file is ``replaced``
+    (TINYLOOP_OVERRIDE's value), shown in messages as ``shown``; ``scratch`` is the
+    check's temporary directory."""
+    cython = exercise.extension is not None
     package_parent = str(Path(tinyloop.__file__).resolve().parent.parent)
+    guard_log = scratch / "guard.log"
     override = {
         ENV: replaced,
-        # Tests and servers import this very tinyloop, whatever else is installed.
-        "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
+        # Tests and servers import this very tinyloop, whatever else is
+        # installed; first, the start-up module that installs the guard.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(GUARD_STARTUP), package_parent,
+                                                    os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
+        "TMPDIR": str(scratch),  # tempfile's and pytest's tmp_path's
+        # hypothesis keeps a cache (.hypothesis/ in the working directory);
+        # the stream properties keep no examples (database=None).
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis"),
+        guard.ENV: str(scratch),
+        guard.LOG_ENV: str(guard_log),
     }
     # Fast feedback: the exercise's own tests (its behaviour tests and the
     # stream-integrity properties, a few seconds) first, stopping at the
@@ -181,26 +210,42 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     # cheapest first, stopping at the first failure too: a student fixes one
     # failure at a time, and a wrong loop in C can block inside uv_run, where
     # pytest-timeout's signal never reaches Python.
+    # The wide step's pytest starts now, with the exercise's own tests: it
+    # imports and collects meanwhile (seconds, on the other core) and waits
+    # before its first test until those pass; if they fail it is stopped.
     own = own_test_arguments(exercise, root)
-    step = _run_tests(exercise, shown, root, override, ["-x"], own, own=True) if own else None
-    if step is not None:
-        report.steps.append(step)
+    wide = _start_tests(root, override, ["-x", *WIDE_UNUSED_PLUGINS, *REACH_OPTIONS, exercise.name],
+                        wider_test_arguments(exercise, root), scratch, wait=True)
     limits = properties.QUICK if quick else properties.FULL
     measured: list[properties.Result] = []
-    if step is None or step.status != "FAIL":
-        # The loop properties are measured on servers of their own while the
-        # wide tests run (each waits mostly on sockets), and shown only if
-        # those pass.
-        measuring = None
-        if exercise.stage and exercise.properties:
-            measuring = threading.Thread(target=lambda: measured.extend(properties.check(
-                exercise.stage, exercise.properties, env=override, limits=limits)), daemon=True)
-            measuring.start()
-        step = _run_tests(exercise, shown, root, override, ["-x", *REACH_OPTIONS, exercise.name],
-                          wider_test_arguments(exercise, root))
-        report.steps.append(step)
-        if measuring is not None:
-            measuring.join()
+    try:
+        step = (_finish_tests(_start_tests(root, override, ["-x", *UNUSED_PLUGINS], own, scratch),
+                              exercise, shown, root, own=True) if own else None)
+        if step is not None:
+            report.steps.append(step)
+        refused = _refused(guard_log)
+        if refused is not None:
+            report.steps.append(refused)
+            return
+        if step is None or step.status != "FAIL":
+            # The loop properties are measured on servers of their own while the
+            # wide tests run (each waits mostly on sockets), and shown only if
+            # those pass.
+            measuring = None
+            if exercise.stage and exercise.properties:
+                measuring = threading.Thread(target=lambda: measured.extend(properties.check(
+                    exercise.stage, exercise.properties, env=override, limits=limits)), daemon=True)
+                measuring.start()
+            step = _finish_tests(wide, exercise, shown, root)
+            report.steps.append(step)
+            if measuring is not None:
+                measuring.join()
+    finally:
+        wide.stop()
+    refused = _refused(guard_log)
+    if refused is not None:
+        report.steps.append(refused)
+        return
     if step.status == "FAIL" and exercise.stage and not verdict_only and not step.crashed:
         traceback = properties.crash(exercise.stage, env=override, limits=limits)
         if traceback:
@@ -212,7 +257,26 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
             for result in measured:
                 report.steps.append(Step("ok" if result.passed else "FAIL",
                                          f"{result.name}: {result.message}"))
-    return report
+
+
+# The directory whose sitecustomize.py installs the guard in every process
+# started with the check's environment (it goes first on PYTHONPATH).
+GUARD_STARTUP = Path(guard.__file__).resolve().with_name("startup")
+
+
+def _refused(log: Path) -> Step | None:
+    """A FAIL step if the guard refused anything during the check (``log``), else None."""
+    refusals = guard.refused(log)
+    if not refusals:
+        return None
+    verb, path = refusals[0]
+    details = ["the checker refused it (a PermissionError), so it is still there: a check may",
+               "delete or overwrite files only in its own temporary directory (tempfile, tmp_path)"]
+    others = sorted({p for _, p in refusals[1:]} - {path})
+    if others:
+        details.append(_clip(f"and {len(others)} more: {', '.join(others)}"))
+    return Step("FAIL", _clip(f"your code tried to {verb} {path}, outside the check's temporary "
+                              "directory", 160), details)
 
 
 def stages_using(module: str, names: set[str] | None = None) -> list[str]:
@@ -247,28 +311,40 @@ def _imports_from(start: str) -> list[tuple[str, str, str | None]]:
         if name in seen:
             continue
         seen.add(name)
-        try:
-            path = markers.source_path(name)
-        except (ModuleNotFoundError, ImportError, ValueError):
-            continue
-        if path.suffix != ".py":  # Cython: its imports are the extension's, read no further
-            continue
-        for node in ast.walk(markers.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found = [(alias.name, None) for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # "from tinyloop.callbacks import loop": loop may be a module itself.
-                found = [(node.module, alias.name) for alias in node.names]
-                found += [(f"{node.module}.{alias.name}", None) for alias in node.names]
-            else:
-                continue
-            for target, imported in found:
-                if target.split(".")[0] == "tinyloop":
-                    edges.append((name, target, imported))
-                    pending.append(target)
+        for target, imported in _module_imports(name):
+            edges.append((name, target, imported))
+            pending.append(target)
     return edges
 
 
+@functools.lru_cache(maxsize=None)
+def _module_imports(name: str) -> tuple[tuple[str, str | None], ...]:
+    """``(module, name)`` for each tinyloop import in reference module ``name``'s
+    source (:func:`_imports_from`'s edges from it); empty for a Cython file or a
+    module not found.  Cached: the reference's sources do not change during a
+    check, and each stage's walk reads mostly the same modules (a second or two
+    per check on the shared machine, uncached)."""
+    try:
+        path = markers.source_path(name)
+    except (ModuleNotFoundError, ImportError, ValueError):
+        return ()
+    if path.suffix != ".py":  # Cython: its imports are the extension's, read no further
+        return ()
+    edges = []
+    for node in ast.walk(markers.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # "from tinyloop.callbacks import loop": loop may be a module itself.
+            found = [(node.module, alias.name) for alias in node.names]
+            found += [(f"{node.module}.{alias.name}", None) for alias in node.names]
+        else:
+            continue
+        edges += [(target, imported) for target, imported in found if target.split(".")[0] == "tinyloop"]
+    return tuple(edges)
+
+
+@functools.lru_cache(maxsize=None)
 def _users(exercise: Exercise) -> list[str]:
     """The stages whose server runs the exercise's code (:func:`stages_using`): for a
     Cython exercise, every stage that imports the extension it is built into."""
@@ -499,35 +575,84 @@ sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
-def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, str],
-               options: list[str], arguments: list[str] | None = None, own: bool = False) -> Step:
-    """Run pytest with ``arguments`` (default :func:`test_arguments`) and say how it went.
+# pytest plugins the checker's runs never use, left out because each run
+# would import them first (a second or more per run on a shared 2-core
+# machine): xdist (one process), anyio, platformdirs.  Hypothesis is loaded
+# only where a test uses it, in the exercise's own tests (the stream
+# properties); no wide suite does.
+UNUSED_PLUGINS = ("-p", "no:xdist", "-p", "no:xdist.looponfail", "-p", "no:anyio", "-p", "no:platformdirs")
+WIDE_UNUSED_PLUGINS = (*UNUSED_PLUGINS, "-p", "no:hypothesispytest")
 
-    ``own``: these are the exercise's own tests (the step's words say so)."""
-    arguments = arguments if arguments is not None else test_arguments(exercise, root)
-    with tempfile.TemporaryDirectory(prefix="tinyloop-check-") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", f"--maxfail={SHOW_FAILURES}",
-                   "-o", f"timeout={TEST_TIMEOUT:g}", *options, *arguments]
-        # Its own session, so that on any exit the servers the tests started
-        # go with it: a server spinning on a wrong solution must not outlive
-        # the check.
-        # Output goes to files, not pipes: a process the student's code forked
-        # would hold a pipe open, and reading it to its end would wait for that
-        # process rather than for pytest.
-        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=TESTS_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
-                            ["does your code wait for something that never happens?"])
-            finally:
-                stop_session(proc, grace=0)
+
+@dataclass
+class _Session:
+    """A pytest run started by :func:`_start_tests`, in its own process group."""
+
+    proc: subprocess.Popen
+    tmp: tempfile.TemporaryDirectory
+    go: Path | None  # the file the run waits for before its first test (None: no wait)
+    stopped: bool = False
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.tmp.name)
+
+    def start(self) -> None:
+        """Let a run started with ``wait=True`` go on to its tests."""
+        if self.go is not None:
+            self.go.touch()
+
+    def stop(self) -> None:
+        """Stop the run and what it started (the servers its tests left); remove its
+        files.  Idempotent."""
+        if not self.stopped:
+            self.stopped = True
+            stop_session(self.proc, grace=0)
+            self.tmp.cleanup()
+
+
+def _start_tests(root: Path, override: dict[str, str], options: list[str], arguments: list[str],
+                 scratch: Path | None = None, wait: bool = False) -> _Session:
+    """Start pytest with ``options`` and ``arguments``; :func:`_finish_tests` collects it.
+
+    ``scratch``: the check's temporary directory, where its files go (default:
+    the system's).  ``wait``: the run imports and collects at once, then waits before its
+    first test until :meth:`_Session.start` (the reach plugin's
+    ``--tinyloop-wait``, which must be among ``options``' plugins): the wide
+    step is collected while the exercise's own tests run."""
+    tmp = tempfile.TemporaryDirectory(prefix="tests-", dir=scratch)
+    folder = Path(tmp.name)
+    go = folder / "go" if wait else None
+    command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
+               f"--junitxml={folder / 'junit.xml'}", f"--maxfail={SHOW_FAILURES}",
+               "-o", f"timeout={TEST_TIMEOUT:g}", *options,
+               *([f"--tinyloop-wait={go}"] if go else []), *arguments]
+    # Its own session, so that on any exit the servers the tests started
+    # go with it: a server spinning on a wrong solution must not outlive
+    # the check.
+    # Output goes to files, not pipes: a process the student's code forked
+    # would hold a pipe open, and reading it to its end would wait for that
+    # process rather than for pytest.
+    with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
+        proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
+    return _Session(proc, tmp, go)
+
+
+def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
+                  own: bool = False) -> Step:
+    """Wait for ``session`` (at most :data:`TESTS_TIMEOUT` s), stop what it left, and
+    say how it went."""
+    session.start()
+    proc, junit = session.proc, session.folder / "junit.xml"
+    out_path, err_path = session.folder / "stdout", session.folder / "stderr"
+    try:
+        try:
+            proc.wait(timeout=TESTS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
+                        ["does your code wait for something that never happens?"])
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
         if proc.returncode < 0:  # killed by a signal: a crash, wherever it happened
@@ -535,6 +660,8 @@ def _run_tests(exercise: Exercise, path: Path, root: Path, override: dict[str, s
         if not junit.exists():  # pytest never started: the file fails on import
             return _import_failure(path, stderr)
         cases = list(ET.parse(junit).iter("testcase"))
+    finally:
+        session.stop()
     output = stdout + stderr
     if own and proc.returncode == 5:
         return Step("skip", "the exercise has no tests of its own")

@@ -52,7 +52,7 @@ from tinyloop._override import ENV
 from tinyloop.exercises import markers
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["DATA", "compute", "hit", "instrument", "load", "region_digest", "selected"]
+__all__ = ["DATA", "compute", "hit", "instrument", "load", "prepare", "region_digest", "selected"]
 
 DATA = Path(__file__).with_name("reach.json")
 _HITS = "TINYLOOP_REACH_HITS"  # file other processes append their hit times to
@@ -77,20 +77,37 @@ def hit(name: str) -> None:
         _hits_here += 1
         return
     if _fd_pid != os.getpid():  # opened once per process (a forked child opens its own)
-        _fd, _fd_pid = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), os.getpid()
+        prepare()
     # Every hit, with no throttle: a test may run the region for a fraction
     # of a millisecond only, just after another test did.
     _write(_fd, f"{time.monotonic():.6f}\n".encode())
 
 
+def prepare() -> None:
+    """Open this process's hits file now, when the instrumented module is loaded.
+
+    A region may run only when the process is out of descriptors (the
+    accept back-off's): opening the file, or importing this module, then
+    fails with EMFILE, the region raises, and the test fails for the
+    instrument's sake."""
+    global _fd, _fd_pid
+    path = os.environ.get(_HITS)
+    if path and os.environ.get(_PID) != str(os.getpid()) and _fd_pid != os.getpid():
+        _fd, _fd_pid = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), os.getpid()
+
+
 def instrument(source: str, name: str) -> str:
     """``source`` (a file holding exercise ``name``'s regions, markers kept) with a
-    call to :func:`hit` as the first statement of each region."""
+    call to :func:`hit` as the first statement of each region, and one to
+    :func:`prepare` at its end (module level: run when it is loaded)."""
     lines = source.splitlines(keepends=True)
     for region in sorted(markers.find_regions(source), key=lambda r: -r.begin):
         if region.name == name:
             lines.insert(region.begin, f'{region.indent}__import__("tinyloop.exercises.reach", '
                                        f'fromlist=["hit"]).hit({name!r})\n')
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    lines.append('__import__("tinyloop.exercises.reach", fromlist=["prepare"]).prepare()\n')
     return "".join(lines)
 
 
@@ -140,6 +157,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests that reach EXERCISE's code (reach.json), cheapest first")
     group.addoption("--tinyloop-reach-log", metavar="FILE",
                     help="record each test's times and in-process hits (reach.compute)")
+    group.addoption("--tinyloop-wait", metavar="FILE",
+                    help="after collecting, wait until FILE exists before the first test "
+                         "(the checker collects its wide step while the exercise's own tests run)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -166,26 +186,51 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         config.hook.pytest_deselected(items=dropped)
 
 
-def _other_stages(exercise: Exercise, items: list[pytest.Item]) -> set[str]:
-    """The HTTP suite's rows to leave out: each of its tests runs on one stage, the
-    exercise's own when that row reaches the code, else the first that does.
+# The per-stage suites whose rows ask every stage's server the same thing, and
+# the name of their stage parameter.
+_PER_STAGE = {"tests/test_servers.py": "server", "tests/test_limits.py": "stage"}
 
-    The suite asks every stage's server the same requests; the stages differ in
-    reference code, not in the student's, and the exercise's own behaviour tests
-    and the loop properties have run on its stage already.  What this leaves out
-    was measured by mutation (scripts/mutation.py): no mutant killed with every
-    row survives with one."""
-    rows: dict[str, list[pytest.Item]] = {}
+
+def _other_stages(exercise: Exercise, items: list[pytest.Item]) -> set[str]:
+    """The per-stage suites' rows to leave out (the HTTP suite, the limits tests):
+    each of their tests runs on one stage, the exercise's own when that row
+    reaches the code, else the first that does.
+
+    Those suites ask every stage's server the same requests; the stages differ
+    in reference code, not in the student's, and the exercise's own behaviour
+    tests and the loop properties have run on its stage already.  What this
+    leaves out was measured by mutation (scripts/mutation.py): no mutant killed
+    with every row survives with one."""
+    rows: dict[str, list[tuple[str, str]]] = {}  # test -> (node id, stage) of each row
     for item in items:
-        stage = getattr(getattr(item, "callspec", None), "params", {}).get("server")
-        if item.nodeid.startswith("tests/test_servers.py::") and stage is not None:
-            rows.setdefault(item.nodeid.partition("[")[0], []).append(item)
+        parameter = _PER_STAGE.get(item.nodeid.partition("::")[0], "")
+        stage = getattr(getattr(item, "callspec", None), "params", {}).get(parameter)
+        if stage is not None:
+            rows.setdefault(item.nodeid.partition("[")[0], []).append((item.nodeid, stage))
     left_out = set()
     for same_test in rows.values():
-        own = [i for i in same_test if i.callspec.params["server"] == exercise.stage]
+        own = [row for row in same_test if row[1] == exercise.stage]
         kept = (own or same_test)[0]
-        left_out.update(i.nodeid for i in same_test if i is not kept)
+        left_out.update(node for node, _ in same_test if node != kept[0])
     return left_out
+
+
+# How long --tinyloop-wait waits at most (s): the checker's own step is
+# limited to 300 s; past this the run is an orphan and ends.
+WAIT_LIMIT = 900.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    go = session.config.getoption("--tinyloop-wait")
+    if not go:
+        return
+    parent, deadline = os.getppid(), time.monotonic() + WAIT_LIMIT
+    while not os.path.exists(go):
+        # A parent gone (the check was killed) leaves nobody to say go.
+        if os.getppid() != parent or time.monotonic() > deadline:
+            pytest.exit("the checker that started this run is gone", returncode=3)
+        time.sleep(0.01)
 
 
 _failed: set[str] = set()
