@@ -298,17 +298,17 @@ def main(argv: list[str] | None = None) -> int:
                   "chapter": server.chapter, "command": server.display(),
                   "env": server.env or None, "skipped": skipped.get(server.name)} for server in candidates],
         runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
-    experiment.finish(data, args.out, report.format_text(data), conclusion(data), keep_copy=True)
-    if not args.no_plot:
+    if not args.no_plot:  # before finish, whose conclusion is the last line printed
         png = args.plot or args.out.with_suffix(".png")
         try:
             report.plot(data, None, png)
             print(f"drew {relative(png)}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
-    if args.out.resolve() != REFERENCE.resolve():
-        print(f"the book shows the reference run (benchmarks/results/latest.json); to see yours "
-              f"in it, build with -D book_bench_results={relative(args.out)}")
+    hint = ("" if args.out.resolve() == REFERENCE.resolve() else
+            "\nthe book shows the reference run (benchmarks/results/latest.json); to see yours "
+            f"in it, build with -D book_bench_results={relative(args.out)}")
+    experiment.finish(data, args.out, report.format_text(data) + hint, conclusion(data), keep_copy=True)
     return 0
 
 
