@@ -331,30 +331,19 @@ class Service:
 # client, still reads the files and removes them at the end.
 
 
-@dataclass(frozen=True)
-class _Account:
-    uid: int
-    gid: int
-    user: str
-    group: str
-
-
-def _service_account(names: Sequence[str] = ("postgres", "nobody")) -> _Account | None:
+def _service_account(names: Sequence[str] = ("postgres", "nobody")) -> pwd.struct_passwd | None:
     """The first of ``names`` that exists, to run a service as; None when we are not root."""
     if os.geteuid() != 0:
         return None
     for name in names:
         with contextlib.suppress(KeyError):
-            entry = pwd.getpwnam(name)
-            return _Account(entry.pw_uid, entry.pw_gid, name, grp.getgrgid(entry.pw_gid).gr_name)
+            return pwd.getpwnam(name)
     raise RuntimeError(f"running as root, and none of the users {', '.join(names)} exists to run a service as")
 
 
-def _as(account: _Account | None) -> dict:
+def _as(account: pwd.struct_passwd | None) -> dict:
     """Popen keyword arguments that run the child as ``account`` (nothing when None)."""
-    if account is None:
-        return {}
-    return {"user": account.uid, "group": account.gid, "extra_groups": []}
+    return {} if account is None else {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 
 # --- PostgreSQL ----------------------------------------------------------------
@@ -450,8 +439,8 @@ def postgres(cpus: str | Iterable[int] | None = None, *, rows: int = 1000,
         data, sockets, log = directory / "data", directory / "sockets", directory / "postgres.log"
         sockets.mkdir(mode=0o700)
         if account is not None:
-            os.chown(directory, account.uid, account.gid)
-            os.chown(sockets, account.uid, account.gid)
+            os.chown(directory, account.pw_uid, account.pw_gid)
+            os.chown(sockets, account.pw_uid, account.pw_gid)
         env = {**os.environ, "HOME": str(directory), "LC_ALL": "C"}
         initdb = subprocess.run(
             [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", SUPERUSER,
@@ -527,7 +516,7 @@ class NGINX(Service):
 
 
 def nginx_conf(directory: Path, port: int, upstream_ports: Sequence[int], workers: int,
-               account: _Account | None) -> str:
+               account: pwd.struct_passwd | None) -> str:
     """The generated nginx.conf: one server on 127.0.0.1:``port`` proxying to the upstreams.
 
     Every path nginx writes is inside ``directory`` (temp paths included:
@@ -537,7 +526,7 @@ def nginx_conf(directory: Path, port: int, upstream_ports: Sequence[int], worker
     (ngx_http_upstream_module's documentation); without it nginx opens a
     new connection to the app for every request.
     """
-    user = f"user {account.user} {account.group};" if account else ""
+    user = f"user {account.pw_name} {grp.getgrgid(account.pw_gid).gr_name};" if account else ""
     servers = "\n".join(f"        server 127.0.0.1:{p};" for p in upstream_ports)
     temp = "\n".join(f"    {kind}_temp_path {directory / kind};"
                      for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
