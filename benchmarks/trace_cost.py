@@ -46,18 +46,21 @@ Rules this file keeps:
 
 from __future__ import annotations
 
+import __future__
 import argparse
+import ast
 import asyncio
 import concurrent.futures
+import inspect
 import os
-import heapq
-import selectors
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+import types
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -83,54 +86,86 @@ REQUEST = b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n"
 SETTINGS = {"http": (200, 2_000), "callbacks": (1_000, 20_000)}
 
 
+class _WithoutHookSites(ast.NodeTransformer):
+    """A method's syntax tree as it would be without its hook sites.
+
+    Each test ``X._instrument is not None`` becomes False (``is None``:
+    True), a ``not``/``and``/``or`` that this makes constant is folded, and
+    an ``if`` on a constant keeps only the branch that runs: what the C
+    compiler does to uv's ``no-sites`` build, done here to Python.
+    """
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if (isinstance(node.left, ast.Attribute) and node.left.attr == "_instrument"
+                and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot))
+                and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None):
+            return ast.copy_location(ast.Constant(isinstance(node.ops[0], ast.Is)), node)
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        neutral = isinstance(node.op, ast.And)  # True changes nothing in an and, False in an or
+        values = [v for v in node.values if not (isinstance(v, ast.Constant) and v.value is neutral)]
+        if any(isinstance(v, ast.Constant) and v.value is (not neutral) for v in values):
+            return ast.copy_location(ast.Constant(not neutral), node)
+        if len(values) <= 1:
+            return values[0] if values else ast.copy_location(ast.Constant(neutral), node)
+        node.values = values
+        return node
+
+    def visit_If(self, node: ast.If) -> Any:
+        self.generic_visit(node)
+        if isinstance(node.test, ast.Constant):
+            return node.body if node.test.value else (node.orelse or None)
+        return node
+
+
+def without_hook_sites(method: Callable[..., Any], owner: type) -> Callable[..., Any]:
+    """``method`` recompiled from its source by :class:`_WithoutHookSites`, as a method of ``owner``.
+
+    It runs in its own module's globals; a zero-argument ``super()`` in it
+    means ``super(owner, self)``.  Raises ValueError if the method has no
+    hook site to drop (the variant would measure nothing).
+    """
+    source = textwrap.dedent(inspect.getsource(method))
+    tree = ast.parse(source)
+    before = ast.dump(tree)
+    tree = ast.fix_missing_locations(_WithoutHookSites().visit(tree))
+    if ast.dump(tree) == before:
+        raise ValueError(f"{method.__qualname__} has no hook site")
+    # Compiled inside a class body, as it was written: that is what gives a
+    # zero-argument super() its __class__ cell.
+    wrapper = ast.parse("class _Owner:\n    pass")
+    wrapper.body[0].body = tree.body
+    ast.increment_lineno(wrapper, method.__code__.co_firstlineno - 1)
+    code = compile(ast.fix_missing_locations(wrapper), inspect.getsourcefile(method) or "<hookless>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    [class_code] = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    [function_code] = [c for c in class_code.co_consts if isinstance(c, types.CodeType)]
+    closure = tuple(types.CellType(owner) for name in function_code.co_freevars if name == "__class__")
+    if len(closure) != len(function_code.co_freevars):
+        raise ValueError(f"{method.__qualname__} closes over {function_code.co_freevars}")
+    return types.FunctionType(function_code, method.__globals__, method.__name__, method.__defaults__,
+                              closure or None)
+
+
 class NoHookSites(SelectorEventLoop):
     """tinyloop.aio's iteration as it would be without its hook sites.
 
-    A copy, for this measurement only: aio's run_once and _process_events,
-    and Part II's _compute_timeout and _move_due_timers, each without its
-    ``self._instrument`` test (aio's run_once goes straight to the handles
-    when nothing records, as asyncio's _run_once does).  The transports'
-    tests around each read and write stay: both rows pay them.
+    Each iteration step that holds a hook site is the loop's own, rebuilt
+    from its source without the ``self._instrument`` tests (see
+    without_hook_sites, below the class): aio's _run_ready (which goes
+    straight to the handles, as asyncio's _run_once does), and Part II's
+    _compute_timeout, _process_events and _move_due_timers.  Nothing is
+    copied, so the variant follows the loop.  The transports' tests around
+    each read and write stay: both rows pay them.
     """
 
-    def run_once(self) -> None:
-        self._process_events(self._selector.select(self._compute_timeout()))
-        self._move_due_timers()
-        ready = self._ready
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
-        handle = None  # type: ignore[assignment]
 
-    def _compute_timeout(self) -> float | None:
-        self._clean_timer_heap()
-        if self._ready or self._stopping:
-            return 0
-        if not self._scheduled:
-            return None
-        delay = self._scheduled[0]._when - self.time()
-        return min(max(0.0, delay), reactor.MAXIMUM_SELECT_TIMEOUT)
-
-    def _process_events(self, events: list[Any]) -> None:
-        ready = self._ready
-        for key, mask in events:
-            reader, writer = key.data
-            if mask & selectors.EVENT_READ and reader is not None:
-                ready.append(reader)
-            if mask & selectors.EVENT_WRITE and writer is not None:
-                ready.append(writer)
-
-    def _move_due_timers(self) -> None:
-        end = self.time() + reactor.CLOCK_RESOLUTION
-        heap = self._scheduled
-        while heap and heap[0]._when <= end:
-            timer = heapq.heappop(heap)
-            timer._in_heap = False
-            if timer._cancelled:
-                self._cancelled_timers -= 1
-            else:
-                self._ready.append(timer)
+for _owner, _name in ((SelectorEventLoop, "_run_ready"), (reactor.Loop, "_compute_timeout"),
+                      (reactor.Loop, "_process_events"), (reactor.Loop, "_move_due_timers")):
+    setattr(NoHookSites, _name, without_hook_sites(getattr(_owner, _name), NoHookSites))
 
 
 class NoOp:

@@ -9,10 +9,12 @@ context, debug mode, the self-pipe, and the loop's life cycle.
 
 from __future__ import annotations
 
+import gc
 import logging
 import selectors
 import socket
 import threading
+import weakref
 
 import pytest
 from fakes import FakeSelector, VirtualClock, WouldBlockForever
@@ -317,6 +319,54 @@ def test_a_failing_handler_is_reported_by_the_default_one(loop: Loop, caplog: py
     assert log == ["went on"]
     assert "Unhandled error in exception handler" in caplog.text
     assert "the handler broke" in caplog.text
+
+
+class _Holder:
+    """What a failed callback's argument can be: an object that keeps the error (as a future does)."""
+
+    error: BaseException | None = None
+
+
+class _CallbackInstrument:
+    def before_callback(self, handle: Handle) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["plain", "debug", "instrument"])
+def test_a_failed_callback_leaves_no_reference_cycle(selector: FakeSelector, clock: VirtualClock,
+                                                      mode: str) -> None:
+    """The error's traceback reaches, through its frames and their f_back, the
+    frames that ran the handle; if they still hold the handle, whose argument
+    holds the error, only the cyclic GC frees them (Python 3.12+).  With the
+    GC off, dropping our reference must free the argument."""
+    loop = Loop(selector=selector, clock=clock, debug=mode == "debug")
+    if mode == "instrument":
+        loop.add_instrument(_CallbackInstrument())
+    holder = _Holder()
+    alive = weakref.ref(holder)
+
+    def keep_the_error(lp: Loop, context: dict) -> None:
+        kept = alive()
+        assert kept is not None
+        kept.error = context["exception"]
+
+    def fail(holder: _Holder) -> None:
+        del holder  # only the handle holds it now
+        raise ValueError("boom")
+
+    loop.set_exception_handler(keep_the_error)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        loop.call_soon(fail, holder)
+        loop.run_once()
+        assert holder.error is not None
+        del holder
+        assert alive() is None, [type(r).__name__ for r in gc.get_referrers(alive())]
+    finally:
+        if enabled:
+            gc.enable()
+        loop.close()
 
 
 def test_keyboard_interrupt_leaves_run_forever(loop: Loop) -> None:

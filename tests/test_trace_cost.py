@@ -85,6 +85,22 @@ def test_the_baseline_has_no_hook_sites() -> None:
     assert names == {"run"}, "only run_forever's hooks are left: the iteration's are gone"
 
 
+def test_the_baseline_is_the_loop_without_its_instrument_tests() -> None:
+    """Its steps are rebuilt from the loop's own source: no copy to drift, no test left."""
+    for name in ("_run_ready", "_compute_timeout", "_process_events", "_move_due_timers"):
+        shipped = getattr(trace_cost.SelectorEventLoop, name)
+        rebuilt = getattr(trace_cost.NoHookSites, name)
+        assert "_instrument" in shipped.__code__.co_names, name
+        assert "_instrument" not in rebuilt.__code__.co_names, name
+        assert rebuilt.__code__.co_filename == shipped.__code__.co_filename
+    loop = trace_cost.NoHookSites()
+    loop.set_debug(True)  # the rebuilt _run_ready hands debug mode to aio's own (its super())
+    try:
+        trace_cost.callbacks(loop, 5)
+    finally:
+        loop.close()
+
+
 def test_the_uv_copy_without_sites_tests_no_flag() -> None:
     changed = 0
     for path in sorted((ROOT / "tinyloop" / "uv").glob("*.p*")):

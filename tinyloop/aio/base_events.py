@@ -462,21 +462,19 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
             self._set_coroutine_origin_tracking(False)
             sys.set_asyncgen_hooks(*old_hooks)
 
-    def run_once(self) -> None:
-        """One iteration: Part II's four steps, its step 4 run as asyncio's ``_run_once`` runs it.
+    def _run_ready(self) -> None:
+        """Part II's step 4, run as asyncio's ``_run_once`` runs it.
 
         Discussion: Part II runs each ready handle through ``_run_handle``,
         which times it in debug mode and calls the instruments.  With neither
         on, that is one more Python call per callback, on the path every
         read and every task step takes, for nothing: asyncio calls
         ``handle._run()`` from its iteration directly, and so do we.  In
-        debug mode or with an instrument, Part II's iteration runs as it is.
+        debug mode or with an instrument, Part II's step runs as it is.
         """
         if self._debug or self._instrument is not None:
-            super().run_once()
+            super()._run_ready()
             return
-        self._process_events(self._selector.select(self._compute_timeout()))
-        self._move_due_timers()
         ready = self._ready
         for _ in range(len(ready)):
             handle = ready.popleft()

@@ -95,6 +95,10 @@ except (AttributeError, ValueError, OSError):  # no sysconf, or no such name her
     _IOV_MAX = 16
 _HAS_SENDMSG = hasattr(socket.socket, "sendmsg")
 
+# What write() takes.  A module constant: written inline, the tuple is built
+# anew (three global lookups and an allocation) on every write.
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
 
 def _set_nodelay(sock: socket.socket) -> None:
     # Discussion: Nagle's algorithm holds a small write back until the
@@ -194,21 +198,6 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
         # Listeners resting after EMFILE: fd -> the timer that wakes them.
         self._accept_backoff: dict[int, reactor.TimerHandle] = {}
         super().__init__(default_selector() if selector is None else selector, clock, debug=debug)
-
-    def _process_events(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
-        """Queue the reader and/or writer handle of each ready descriptor: Part II's
-        step 3 with the names it looks up once per event held in locals (it runs
-        for every read); with an instrument, Part II's own, which reports the wait."""
-        if self._instrument is not None:
-            super()._process_events(events)
-            return
-        ready = self._ready
-        for key, mask in events:
-            reader, writer = key.data
-            if mask & EVENT_READ and reader is not None:
-                ready.append(reader)
-            if mask & EVENT_WRITE and writer is not None:
-                ready.append(writer)
 
     # -- Readiness: the users' door, checked -----------------------------------------
 
@@ -823,7 +812,7 @@ class _SelectorSocketTransport(_SelectorTransport):
         TypeError for a non-bytes-like, RuntimeError after write_eof() or
         during sendfile.
         """
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if not isinstance(data, _BYTES_LIKE):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._eof:
             raise RuntimeError("Cannot call write() after write_eof()")
@@ -1017,7 +1006,7 @@ class _SelectorDatagramTransport(_SelectorTransport, asyncio.DatagramTransport):
         Raises TypeError for a non-bytes-like, ValueError for an address
         other than the connected one.
         """
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if not isinstance(data, _BYTES_LIKE):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._address:
             if addr not in (None, self._address):

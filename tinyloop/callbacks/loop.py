@@ -49,6 +49,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Callable
+from selectors import EVENT_READ, EVENT_WRITE
 from typing import Any
 
 from tinyloop.trace import instrument as instruments
@@ -130,6 +131,10 @@ class Handle:
             raise
         except BaseException as exc:
             self._report(exc)
+        # The error may outlive this call (a future keeps it), and its
+        # traceback holds this frame: let go of the handle, whose arguments
+        # may be that future, or only the cyclic GC frees the two.
+        self = None  # type: ignore[assignment]
 
     def _report(self, exc: BaseException) -> None:
         self._loop.call_exception_handler({
@@ -372,7 +377,8 @@ class Loop:
 
         Four steps: (1) work out how long we may wait, (2) wait for readiness
         that long, (3) put the callbacks of ready file descriptors and due
-        timers on the ready queue, (4) run what is on the ready queue now.
+        timers on the ready queue, (4) run what is on the ready queue now
+        (:meth:`_run_ready`, the one step a later loop runs its own way).
         """
         # exercise run-once: begin
         # 1. Compute the timeout: zero if work is ready, else until the nearest timer.
@@ -385,20 +391,32 @@ class Loop:
         self._process_events(events)
         self._move_due_timers()
 
-        # 4. Run exactly the callbacks that are ready now; callbacks they
-        # schedule land behind them and wait for the next iteration.
+        # 4. Run the callbacks that are ready now, and only those.
+        self._run_ready()
+        # exercise run-once: end
+
+    def _run_ready(self) -> None:
+        """Step 4: run exactly the handles that are on the ready queue now.
+
+        Callbacks they schedule land behind them and wait for the next
+        iteration.  A subclass that runs handles differently overrides this
+        method alone (tinyloop.aio's runs them as asyncio's ``_run_once`` does).
+        """
+        # exercise run-once: begin
         for _ in range(len(self._ready)):
             handle = self._ready.popleft()
             if not handle._cancelled:
                 self._run_handle(handle)
         # exercise run-once: end
+        handle = None  # type: ignore[assignment]  # see _run_handle
 
     def _compute_timeout(self) -> float | None:
         """Seconds the selector may block: 0, until the nearest timer, or None (forever).
 
         Its caller waits next, so this is where instruments hear ``before_io_wait``.
         """
-        self._clean_timer_heap()
+        if self._scheduled:  # (an empty heap has nothing to clean: spare the call)
+            self._clean_timer_heap()
         if self._ready or self._stopping:
             timeout: float | None = 0
         elif not self._scheduled:
@@ -442,12 +460,13 @@ class Loop:
         """Queue the reader and/or writer callback of each ready file descriptor."""
         if self._instrument is not None:
             self._instrument.after_io_wait(len(events))
+        ready = self._ready  # (a local: this loop runs once per ready descriptor)
         for key, mask in events:
             reader, writer = key.data
-            if mask & selectors.EVENT_READ and reader is not None:
-                self._ready.append(reader)
-            if mask & selectors.EVENT_WRITE and writer is not None:
-                self._ready.append(writer)
+            if mask & EVENT_READ and reader is not None:
+                ready.append(reader)
+            if mask & EVENT_WRITE and writer is not None:
+                ready.append(writer)
 
     def _move_due_timers(self) -> None:
         """Pop every timer whose deadline has come from the heap onto the ready queue.
@@ -458,6 +477,8 @@ class Loop:
         once more with a zero timeout for a timer that is, to the clock's
         precision, due.
         """
+        if not self._scheduled and self._instrument is None:
+            return  # no timers, nothing due: spare the clock read (this runs every iteration)
         queued = len(self._ready)  # (for instruments: how many timers this moves)
         # exercise timer-heap: begin
         end = self.time() + CLOCK_RESOLUTION
@@ -474,8 +495,17 @@ class Loop:
             self._instrument.timers_due(len(self._ready) - queued, len(self._ready))
 
     def _run_handle(self, handle: Handle) -> None:
+        """Run one handle: timed in debug mode, between the instruments' hooks.
+
+        Discussion: from Python 3.12 a callback's error keeps, in its
+        traceback, the frames that ran it and, through each frame's
+        ``f_back``, this one and ``_run_ready``'s.  Both let go of the handle
+        before they return: its arguments may hold the error (a failed
+        future), and a cycle through a frame is freed only by the cyclic GC.
+        """
         if not self._debug and self._instrument is None:
             handle._run()
+            handle = None  # type: ignore[assignment]
             return
         if self._instrument is not None:
             self._instrument.before_callback(handle)
@@ -486,6 +516,7 @@ class Loop:
             self._instrument.after_callback(handle)
         if self._debug and duration >= self.slow_callback_duration:
             self._logger.warning("Executing %r took %.3f seconds", handle, duration)
+        handle = None  # type: ignore[assignment]
 
     # -- Running and stopping -----------------------------------------------------
 
