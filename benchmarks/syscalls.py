@@ -52,7 +52,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -62,10 +61,9 @@ from pathlib import Path
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display, version_line
-from benchmarks.harness.process import choose_names, choose_pinning, warm_up
-from benchmarks.harness.render import DASH, markdown as table_lines
+from benchmarks.harness.process import choose_pinning
+from benchmarks.harness.render import DASH, machine_line, markdown as table_lines
 from benchmarks.loads import Settings
-from tinyloop import stages
 
 __all__ = ["DEPTH_LOADS", "GROUPS", "Strace", "main", "markdown", "measure",
            "parse_strace_summary", "strace_problem"]
@@ -136,8 +134,8 @@ class Strace:
 
     def __enter__(self) -> Strace:
         self.proc = subprocess.Popen(["strace", "-f", "-qq", "-p", str(self.pid), *self.args, "-o", str(self.out)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
         deadline = time.monotonic() + self.attach_timeout
         while not self._attached():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -151,30 +149,18 @@ class Strace:
 
     def _attached(self) -> bool:
         try:
-            tasks = os.listdir(f"/proc/{self.pid}/task")
-            for tid in tasks:
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
                 with open(f"/proc/{self.pid}/task/{tid}/status") as f:
-                    tracer = next((line.split()[1] for line in f if line.startswith("TracerPid:")), "0")
-                if tracer == "0":
-                    return False
+                    if next((line.split()[1] for line in f if line.startswith("TracerPid:")), "0") == "0":
+                        return False
         except OSError:
             return False  # the process (or a thread) went away: not attached
         return True
 
     def _stop(self) -> str:
-        """Detach and wait; returns the last line strace wrote to stderr ('' if none)."""
-        proc = self.proc
-        if proc is None:
-            return ""
-        self.proc = None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        lines = [line for line in (err or "").strip().splitlines() if line.strip()]
+        """Detach and wait; returns the last line strace complained with ('' if none)."""
+        proc, self.proc = self.proc, None
+        lines = (experiment.interrupt(proc, grace=10) if proc else "").strip().splitlines()
         return lines[-1].strip() if lines else ""
 
 
@@ -209,39 +195,27 @@ def measure(server: servers.Server, depth: int, settings: Settings, pinning: dic
     record: dict = {"server": server.name, "depth": depth, "load": load.name, "status": "error",
                     "note": None, "requests": None, "seconds": None, "calls": None, "per_request": None,
                     "in_flight_bound": load.concurrency * load.pipeline}
+    process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
+    if process is None:
+        return {**record, "note": failure[1]}
     try:
-        process = servers.launch(server, pinning["server_prefix"])
-    except RuntimeError as error:
-        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
-        return record
-    try:
-        failure = warm_up(process.address, warmup, settings.socket_timeout)
-        if failure is not None:
-            record["note"] = failure[1]
-            return record
-        url = f"http://{process.host}:{process.port}/"
         summary = workdir / f"{server.name}-{depth}.strace"
         try:
             with Strace(process.pid, ["-c"], summary):
-                result, _, _ = loads.run(load, url, settings, workdir, pinning["load_prefix"])
+                result, _, _ = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
+                                         pinning["load_prefix"])
         except RuntimeError as error:
-            record["note"] = str(error)
-            return record
-        calls = parse_strace_summary(summary.read_text()) if summary.exists() else {}
-        record.update(requests=result.completed, seconds=result.seconds, calls=calls)
-        if not result.completed:
-            record["note"] = result.error or "wrk counted no answered request"
-            return record
-        if not calls:
-            record["note"] = "strace counted no system call"
-            return record
-        record["per_request"] = per_request(calls, result.completed)
-        record["status"] = "ok"
-        if result.failed:
-            record["note"] = f"wrk counted {result.failed} failed requests"
-        return record
+            return {**record, "note": str(error)}
     finally:
         process.stop()
+    calls = parse_strace_summary(summary.read_text()) if summary.exists() else {}
+    record.update(requests=result.completed, seconds=result.seconds, calls=calls)
+    if not result.completed:
+        return {**record, "note": result.error or "wrk counted no answered request"}
+    if not calls:
+        return {**record, "note": "strace counted no system call"}
+    return {**record, "per_request": per_request(calls, result.completed), "status": "ok",
+            "note": f"wrk counted {result.failed} failed requests" if result.failed else None}
 
 
 def per_request(calls: dict[str, int], requests: int) -> dict[str, float]:
@@ -290,7 +264,7 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
 
 def markdown(data: dict) -> str:
     """The results as a Markdown page fragment: the table, then how it was made."""
-    settings, machine = data["settings"], data["machine"]
+    settings = data["settings"]
     how = "--quick: a smoke test" if settings["quick"] else "one run per row"
     notes = [
         "",
@@ -302,8 +276,7 @@ def markdown(data: dict) -> str:
         "Under strace the server runs several times slower, so these rows say how many calls, "
         "never how fast; a slowed server finds more connections ready per wait, so at depth 1 "
         "*wait* reads a little low.",
-        f"Measured on: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} {machine['kernel']}, "
-        f"{machine['python']}, {data['tools']['strace']}; {how}; {data['date'][:10]}"
+        f"Measured on: {machine_line(data)}, {data['tools']['strace']}; {how}; {data['date'][:10]}"
         + (f"; load average {max(load):.1f} (a shared machine: counts, unlike times, barely move with it)"
            if (load := data.get("load_average")) else "") + f". Command: `{data['command']}`.",
     ]
@@ -356,12 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"benchmarks.syscalls: cannot count system calls here: {problem}")
     if shutil.which("wrk") is None:
         raise SystemExit("benchmarks.syscalls: wrk is not installed (Debian: apt-get install wrk)")
-    every_stage = [stage.name for stage in stages.STAGES]
-    candidates = ([servers.stage_server(stages.get(name))
-                   for name in choose_names(args.stages, every_stage, "stage", every_stage)]
-                  + [servers.peer_server(name) for name in choose_names(
-                      args.peers, [peer.name for peer in servers.PEERS], "peer",
-                      [peer.name for peer in servers.PEERS if peer.default])])
+    candidates = servers.choose(args.stages, args.peers)
     skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
     for name, note in skipped.items():
         print(f"skip {name}: {note}")
