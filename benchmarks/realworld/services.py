@@ -205,41 +205,30 @@ def _stat_fields(pid: int) -> list[str] | None:
 def process_tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) spent by ``pid`` and all its descendants, live or reaped.
 
-    Each live process in the tree adds its own CPU time (_own_cpu) and the
-    cutime + cstime of the children it has waited for (proc(5)): a child
-    that exited and was reaped is counted once, in its parent's figure.  Sample it before
+    Each live process in the tree adds its own CPU time and the cutime +
+    cstime of the children it has waited for (proc(5)): a child that exited
+    and was reaped is counted once, in its parent's figure.  Sample it before
     and after a run and subtract; the difference is what the run cost the
     service (the postmaster and its backends, nginx's master and workers).
     Linux only (reads /proc); returns 0.0 when ``pid`` is gone.
     """
+    # Discussion: /proc/PID/stat rounds utime and stime down to whole ticks
+    # (10 ms) per process, so a pool of ten PostgreSQL backends that each
+    # spend 8 ms in a short run would add up to 0; the process's CPU-time
+    # clock (harness.process.pid_cpu_seconds) does not.  Reaped children
+    # (cutime, cstime) exist only in ticks, but there the kernel sums before
+    # it rounds, so the error stays below one tick in all.
     if not os.path.isdir("/proc"):
         return 0.0
-    tree = _children()
     tick = 1 / os.sysconf("SC_CLK_TCK")
     seconds = 0.0
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        fields = _stat_fields(current)
-        if fields is None:
-            continue
-        seconds += _own_cpu(current, fields, tick) + (int(fields[13]) + int(fields[14])) * tick
-        todo.extend(tree.get(current, ()))
+    for current in [pid, *descendants(pid)]:
+        if (fields := _stat_fields(current)) is not None:
+            own = pid_cpu_seconds(current)
+            if own is None:
+                own = (int(fields[11]) + int(fields[12])) * tick
+            seconds += own + (int(fields[13]) + int(fields[14])) * tick
     return seconds
-
-
-def _own_cpu(pid: int, fields: list[str], tick: float) -> float:
-    """The CPU seconds of ``pid``'s own threads, in nanoseconds' precision where Linux allows.
-
-    Discussion: /proc/PID/stat rounds utime and stime down to whole ticks
-    (10 ms) per process, so a pool of ten PostgreSQL backends that each
-    spend 8 ms in a short run would add up to 0; the process's CPU-time
-    clock (harness.process.pid_cpu_seconds) does not.  Reaped children
-    (cutime, cstime) exist only in ticks, but there the kernel sums before
-    it rounds, so the error stays below one tick in all.
-    """
-    seconds = pid_cpu_seconds(pid)
-    return (int(fields[11]) + int(fields[12])) * tick if seconds is None else seconds
 
 
 def descendants(pid: int) -> list[int]:
