@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,6 +120,26 @@ def test_the_per_stage_suites_run_each_test_on_the_exercises_own_stage_only():
     assert all(line.endswith("[aio]") for line in collected), collected
     names = [line.partition("[")[0] for line in collected]
     assert len(names) == len(set(names))
+
+
+def test_the_wide_step_collects_then_waits_for_its_go(tmp_path):
+    # The checker starts the wide step while the exercise's own tests run:
+    # it must run no test before the go file exists, and end when told.
+    (tmp_path / "test_one.py").write_text("def test_one():\n    open('ran', 'w').close()\n")
+    go = tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "-p", "tinyloop.exercises.reach", f"--tinyloop-wait={go}", "test_one.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(3.0)
+        assert proc.poll() is None and not (tmp_path / "ran").exists(), "a test ran before the go"
+        go.touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and (tmp_path / "ran").exists(), out
 
 
 @pytest.mark.slow  # the whole wide suite of one exercise, about 10 s
