@@ -25,12 +25,10 @@ the uvloop peer on N workers; not for people.)
 #     cores can be told apart: 1 worker on 1 core (run.py's layout), 2
 #     workers on that same core (more processes, no more CPU: the control),
 #     2 workers on 2 cores.  With 3 or more CPUs wrk gets a core of its own.
-#   * Server and wrk run at nice -20 where allowed (--no-realtime: as
-#     started): on the shared 2-core machine at load 8-11 the server got
-#     2-21% of its core at nice 0, and req/s measured that.  Not at the
-#     harness's real-time priority: SCHED_FIFO does not time-slice, so two
-#     workers on one core (and a worker beside wrk) took turns by whole
-#     batches (p99 about 1 s), which is not the layout this measures.
+#   * No raised priority (--no-realtime changes nothing): under SCHED_FIFO,
+#     which does not time-slice, two workers on one core took turns by whole
+#     batches (p99 about 1 s); at nice -20 a worker still waited for its core
+#     behind other work (0.33 cores busy at load 10).  Run it on a quiet machine.
 #   * The rest is the harness's: a fresh server per run, warmed up, the
 #     repetitions interleaved, medians; wrk's command and report are
 #     benchmarks/loads.py's.
@@ -39,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -223,8 +220,6 @@ def markdown(data: dict) -> str:
     how = (f"median of {settings['repeat']}" if settings["repeat"] > 1 else "1 run")
     if settings["quick"]:
         how += " (`--quick`: a smoke run, not a measurement)"
-    if settings.get("nice"):
-        how += f", server and wrk at nice {settings['nice']}"
     rows = []
     for row in data["rows"]:
         load_cpu = ("any" if row["load_cpu"] is None else str(row["load_cpu"])) + (" (shared)" if row["shared"] else "")
@@ -285,10 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and shutil.which("taskset") is not None and len(cpus) >= 2
     plan = layouts(cpus, pin)
-    if not args.no_realtime:
-        with contextlib.suppress(OSError):  # not allowed: the nice we have
-            os.setpriority(os.PRIO_PROCESS, 0, -20)  # servers and wrk inherit it
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
     if pin:
         os.sched_setaffinity(0, {plan[-1].load_cpu})  # the harness mostly waits: keep it beside wrk
         if plan[-1].shared:
@@ -313,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     data = experiment.document(
         "workers", argv, clock,
         settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
-                  "warmup_requests": int(base["warmup"]), "pinned": pin, "nice": nice,
+                  "warmup_requests": int(base["warmup"]), "pinned": pin,
                   "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
                                 "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
         tools={key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")})
