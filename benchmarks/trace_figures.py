@@ -6,29 +6,24 @@
     python -m benchmarks.trace_figures --reference     the recorded ones, into benchmarks/results/traces/
 
 Each figure is one Chrome trace (tinyloop.trace's recorder) and, beside it,
-the HTML timeline tinyloop.trace.timeline draws.  A figure comes from one of
-two sources:
+the HTML timeline tinyloop.trace.timeline draws.  Its source is either
 
-  * ``build``: a small program run on the virtual clock, so the trace is the
-    same on every run and on every machine, and the book draws it while it
-    builds (docs/_ext/book_trace.py calls ``trace_of``).  The clock moves
-    when the loop would sleep, and 10 µs at each reading: a span's width
-    counts what happened inside it, not how long it took.  Readiness comes
-    from tests/fakes.py's scripted selector, or, where real sockets carry
-    real bytes, from the kernel, asked without waiting
-    (tinyloop.quiz.runner.VirtualTimeSelector).
-  * ``reference``: recorded on this machine, in real time, against a
-    stage's real server (``python -m tinyloop trace``'s trace_stage and
-    ReadinessProbe).  Timings differ from run to run, so the book draws the
-    committed file, benchmarks/results/traces/NAME.json, which only
-    ``--reference`` rewrites (as for the benchmarks' results).
+  * ``build``: a small program on the virtual clock (TICK per reading, and
+    a jump where the loop would sleep), so the trace is the same on every
+    run and machine, and the book draws it while it builds
+    (docs/_ext/book_trace.py calls ``trace_of``); a span's width counts what
+    happened inside it, not how long it took.  Readiness comes from
+    tests/fakes.py's scripted selector, or, where real sockets carry real
+    bytes, from the kernel asked without waiting (quiz.runner's
+    VirtualTimeSelector); or
+  * ``reference``: recorded in real time against a stage's real server
+    (``python -m tinyloop trace``'s trace_stage and ReadinessProbe).  Timings
+    differ from run to run, so the book draws the committed
+    benchmarks/results/traces/NAME.json, which only ``--reference`` rewrites.
 
-Rules this file keeps:
-  * Everything a run writes goes to benchmarks/results/local/ (ignored by
-    git) unless --reference is given.
-  * A figure records a stage's own code wherever it can (its server, its
-    protocol); where the chapter's point is the loop itself, a program of a
-    few lines whose callbacks are named for what they stand for.
+A figure records a stage's own code wherever it can (its server, its
+protocol); where the chapter's point is the loop itself, a program of a few
+lines whose callbacks are named for what they stand for.
 """
 
 from __future__ import annotations
@@ -57,7 +52,6 @@ from benchmarks.harness.summary import median
 REFERENCE = output.RESULTS / "traces"   # committed: the recorded figures the book draws
 LOCAL = output.LOCAL / "traces"         # every other run's, ignored by git
 TICK = 1e-5  # seconds the virtual clock moves at each reading
-
 
 __all__ = ["FIGURES", "Figure", "get", "main", "select_tracks", "trace_of", "window"]
 
@@ -133,18 +127,36 @@ def _ticking_clock() -> Any:
     return TickingClock()
 
 
-def _part2_loop(selector_kind: str = "fake") -> tuple[Any, Any, Any]:
-    """Part II's loop on the virtual clock, with a recorder: (loop, selector, recorder)."""
+def _part2_loop(selector_type: Any = None) -> tuple[Any, Any, Any]:
+    """Part II's loop on the virtual clock, with a recorder: (loop, selector, recorder).
+
+    The selector is ``selector_type(clock)``, tests/fakes.py's scripted FakeSelector by default.
+    """
     from tinyloop.callbacks.loop import Loop
     from tinyloop.trace.recorder import record
     clock = _ticking_clock()
-    if selector_kind == "fake":
-        selector = _fakes().FakeSelector(clock)
-    else:
-        from tinyloop.quiz.runner import VirtualTimeSelector
-        selector = VirtualTimeSelector(clock)
+    selector = (selector_type or _fakes().FakeSelector)(clock)
     loop = Loop(selector=selector, clock=clock)
     return loop, selector, record(loop)
+
+
+def _aio_loop() -> tuple[Any, socket.socket, socket.socket, Any, type]:
+    """tinyloop.aio's loop on the virtual clock and a connected pair: ``(loop, server's end, client's
+    end, closed, Protocol)``, where Protocol is the aio stage's HTTPProtocol resolving the future
+    ``closed`` when its connection is lost."""
+    from tinyloop.aio.server import HTTPProtocol
+    from tinyloop.aio.unix_events import SelectorEventLoop
+    from tinyloop.quiz.runner import VirtualTimeSelector
+    clock = _ticking_clock()
+    loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
+    server, client = socket.socketpair()
+    closed = loop.create_future()
+
+    class Protocol(HTTPProtocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            closed.set_result(None)
+
+    return loop, server, client, closed, Protocol
 
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\n\r\n"
@@ -267,19 +279,8 @@ def _aio_request(payload: bytes, responses: int) -> dict[str, Any]:
     connection (the last request says ``Connection: close``); the client's
     answers are read after it stopped.
     """
-    from tinyloop.aio.server import HTTPProtocol
-    from tinyloop.aio.unix_events import SelectorEventLoop
-    from tinyloop.quiz.runner import VirtualTimeSelector
     from tinyloop.trace.recorder import record
-    clock = _ticking_clock()
-    loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
-    server, client = socket.socketpair()
-    closed = loop.create_future()
-
-    class Protocol(HTTPProtocol):
-        def connection_lost(self, exc: Exception | None) -> None:
-            closed.set_result(None)
-
+    loop, server, client, closed, Protocol = _aio_loop()
     try:
         recorder = record(loop)
         client.sendall(payload)
@@ -300,12 +301,10 @@ def coroutines_request() -> dict[str, Any]:
     The selector is the kernel's (asked without waiting, on the virtual
     clock), wrapped to mark each register/unregister on the loop's track.
     """
-    from tinyloop.callbacks.loop import Loop
     from tinyloop.coroutines import tasks
     from tinyloop.coroutines.server import handle_connection
     from tinyloop.coroutines.streams import StreamReader, StreamWriter
     from tinyloop.quiz.runner import VirtualTimeSelector
-    from tinyloop.trace.recorder import record
 
     class Marked(VirtualTimeSelector):
         recorder: Any = None
@@ -323,10 +322,8 @@ def coroutines_request() -> dict[str, Any]:
             self._mark("unregister", fileobj)
             return super().unregister(fileobj)
 
-    clock = _ticking_clock()
-    selector = Marked(clock)
-    loop = Loop(selector=selector, clock=clock)
-    recorder = selector.recorder = record(loop)
+    loop, selector, recorder = _part2_loop(Marked)
+    selector.recorder = recorder
     server, client = socket.socketpair()
     server.setblocking(False)
 
@@ -351,24 +348,14 @@ def asyncio_buffered() -> dict[str, Any]:
     the rest as the client reads.
     """
     import asyncio
-    from tinyloop.aio.server import HTTPProtocol
-    from tinyloop.aio.unix_events import SelectorEventLoop
-    from tinyloop.quiz.runner import VirtualTimeSelector
     from tinyloop.trace.recorder import record
-    clock = _ticking_clock()
-    loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
-    server, client = socket.socketpair()
+    loop, server, client, closed, Protocol = _aio_loop()
     client.setblocking(False)
-    closed = loop.create_future()
     body = b"x" * (512 * 1024)
     request = memoryview(b"POST /echo HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
     received = bytearray()
     eof = False
-
-    class Protocol(HTTPProtocol):
-        def connection_lost(self, exc: Exception | None) -> None:
-            closed.set_result(None)
 
     def client_sends() -> None:
         nonlocal request
@@ -447,12 +434,20 @@ IDLE = 1000
 def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, join_timeout: float) -> None:
     """Serve ``sock`` with the stage ``module`` in this thread while ``load`` runs in another.
 
-    ``load`` ends the serving by sending this thread SIGINT (a Part I server
-    stops on Ctrl-C); ``sock`` is closed and the load's thread joined for
-    at most ``join_timeout`` seconds.
+    When ``load`` returns or fails, this thread gets SIGINT, on which a Part I
+    server stops (as on Ctrl-C); ``sock`` is closed and the load's thread
+    joined for at most ``join_timeout`` seconds.
     """
+    main_thread = threading.get_ident()
+
+    def run_load() -> None:
+        try:
+            load()
+        finally:
+            signal.pthread_kill(main_thread, signal.SIGINT)
+
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    loader = threading.Thread(target=load, daemon=True)
+    loader = threading.Thread(target=run_load, daemon=True)
     try:
         loader.start()
         try:
@@ -463,6 +458,12 @@ def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, 
         signal.signal(signal.SIGINT, previous)
         sock.close()
         loader.join(timeout=join_timeout)
+
+
+def _name_track(tid: int, name: str, index: int) -> list[dict[str, Any]]:
+    """The M events (the format's way) that name track ``tid`` and place it ``index``-th."""
+    return [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}},
+            {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": index}}]
 
 
 def _readiness(stage: str) -> dict[str, Any]:
@@ -478,7 +479,6 @@ def _readiness(stage: str) -> dict[str, Any]:
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLD_IDLE, str(port), str(IDLE)], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    main_thread = threading.get_ident()
     outcome: dict[str, Any] = {}
 
     def load() -> None:
@@ -495,8 +495,6 @@ def _readiness(stage: str) -> dict[str, Any]:
             outcome["load_start"], outcome["load_end"] = ((float(t) - t0) * 1e6 for t in line[1:])
         except BaseException as error:
             outcome["error"] = error
-        finally:
-            signal.pthread_kill(main_thread, signal.SIGINT)
 
     probe = ReadinessProbe(recorder)
     try:
@@ -564,9 +562,7 @@ def readiness_idle() -> dict[str, Any]:
             if event.get("ph") == "C":
                 event["name"] = f"{event['name']}: {stage}"
             merged.append(event)
-        merged += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
-                    "args": {"name": f"{stage} server, {IDLE:,} idle"}},
-                   {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}}]
+        merged += _name_track(tid, f"{stage} server, {IDLE:,} idle", tid)
         other["recorded_events"] += data["recorded_events"]
         other["dropped_events"] += data["dropped_events"]
         other[stage] = data["figure"]
@@ -588,14 +584,10 @@ def baselines_clients() -> dict[str, Any]:
     for stage in ("blocking", "threaded"):
         _serve_three_clients(stage, recorder, tracks)
     trace = recorder.trace()
-    # The recorder names only its loop's and its tasks' tracks; these are
-    # named here, with M events (the format's way to name a track).
+    # The recorder names only its loop's and its tasks' tracks; these are named here.
     order = sorted(tracks, key=lambda name: (not name.startswith("blocking"), "server" in name, name))
-    trace["traceEvents"] += [
-        event for index, name in enumerate(order) for event in (
-            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tracks[name], "args": {"name": name}},
-            {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tracks[name],
-             "args": {"sort_index": 100 + index}})]
+    trace["traceEvents"] += [event for index, name in enumerate(order)
+                             for event in _name_track(tracks[name], name, 100 + index)]
     return trace
 
 
@@ -627,7 +619,6 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
 
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    main_thread = threading.get_ident()
     errors: list[BaseException] = []
 
     def client(number: int) -> None:
@@ -653,7 +644,6 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
         for thread in clients:
             thread.join(timeout=30)
         time.sleep(0.05)
-        signal.pthread_kill(main_thread, signal.SIGINT)
 
     module.serve_client = timed
     try:
@@ -698,11 +688,10 @@ def window(trace: dict[str, Any], start: float | None = None, end: float | None 
     return {**trace, "traceEvents": kept}
 
 
-def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[float | None, float | None]:
-    """From ``margin`` µs before the first wait that returned something: the recording's idle start cut."""
-    waits = sorted((e for e in trace["traceEvents"] if e.get("name") == "wait" and e.get("ph") == "X"
-                    and (e.get("args") or {}).get("events")), key=lambda e: e["ts"])
-    return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
+def _events(trace: dict[str, Any], ph: str, name: str | None = None, cat: str | None = None) -> list[dict[str, Any]]:
+    """The events of phase ``ph`` ("X" a span, "i" an instant), by ``name`` and ``cat`` where given, in order."""
+    return [e for e in trace["traceEvents"] if e.get("ph") == ph and (name is None or e.get("name") == name)
+            and (cat is None or e.get("cat") == cat)]
 
 
 def _track_names(trace: dict[str, Any]) -> dict[int, str]:
@@ -710,27 +699,34 @@ def _track_names(trace: dict[str, Any]) -> dict[int, str]:
             if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
+def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[float | None, float | None]:
+    """From ``margin`` µs before the first wait that returned something: the recording's idle start cut."""
+    waits = sorted((e for e in _events(trace, "X", "wait") if (e.get("args") or {}).get("events")),
+                   key=lambda e: e["ts"])
+    return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
+
+
 def _readiness_facts(trace: dict[str, Any]) -> str:
     """Per server: its waits, the median wait and the median work between two, the load's length."""
     parts = []
     for tid, name in sorted(_track_names(trace).items()):
-        spans = [e for e in trace["traceEvents"] if e.get("tid") == tid and e.get("ph") == "X"]
+        spans = [e for e in _events(trace, "X") if e.get("tid") == tid]
         waits = [e["dur"] for e in spans if e["name"] == "wait"]
         work = [e["dur"] for e in spans if e["name"] == "handle events"]
-        if not waits or not work:
-            continue
-        length = max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)
-        parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {median(waits):.0f} µs, "
-                     f"the median work between two {median(work):.0f} µs, {length / 1000:.1f} ms in all")
+        if waits and work:
+            length = max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)
+            parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {median(waits):.0f} µs, "
+                         f"the median work between two {median(work):.0f} µs, {length / 1000:.1f} ms in all")
     return "; ".join(parts) + "."
 
 
 def _clients_facts(trace: dict[str, Any]) -> str:
     """Per stage: when each client had its last answer, from the moment the three started."""
+    names = _track_names(trace)
     parts = []
     for stage in ("blocking", "threaded"):
         ends = sorted(e["ts"] + e["dur"] for e in trace["traceEvents"] if e.get("cat") == "client"
-                      and _track_names(trace).get(e["tid"], "").startswith(stage + ":"))
+                      and names.get(e["tid"], "").startswith(stage + ":"))
         if ends:
             parts.append(f"{stage}: the clients were done after {', '.join(f'{end / 1000:.0f}' for end in ends)} ms")
     return "; ".join(parts) + "."
@@ -738,42 +734,41 @@ def _clients_facts(trace: dict[str, Any]) -> str:
 
 def _stall_facts(trace: dict[str, Any]) -> str:
     """The longest callback, and what the wait after it returned."""
-    events = trace["traceEvents"]
-    callbacks = [e for e in events if e.get("cat") == "callback" and e.get("ph") == "X"]
+    callbacks = _events(trace, "X", cat="callback")
     if not callbacks:
         return "no callback recorded."
     longest = max(callbacks, key=lambda e: e["dur"])
     end = longest["ts"] + longest["dur"]
-    after = [e for e in events if e.get("name") == "wait" and e.get("ph") == "X" and e["ts"] >= end]
+    after = [e for e in _events(trace, "X", "wait") if e["ts"] >= end]
     facts = f"the longest callback, {longest['name']}, ran {longest['dur'] / 1000:.1f} ms"
     if after:
-        first = min(after, key=lambda e: e["ts"])
-        facts += f"; the wait after it returned {first['args']['events']} ready descriptors"
+        facts += f"; the wait after it returned {min(after, key=lambda e: e['ts'])['args']['events']} ready descriptors"
     return facts + "."
+
+
+def _around(spans: list[dict[str, Any]], *moments: float) -> list[dict[str, Any]]:
+    """The spans that hold one of the ``moments`` (µs)."""
+    return [e for e in spans if any(e["ts"] <= ts <= e["ts"] + e["dur"] for ts in moments)]
 
 
 def _writes(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     """From the callback that made the first write to the end of the one that made the last."""
-    events = trace["traceEvents"]
-    writes = [e["ts"] for e in events if e.get("name") == "write" and e.get("ph") == "i"]
-    if not writes:
+    writes = [e["ts"] for e in _events(trace, "i", "write")]
+    around = _around(_events(trace, "X", cat="callback"), min(writes), max(writes)) if writes else []
+    if not around:
         return None, None
-    around = [e for e in events if e.get("cat") == "callback" and e.get("ph") == "X"
-              and (e["ts"] <= min(writes) <= e["ts"] + e["dur"] or e["ts"] <= max(writes) <= e["ts"] + e["dur"])]
-    return (min(e["ts"] for e in around) - 5 if around else None,
-            max(e["ts"] + e["dur"] for e in around) + 5 if around else None)
+    return min(e["ts"] for e in around) - 5, max(e["ts"] + e["dur"] for e in around) + 5
 
 
 def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
-    events = trace["traceEvents"]
-    reads = [e["ts"] for e in events if e.get("name") == "read" and e.get("ph") == "i"]
-    writes = [e["ts"] for e in events if e.get("name") == "write" and e.get("ph") == "i"]
+    reads = [e["ts"] for e in _events(trace, "i", "read")]
+    writes = [e["ts"] for e in _events(trace, "i", "write")]
     if not reads or not writes:
         return None, None
-    waits = [e for e in events if e.get("name") == "wait" and e.get("ph") == "X" and e["ts"] < min(reads)]
-    ends = [e["ts"] + e["dur"] for e in events if e.get("name") in ("callbacks", "idle", "check")
-            and e.get("ph") == "X" and e["ts"] <= max(writes) <= e["ts"] + e["dur"]]
+    waits = [e for e in _events(trace, "X", "wait") if e["ts"] < min(reads)]
+    ends = [e["ts"] + e["dur"] for e in _around([e for e in _events(trace, "X")
+                                                  if e.get("name") in ("callbacks", "idle", "check")], max(writes))]
     if not waits or not ends:
         return None, None
     wait = max(waits, key=lambda e: e["ts"])
@@ -782,10 +777,8 @@ def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
     # times longer than the work, and the picture would show nothing else.
     start = max(wait["ts"], wait["ts"] + wait["dur"] - max(20.0, (end - wait["ts"] - wait["dur"]) * 0.25))
     # On libuv the read callback runs inside the poll phase, within the wait.
-    callbacks = [e["ts"] for e in events if e.get("cat") == "callback" and e.get("ph") == "X"
-                 and e["ts"] <= min(reads) <= e["ts"] + e["dur"]]
-    start = min([start, min(reads)] + callbacks)
-    return start - 5, end + 5
+    callbacks = [e["ts"] for e in _around(_events(trace, "X", cat="callback"), min(reads))]
+    return min([start, min(reads)] + callbacks) - 5, end + 5
 
 
 FIGURES: tuple[Figure, ...] = (
@@ -839,9 +832,7 @@ def trace_of(figure: Figure) -> dict[str, Any] | None:
     """
     if figure.source == "build":
         return figure.make()
-    if not figure.reference_file.exists():
-        return None
-    return json.loads(figure.reference_file.read_text())
+    return json.loads(figure.reference_file.read_text()) if figure.reference_file.exists() else None
 
 
 def select_tracks(trace: dict[str, Any], tracks: tuple[str, ...] = (),
@@ -849,18 +840,11 @@ def select_tracks(trace: dict[str, Any], tracks: tuple[str, ...] = (),
     """A copy of ``trace`` with only the tracks whose names start with one of ``tracks`` (all if empty)
     and the counters whose names start with one of ``counters`` (all if None).
     """
-    events = trace["traceEvents"]
-    names = {event["tid"]: event["args"]["name"] for event in events
-             if event.get("ph") == "M" and event.get("name") == "thread_name"}
-    keep = {tid for tid, name in names.items() if not tracks or name.startswith(tracks)}
-    kept = []
-    for event in events:
-        if event.get("ph") == "C":
-            if counters is None or event["name"].startswith(counters):
-                kept.append(event)
-        elif (event.get("ph") == "M" and event.get("name") == "process_name") or event.get("tid") in keep:
-            kept.append(event)
-    return {**trace, "traceEvents": kept}
+    keep = {tid for tid, name in _track_names(trace).items() if not tracks or name.startswith(tracks)}
+    return {**trace, "traceEvents": [
+        event for event in trace["traceEvents"]
+        if (counters is None or event["name"].startswith(counters) if event.get("ph") == "C"
+            else (event.get("ph") == "M" and event.get("name") == "process_name") or event.get("tid") in keep)]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -892,13 +876,10 @@ def main(argv: list[str] | None = None) -> int:
     for figure in chosen:
         try:
             trace = figure.make()
+            if problems := chrome.problems(trace):
+                raise ValueError(f"not a valid trace: {problems[:3]}")
         except Exception as error:  # one figure's failure does not lose the others
             print(f"{figure.name}: failed: {type(error).__name__}: {error}", file=sys.stderr)
-            status = 1
-            continue
-        problems = chrome.problems(trace)
-        if problems:
-            print(f"{figure.name}: not a valid trace: {problems[:3]}", file=sys.stderr)
             status = 1
             continue
         path = chrome.write(trace, out / f"{figure.name}.json")
