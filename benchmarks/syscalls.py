@@ -220,16 +220,10 @@ def measure(server: servers.Server, depth: int, settings: Settings, pinning: dic
 
 def per_request(calls: dict[str, int], requests: int) -> dict[str, float]:
     """Group ``calls`` by GROUPS (the rest is ``"other"``) and divide each by ``requests``."""
-    out: dict[str, float] = {}
-    grouped = 0
-    for group, names in GROUPS.items():
-        n = sum(calls.get(name, 0) for name in names)
-        grouped += n
-        out[group] = n / requests
+    grouped = {group: sum(calls.get(name, 0) for name in names) for group, names in GROUPS.items()}
     total = sum(calls.values())
-    out["other"] = (total - grouped) / requests
-    out["total"] = total / requests
-    return out
+    return {**{group: n / requests for group, n in grouped.items()},
+            "other": (total - sum(grouped.values())) / requests, "total": total / requests}
 
 
 # --- the table ---------------------------------------------------------------
