@@ -219,7 +219,9 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
     limits = properties.QUICK if quick else properties.FULL
     measured: list[properties.Result] = []
     try:
-        step = (_finish_tests(_start_tests(root, override, ["-x", *UNUSED_PLUGINS], own, scratch),
+        # Hypothesis only where the stream properties are among them.
+        options = ["-x", *(UNUSED_PLUGINS if STREAM_TESTS in own else WIDE_UNUSED_PLUGINS)]
+        step = (_finish_tests(_start_tests(root, override, options, own, scratch),
                               exercise, shown, root, own=True) if own else None)
         if step is not None:
             report.steps.append(step)
@@ -419,17 +421,26 @@ STREAM_TESTS = "tests/test_exercise_streams.py"
 def own_test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
     """The pytest arguments of the exercise's own tests, which run first: the tests
     named ``test_<name with _>_...`` in ``tests/test_exercise_<chapter>.py`` and in
-    :data:`STREAM_TESTS`; an empty list when neither file exists."""
+    :data:`STREAM_TESTS`; an empty list when neither file defines one.
+
+    A file with none is left out: collecting it costs its imports (the stream
+    properties' hypothesis, a second on a shared machine) for nothing."""
     root = root if root is not None else repository_root()
-    files = [f for f in (f"tests/test_exercise_{exercise.chapter}.py", STREAM_TESTS)
-             if (root / f).exists()]
-    return files + ["-k", f"test_{exercise.name.replace('-', '_')}"] if files else []
+    prefix = f"test_{exercise.name.replace('-', '_')}"
+    files = [f for f in _own_files(exercise, root)
+             if re.search(rf"^\s*(?:async\s+)?def {prefix}\w*\(", (root / f).read_text(encoding="utf-8"), re.M)]
+    return files + ["-k", prefix] if files else []
+
+
+def _own_files(exercise: Exercise, root: Path) -> list[str]:
+    """The files that may hold ``exercise``'s own tests (they exist)."""
+    return [f for f in (f"tests/test_exercise_{exercise.chapter}.py", STREAM_TESTS) if (root / f).exists()]
 
 
 def wider_test_arguments(exercise: Exercise, root: Path | None = None) -> list[str]:
     """:func:`test_arguments` less the exercise's own test files (they ran first)."""
     root = root if root is not None else repository_root()
-    own = set(own_test_arguments(exercise, root))
+    own = set(_own_files(exercise, root))
     args = test_arguments(exercise, root)
     return [a for i, a in enumerate(args)
             if not (a in own and a.startswith("tests/") and (i == 0 or args[i - 1] != "-k"))]
