@@ -57,10 +57,6 @@ PER_TIMER = "uv/timer-per-handle"
 LOOP_NAMES = (*LOOPS, PER_TIMER)
 
 
-def _noop() -> None:
-    pass
-
-
 def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
     """``loops`` timers due at once (call_later(0)), run by run_forever in batches."""
     loop = factory()
@@ -71,7 +67,7 @@ def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
             n = min(left, micro.BATCH)
             left -= n
             for _ in range(n):
-                loop.call_later(0.0, _noop)
+                loop.call_later(0.0, micro.noop)
             loop.call_later(0.0, loop.stop)
             loop.run_forever()
         return time.perf_counter() - started
