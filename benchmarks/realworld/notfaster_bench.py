@@ -63,7 +63,7 @@ from benchmarks import loads
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import ROOT, fingerprint
 from benchmarks.harness.process import choose_names
-from benchmarks.harness.render import DASH, markdown
+from benchmarks.harness.render import DASH, markdown, number
 from benchmarks.harness.summary import NOISE, is_noisy, median
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App
@@ -357,10 +357,6 @@ def run(apps: Sequence[App], layout: services.Layout, settings: dict, say=print)
 
 # --- the table ----------------------------------------------------------------------
 
-def _number(value: float | None, digits: int = 0) -> str:
-    return DASH if value is None else f"{value:,.{digits}f}"
-
-
 def _layout_words(layout: dict) -> str:
     return "; ".join(f"{label} on CPU {layout[part]}" if layout[part] else f"{label} unpinned"
                      for part, label in (("load", "wrk"), ("proxy", "nginx"), ("app", "app"), ("db", "PostgreSQL")))
@@ -380,14 +376,14 @@ def render_markdown(data: dict) -> str:
                 f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, async {s['async_pool'][1]}.", ""]
         rows = []
         for row in entry["rows"]:
-            tried = ", ".join(f"{p['workers']}: {_number(p['rps'])}" if p["status"] == "ok"
+            tried = ", ".join(f"{p['workers']}: {number(p['rps'])}" if p["status"] == "ok"
                               else f"{p['workers']}: failed" for p in row["search"])
             flags = ([row["status"]] if row["status"] != "ok" else []) + (["noisy"] if row.get("noisy") else [])
             ratio = row["p99_ms"] / row["p50_ms"] if row["p99_ms"] and row["p50_ms"] else None
             rows.append([row["app"] + (f" ({', '.join(flags)})" if flags else ""), str(row["workers"] or DASH),
-                         _number(row["rps"]), _number(row["p50_ms"], 1), _number(row["p99_ms"], 1),
-                         _number(ratio, 1), _number(row["app_us_per_req"]), _number(row["server_us_per_req"]),
-                         _number(row.get("server_cores"), 2), tried])
+                         number(row["rps"]), number(row["p50_ms"], 1), number(row["p99_ms"], 1),
+                         number(ratio, 1), number(row["app_us_per_req"]), number(row["server_us_per_req"]),
+                         number(row.get("server_cores"), 2), tried])
         out += [*markdown(["configuration", "workers", "req/s", "p50 ms", "p99 ms", "p99/p50", "app CPU µs/req",
                            "app+nginx+PostgreSQL CPU µs/req", "server cores busy", "workers tried (req/s)"], rows), ""]
         notes = [f"{row['app']}: {row['note']}" for row in entry["rows"] if row["note"]]
