@@ -43,6 +43,7 @@ of the book renders; ``bash scripts/mutation.sh`` runs this under ``nice``.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -415,9 +416,9 @@ def _hand_written(exercise, text: str) -> list[tuple[str, str, str]]:
     return cases
 
 
-def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=print) -> dict:
-    """Grade every mutant our operators (and HAND_WRITTEN) make of ``exercise``;
-    its entry of the JSON's "ours"."""
+def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=print, jobs: int = 1) -> dict:
+    """Grade every mutant our operators (and HAND_WRITTEN) make of ``exercise``,
+    ``jobs`` at a time; its entry of the JSON's "ours"."""
     import subprocess
 
     from tinyloop.exercises import mutants
@@ -436,19 +437,30 @@ def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=pr
         return entry
     env = {**os.environ, "TINYLOOP_CHECK_VERDICT_ONLY": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+    def grade(index: int, mutated: str) -> tuple[bool, bool]:
+        """(killed, by time-out) for one mutant, checked in a folder of its own."""
+        folder = Path(tmp) / str(index)
+        folder.mkdir()
+        path = folder / filename
+        path.write_text(mutated, encoding="utf-8")
+        proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
+                                cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout) != 0, False
+        except subprocess.TimeoutExpired:
+            return True, True
+        finally:
+            checker.stop_session(proc)  # the check's own test session too
+
     with tempfile.TemporaryDirectory(prefix=f"mutation-ours-{exercise.name}-") as tmp:
-        for operator, what, mutated in cases:
-            path = Path(tmp) / filename
-            path.write_text(mutated, encoding="utf-8")
-            proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
-                                    cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
-            try:
-                killed = proc.wait(timeout=timeout) != 0
-            except subprocess.TimeoutExpired:
-                killed, entry["timeouts"] = True, entry["timeouts"] + 1
-            finally:
-                checker.stop_session(proc)  # the check's own test session too
+        # --jobs checks at once: a Cython mutant's build (a minute of one core)
+        # is most of its time, and builds of different files do not share.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            verdicts = list(pool.map(grade, range(len(cases)), [mutated for _, _, mutated in cases]))
+        for (operator, what, _), (killed, timed_out) in zip(cases, verdicts):
+            entry["timeouts"] += timed_out
             reason = None if killed else _equivalent_ours(exercise.name, operator, what)
             if killed:
                 entry["killed"] += 1
@@ -484,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path,
                         help="a JSON of an earlier run (e.g. before the checker was improved): "
                              "its scores are kept in this one's \"before\", for the book's table")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="our operators' mutants checked at once (default 1; 2 halves a Cython "
+                             "exercise's run on two cores, its builds being most of it)")
     parser.add_argument("--only", choices=["both", "cosmic-ray", "ours"], default="both",
                         help="which operators to run (default both; ours alone needs no cosmic-ray)")
     args = parser.parse_args(argv)
@@ -551,7 +566,7 @@ def _main_ours(args, argv) -> int:
     ours = data.setdefault("ours", {"exercises": {}})
     for name in names:
         entry = measure_ours(known[name], timeout=args.timeout, dry_run=args.list,
-                             progress=lambda line: print(line, flush=True))
+                             progress=lambda line: print(line, flush=True), jobs=args.jobs)
         if args.list:
             continue
         ours["exercises"][name] = entry
