@@ -41,11 +41,10 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.harness.machine import ROOT
-from benchmarks.peers.echo_server import LOOPS, stop_event
+from benchmarks.peers.echo_server import LOOPS, loop_factory, stop_event
 from tinyloop.serving import announce, listen, log, stop_on_sigterm
 
 __all__ = ["APPS", "ASYNC_POOL", "NOTFASTER_LOOPS", "PATH", "SYNC_POOL", "App", "aiohttp_app",
@@ -79,12 +78,6 @@ ASYNC_POOL = (10, 10)
 # Loop name -> "module:function" returning a new event loop: the echo
 # benchmark's table (Part IV's ``uv`` is a row of it), by import.
 NOTFASTER_LOOPS: dict[str, str] = LOOPS
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """The factory NOTFASTER_LOOPS names for ``name``; raises ImportError when its module is missing."""
-    module, _, function = NOTFASTER_LOOPS[name].partition(":")
-    return getattr(importlib.import_module(module), function)
 
 
 def loop_missing(name: str) -> str | None:
