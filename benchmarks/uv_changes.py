@@ -7,6 +7,7 @@
     python -m benchmarks.uv_changes --loads echo-1k --steps aio,uv --repeat 3
     python -m benchmarks.uv_changes --profile        where a request's time goes once the loop is in C
     python -m benchmarks.uv_changes --syscalls       system calls per request of each step, under strace
+    python -m benchmarks.uv_changes --syscalls --loads echo-10k   ... per echoed message of 10 KiB
     python -m benchmarks.uv_changes --serve uv/no-batching --app echo --port 8000   one server, by hand
 
 A *step* is a loop.  Each step adds one move to the step before it, so the
@@ -76,6 +77,7 @@ from typing import Any
 
 from benchmarks import aio_changes, echo, loads, micro, servers, syscalls, uv_variants
 from benchmarks import run as http_run
+from benchmarks.harness import experiment
 from benchmarks.harness.machine import display, fingerprint
 from benchmarks.harness.output import RESULTS
 from benchmarks.harness.process import choose_pinning
@@ -104,12 +106,16 @@ QUICK = {"repeat": 1, "duration": 1, "echo_duration": 0.3, "echo_warmup": 0.1, "
 
 ECHO_LOAD = "echo-1k"
 ECHO_SIZE = 1024  # bytes per message
+# The echo loads by name, bytes per message.  echo-10k runs only when named
+# in --loads: the size where batching holds a turn's messages longest.
+ECHO_SIZES = {ECHO_LOAD: ECHO_SIZE, "echo-10k": 10 * 1024}
 LOAD_TITLES = {
     "wrk": "wrk -t1 -c 100, keep-alive, GET /",
     "wrk-pipeline": "wrk -t1 -c 100, 24 requests pipelined per write",
-    ECHO_LOAD: f"TCP echo, 1 KiB messages, {echo.CONNECTIONS} connections",
+    **{name: f"TCP echo, {size // 1024} KiB messages, {echo.CONNECTIONS} connections"
+       for name, size in ECHO_SIZES.items()},
 }
-LOAD_NAMES = tuple(LOAD_TITLES)
+LOAD_NAMES = ("wrk", "wrk-pipeline", ECHO_LOAD)   # the default run's loads
 
 
 # -- The steps ----------------------------------------------------------------------------------
@@ -235,8 +241,8 @@ def measure(key: str, load: str, plan: Plan, pinning: dict, workdir: Path) -> di
     """One run of step ``key`` under ``load``: the harness's record in ``run``, and the
     figures this table compares (``cpu_us``: server CPU µs per request or message;
     ``rate``: requests or messages per second)."""
-    if load == ECHO_LOAD:
-        record = echo.measure(server(key, "echo"), ECHO_SIZE, plan.echo, pinning)
+    if load in ECHO_SIZES:
+        record = echo.measure(server(key, "echo"), ECHO_SIZES[load], plan.echo, pinning)
         cpu, rate = record["cpu_us_per_msg"], record["msgs_per_s"]
     else:
         record = http_run.measure(server(key, "http"), loads.get(load), plan.http, pinning, workdir, plan.warmup)
@@ -351,7 +357,7 @@ def render(data: dict) -> str:
                 f"one move to the step above it; speed-up is the CPU time of the step above (or of `aio`) "
                 f"divided by this step's.", ""]
     for load in measured:
-        unit = "message" if load == ECHO_LOAD else "request"
+        unit = "message" if load in ECHO_SIZES else "request"
         out += [f"**{LOAD_TITLES[load]}**", ""]
         rows = [[f"`{row['step']}`", _STEPS[row["step"]].move, _cell(row["cpu_us"], 1),
                  f"{row['rate']['median']:,.0f}" if row["rate"] else "–",
@@ -439,19 +445,23 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
 # -- System calls per request ---------------------------------------------------------------------
 
 def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinning: dict, warmup: int) -> str:
-    """benchmarks/syscalls.py's strace count for each step in ``keys`` under each wrk load in
-    ``load_names``, one fresh server each; a text table per request: reads, writes, waits,
-    requests per wait (what one turn answers), and every call."""
+    """benchmarks/syscalls.py's strace count for each step in ``keys`` under each load in
+    ``load_names`` (wrk: per answered request; echo: per echoed message), one fresh server each;
+    a text table: reads, writes, waits, requests per wait (what one turn answers), every call."""
     settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
     depths = {name: depth for depth, name in syscalls.DEPTH_LOADS.items()}
     lines = [f"{'step':<20} {'load':<13} {'requests':>8} {'read':>6} {'write':>6} {'wait':>6} "
-             f"{'req/wait':>8} {'total':>6}  calls per request"]
+             f"{'req/wait':>8} {'total':>6}  calls per request or message"]
     with tempfile.TemporaryDirectory(prefix="tinyloop-uv-syscalls-") as workdir:
-        for load in (name for name in load_names if name in depths):
+        for load in (name for name in load_names if name in depths or name in ECHO_SIZES):
             for key in keys:
                 # The server's name names strace's output file: no "/" in it.
-                named = dataclasses.replace(server(key, "http"), name=f"http-{key.replace('/', '-')}")
-                record = syscalls.measure(named, depths[load], settings, pinning, Path(workdir), warmup)
+                app = "echo" if load in ECHO_SIZES else "http"
+                named = dataclasses.replace(server(key, app), name=f"{app}-{key.replace('/', '-')}")
+                if load in ECHO_SIZES:
+                    record = _echo_syscalls(named, ECHO_SIZES[load], duration, pinning, Path(workdir))
+                else:
+                    record = syscalls.measure(named, depths[load], settings, pinning, Path(workdir), warmup)
                 figures = record["per_request"]
                 if not figures:
                     lines.append(f"{key:<20} {load:<13} failed: {record['note']}")
@@ -463,6 +473,36 @@ def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinn
                              f"{figures['total']:>6.2f}  {calls}")
                 print(lines[-1], file=sys.stderr, flush=True)
     return "\n".join(lines) + "\n"
+
+
+def _echo_syscalls(named: servers.Server, size: int, duration: float, pinning: dict, workdir: Path) -> dict:
+    """syscalls.measure's record for the echo load: ``requests`` are the messages the echo
+    client counted over ``duration`` seconds, after a second of unmeasured echo."""
+    record: dict = {"requests": None, "calls": None, "per_request": None, "note": None}
+    settings = echo.Settings(duration=duration, warmup=1.0, timeout=5.0)
+    process, failure = servers.start(named, pinning["server_prefix"])
+    if process is None:
+        return {**record, "note": failure[1]}
+
+    def client(seconds: float) -> dict | None:
+        argv = [*pinning["load_prefix"], *echo.client_command(process.port, size, seconds, settings)]
+        code, text = experiment.run_tool(argv, seconds + settings.timeout + 10)
+        return echo.parse_client(text) if code == 0 else None
+
+    summary = workdir / f"{named.name}-{size}.strace"
+    try:
+        client(settings.warmup)
+        with syscalls.Strace(process.pid, ["-c"], summary):
+            result = client(duration)
+    except RuntimeError as error:
+        return {**record, "note": str(error)}
+    finally:
+        process.stop()
+    calls = syscalls.parse_strace_summary(summary.read_text()) if summary.exists() else {}
+    if not result or not result["messages"] or not calls:
+        return {**record, "note": "no message echoed, or strace counted no call"}
+    messages = int(result["messages"])
+    return {**record, "requests": messages, "calls": calls, "per_request": syscalls.per_request(calls, messages)}
 
 
 # -- The command line -----------------------------------------------------------------------------
@@ -478,12 +518,18 @@ def _names(argument: str | None, known: tuple[str, ...], what: str, in_given_ord
     return chosen if in_given_order else [k for k in known if k in chosen]
 
 
+def _loads(argument: str | None) -> list[str]:
+    """--loads: the default run's loads when not given (or "all"), else the named ones in LOAD_TITLES' order."""
+    return list(LOAD_NAMES) if not argument or argument == "all" else _names(argument, tuple(LOAD_TITLES), "load")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.uv_changes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     keys = tuple(_STEPS)
     parser.add_argument("--steps", help=f"comma list, kept in order (default all: {', '.join(keys)})")
-    parser.add_argument("--loads", help=f"comma list (default all: {', '.join(LOAD_NAMES)})")
+    parser.add_argument("--loads", help=f"comma list (default {','.join(LOAD_NAMES)}; also "
+                                        f"{', '.join(name for name in LOAD_TITLES if name not in LOAD_NAMES)})")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     for name, what in (("repeat", "runs per step and load, interleaved"),
@@ -510,8 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-out", type=Path,
                         help="the profile's text (default benchmarks/results/local/profile_uv.txt)")
     parser.add_argument("--syscalls", nargs="?", const="uv/no-batching,uv", metavar="STEPS",
-                        help="instead: count these steps' system calls per request under strace, with the "
-                             "wrk loads of --loads (default uv/no-batching,uv)")
+                        help="instead: count these steps' system calls per request or echoed message "
+                             "under strace, with the loads of --loads (default uv/no-batching,uv)")
     parser.add_argument("--serve", choices=keys, help="instead: run one server (as the runs do)")
     parser.add_argument("--app", choices=APPS, default="http", help="--serve's program (default http)")
     parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
@@ -534,9 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.syscalls:
         keys = _names(args.syscalls, tuple(_STEPS), "step", in_given_order=True)
         prepare_builds(keys)
-        text = count_syscalls(keys, _names(args.loads, LOAD_NAMES, "load"), value["duration"] + 1,
+        text = count_syscalls(keys, _loads(args.loads), value["duration"] + 1,
                               pinning, value["warmup"])
-        text += (f"\nServer system calls per answered request, strace -c -f on the server over one wrk run "
+        text += (f"\nServer system calls per answered request (wrk) or echoed message (echo), strace -c -f on "
+                 f"the server over one run "
                  f"(benchmarks/syscalls.py); {command}; load average {os.getloadavg()[0]:.2f} at the end\n")
         out = RESULTS / SYSCALLS_FILE if args.reference else RESULTS / "local" / SYSCALLS_FILE
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -554,14 +601,14 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     plan = Plan(steps=[] if args.no_servers else _names(args.steps, tuple(_STEPS), "step"),
-                loads=_names(args.loads, LOAD_NAMES, "load"), repeat=value["repeat"],
+                loads=_loads(args.loads), repeat=value["repeat"],
                 http=loads.Settings(requests={}, duration=value["duration"], socket_timeout=value["timeout"],
                                     run_timeout=60.0),
                 echo=echo.Settings(duration=value["echo_duration"], warmup=value["echo_warmup"],
                                    timeout=value["timeout"]),
                 warmup=value["warmup"])
     prepare_builds(plan.steps)
-    if plan.steps and ECHO_LOAD in plan.loads:
+    if plan.steps and set(ECHO_SIZES) & set(plan.loads):
         failure = echo.prepare_client()
         if failure is not None:
             raise SystemExit(f"uv_changes.py: the echo client cannot be built: {failure}")
@@ -582,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         "tools": {"wrk": versions.get("wrk"), "cc": versions.get("cc")},
         "pinning": {k: v for k, v in pinning.items() if not k.endswith("_prefix")},
         "load_average": [load_start[0], os.getloadavg()[0]],  # 1-minute: at the start, at the end
-        "settings": {**value, "quick": args.quick, "echo_size_bytes": ECHO_SIZE, "echo_connections": echo.CONNECTIONS,
+        "settings": {**value, "quick": args.quick, "echo_size_bytes": ECHO_SIZE, "echo_sizes_bytes": ECHO_SIZES, "echo_connections": echo.CONNECTIONS,
                      "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)",
                      "micro_clock": "time.perf_counter (benchmarks/micro.py)"},
         "plan": {"steps": plan.steps, "loads": plan.loads},

@@ -148,8 +148,8 @@ def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
     text = out.with_suffix(".md").read_text(encoding="utf-8")
     for key in keys:
         assert text.count(f"| `{key}` |") == len(uv_changes.LOAD_NAMES), key
-    for title in uv_changes.LOAD_TITLES.values():
-        assert f"**{title}**" in text
+    for name in uv_changes.LOAD_NAMES:
+        assert f"**{uv_changes.LOAD_TITLES[name]}**" in text
     assert "benchmarks/uv_changes.py --quick" in text and "load average" in text
 
 
@@ -175,13 +175,15 @@ def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path,
     problem = syscalls.strace_problem()
     if problem:
         pytest.skip(problem)
-    command = [sys.executable, *SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk", "--quick", "--no-pin"]
+    command = [sys.executable, *SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk,echo-10k", "--quick",
+               "--no-pin"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()
+    rows = {tuple(line.split()[:2]): line.split() for line in done.stdout.splitlines()
             if line.startswith(("uv/no-batching ", "uv "))}
-    assert set(rows) == {"uv/no-batching", "uv"}, done.stdout
+    assert set(rows) == {(step, load) for step in ("uv/no-batching", "uv") for load in ("wrk", "echo-10k")}, \
+        done.stdout
     for key, cells in rows.items():
         reads, writes = float(cells[3]), float(cells[4])
-        # One request in flight per connection: one read and one write each, whichever step.
+        # One request or message in flight per connection: one read and one write each, whichever step.
         assert 0.9 < reads < 1.2 and 0.9 < writes < 1.2, (key, cells)
