@@ -54,7 +54,6 @@ from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import warm_up
 from benchmarks.harness.render import markdown as table
-from benchmarks.harness.summary import median
 from benchmarks.loads import Settings
 from benchmarks.realworld.services import process_tree_cpu
 from benchmarks.servers import Server
@@ -180,34 +179,36 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
         process.stop()
 
 
+FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "server_cores_busy", "wrk_core_busy", "busiest_worker_share")
+
+
+def _per_run(record: dict) -> dict:
+    """``record`` with the figures a row takes the median of: CPU per request, each side's busy cores,
+    and the busiest worker's share of the workers' CPU time (None where a run cannot say)."""
+    cpu, seconds, completed, shares = (record["server_cpu_s"], record["seconds"], record["completed"],
+                                       record["worker_cpu_s"])
+    timed = cpu is not None and bool(seconds) and bool(completed)
+    return {**record, "layout": f"{record['workers']} on {record['server_cpus']}, wrk on {record['load_cpu']}",
+            "cpu_us_per_req": cpu * 1e6 / completed if timed else None,
+            "server_cores_busy": cpu / seconds if timed else None,
+            "wrk_core_busy": record["wrk_cpu_s"] / seconds if record["wrk_cpu_s"] is not None and seconds else None,
+            "busiest_worker_share": max(shares) / sum(shares) if shares and len(shares) > 1 and sum(shares) else None}
+
+
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per (server, layout): medians over the runs that were ok, and each side's busy cores."""
-    rows: dict[tuple, list[dict]] = {}
-    for record in records:
-        rows.setdefault((record["server"], record["workers"], tuple(record["server_cpus"]), record["load_cpu"]),
-                        []).append(record)
-    out = []
-    for (name, count, server_cpus, load_cpu), runs in rows.items():
-        ok = [r for r in runs if r["status"] == "ok"]
-        summary = {"server": name, "workers": count, "server_cpus": list(server_cpus), "load_cpu": load_cpu,
-                   "shared": load_cpu is not None and load_cpu in server_cpus, "runs": len(runs), "ok_runs": len(ok),
-                   "status": "ok" if len(ok) == len(runs) else ("partial" if ok else runs[0]["status"]),
-                   "note": "; ".join(sorted({r["note"] for r in runs if r["status"] != "ok" and r["note"]})) or None,
-                   **{figure: median(r[figure] for r in ok) for figure in ("rps", "p50_ms", "p99_ms")}}
-        measured = [r for r in ok if r["server_cpu_s"] is not None and r["seconds"] and r["completed"]]
-        summary["cpu_us_per_req"] = median(r["server_cpu_s"] * 1e6 / r["completed"] for r in measured)
-        summary["server_cores_busy"] = median(r["server_cpu_s"] / r["seconds"] for r in measured)
-        summary["wrk_core_busy"] = median(r["wrk_cpu_s"] / r["seconds"] for r in ok
-                                          if r["wrk_cpu_s"] is not None and r["seconds"])
-        summary["busiest_worker_share"] = median(max(r["worker_cpu_s"]) / sum(r["worker_cpu_s"]) for r in ok
-                                                 if r["worker_cpu_s"] and len(r["worker_cpu_s"]) > 1
-                                                 and sum(r["worker_cpu_s"]) > 0)
-        out.append(summary)
-    for summary in out:  # each server's 1-worker row is what its other rows are divided by
-        base = next((s for s in out if s["server"] == summary["server"] and s["workers"] == 1), None)
-        summary["rps_ratio"] = (summary["rps"] / base["rps"]
-                                if base and base["rps"] and summary["rps"] is not None else None)
-    return out
+    """One row per (server, layout), in run order: the harness's fold of its runs (medians of the ok
+    ones), and req/s against the same server's 1-worker row."""
+    runs = [_per_run(record) for record in records]
+    base = next((run["layout"] for run in runs if run["workers"] == 1), None)
+    folded = experiment.fold(runs, "server", "layout", FIGURES, deciding=("rps",), baseline=base, ratios=("rps",))
+    rows = {}
+    for run in runs:
+        summary = folded[run["server"]][run["layout"]]
+        rows.setdefault((run["server"], run["layout"]), {
+            "server": run["server"], "workers": run["workers"], "server_cpus": run["server_cpus"],
+            "load_cpu": run["load_cpu"], "shared": run["load_cpu"] is not None and run["load_cpu"] in run["server_cpus"],
+            **{key: value for key, value in summary.items() if key != "ratio"}, "rps_ratio": summary["ratio"]["rps"]})
+    return list(rows.values())
 
 
 def _cell(value: float | None, digits: int = 0, suffix: str = "") -> str:
