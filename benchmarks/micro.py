@@ -208,6 +208,7 @@ def describe(data: dict) -> str:
 
 
 def format_text(data: dict) -> str:
+    """Every operation's table for a terminal, then the skipped loops, the ratio's meaning and the machine."""
     parts = [f"{op['name']}: {op['what']}\n" + "\n".join(align(*table(data, op["name"])))
              for op in data["operations"]]
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
