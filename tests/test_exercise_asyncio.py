@@ -285,6 +285,27 @@ def test_transport_write_keeps_a_copy_of_a_buffer_the_caller_reuses(aio: AioHarn
     aio.drive()
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_transport_write_keyboard_interrupt_and_system_exit_propagate(aio: AioHarness, pair: Any,
+                                                                     stop: type) -> None:
+    kernel = ScriptedKernel(pair[0], stop())
+    transport, protocol = transport_on(aio, kernel)
+    raised: BaseException | None = None
+    try:
+        transport.write(b"hello")
+    except BaseException as exc:  # noqa: BLE001 -- which one is what the test checks
+        raised = exc
+    assert isinstance(raised, stop), (
+        f"a {stop.__name__} raised by send() must propagate out of write() unchanged (Ctrl-C must "
+        f"stop the program, not the connection); yours {'raised ' + repr(raised) if raised else 'returned'}")
+    aio.drive()
+    assert protocol.lost == [], (
+        f"a {stop.__name__} is not the socket's error: write() must not close the transport "
+        f"(_fatal_error) for it; connection_lost was called with {protocol.lost}{aio.errors()}")
+    transport.abort()
+    aio.drive()
+
+
 # --- sock-retry --------------------------------------------------------------------
 
 def outcome(task: asyncio.Task) -> str:
