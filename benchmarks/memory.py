@@ -139,7 +139,7 @@ def conclusion(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False, aliases=("--json",))
+    parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False)
     parser.add_argument("--servers", help=f"comma-separated stages and peers (default: {','.join(SERVERS)})")
     parser.add_argument("--counts", help=f"comma-separated connection counts (default: {','.join(map(str, COUNTS))}; "
                                          f"--quick {','.join(map(str, QUICK_COUNTS))}; 0 is always measured)")

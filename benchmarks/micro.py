@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-loops", default="all",
                         help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
     parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
-    output.add_arguments(parser, "micro.json", "--summary")  # pyperf's own JSON goes beside, NAME-pyperf.json
+    output.add_arguments(parser, "micro.json")  # pyperf's own JSON goes beside, NAME-pyperf.json
     args = runner.parse_args(argv)
     loops = choose_names(args.event_loops, list(LOOP_NAMES), "loop", list(LOOP_NAMES))
     ops = choose_names(args.ops, list(OPERATIONS), "operation", list(OPERATIONS))
