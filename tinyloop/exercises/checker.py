@@ -333,7 +333,7 @@ def _module_imports(name: str) -> tuple[tuple[str, str | None], ...]:
     if path.suffix != ".py":  # Cython: its imports are the extension's, read no further
         return ()
     edges = []
-    for node in ast.walk(markers.parse(path.read_text(encoding="utf-8"))):
+    for node in _statements(markers.parse(path.read_text(encoding="utf-8")).body):
         if isinstance(node, ast.Import):
             found = [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -344,6 +344,20 @@ def _module_imports(name: str) -> tuple[tuple[str, str | None], ...]:
             continue
         edges += [(target, imported) for target, imported in found if target.split(".")[0] == "tinyloop"]
     return tuple(edges)
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement in ``body`` and the blocks nested in it (functions, classes,
+    ``if``, ``try``...), not the expressions: an import is a statement, and
+    walking only these is several times faster than ``ast.walk``."""
+    pending = list(body)
+    while pending:
+        node = pending.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                pending += [n for n in block if isinstance(n, (ast.stmt, ast.excepthandler, ast.match_case))]
 
 
 @functools.lru_cache(maxsize=None)
