@@ -44,14 +44,16 @@ EXERCISES = [
         title="One iteration of the loop, in four steps",
         module="tinyloop.callbacks.loop",
         instructions="""
-            Write the body of Loop.run_once.  (1) Compute the timeout with
-            self._compute_timeout().  (2) Wait on self._selector.select() with
-            it.  (3) Queue the callbacks of the ready file descriptors with
+            Write the bodies of Loop.run_once and Loop._run_ready.  In
+            run_once: (1) compute the timeout with self._compute_timeout().
+            (2) Wait on self._selector.select() with it.  (3) Queue the
+            callbacks of the ready file descriptors with
             self._process_events(), then the due timers with
-            self._move_due_timers().  (4) Run the handles that are in the ready
-            queue now, and only those: count them first, popleft() that many,
-            and run each one that is not cancelled with self._run_handle().
-            Callbacks they schedule must wait for the next iteration.
+            self._move_due_timers().  (4) Call self._run_ready().  In
+            _run_ready, run the handles that are in the ready queue now, and
+            only those: count them first, popleft() that many, and run each
+            one that is not cancelled with self._run_handle().  Callbacks they
+            schedule must wait for the next iteration.
         """,
         tests=_LOOP_TESTS,
         stage="callbacks",
