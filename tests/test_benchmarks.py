@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -474,3 +476,32 @@ def test_each_experiments_quick_run_works_and_touches_no_committed_result(name: 
     assert data["settings"]["quick"] is True and data["command"].startswith(f"python -m benchmarks.{name} --quick")
     assert done.stdout.strip().splitlines()[-1].startswith(conclusion), done.stdout[-500:]
     assert _committed_results() == before
+
+
+# --- a run stopped by SIGTERM ----------------------------------------------
+
+def test_a_run_ended_by_sigterm_leaves_no_server_behind(tmp_path: Path) -> None:
+    # kill(1), or a CI time-out, ends a run by SIGTERM: the harness turns it
+    # into KeyboardInterrupt so the run's finally blocks stop its servers.
+    psutil = pytest.importorskip("psutil")
+    if shutil.which("ab") is None:
+        pytest.skip("ab is needed for a benchmark run")
+    cmd = [sys.executable, "-m", "benchmarks.run", "--quick", "--no-realtime", "--no-pin", "--no-plot",
+           "--stages", "epoll", "--peers", "none", "--loads", "ab-close", "--out", str(tmp_path / "run.json")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        parent = psutil.Process(proc.pid)
+        seen: list = []
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline and proc.poll() is None:
+            seen = [child for child in parent.children(recursive=True) if "tinyloop" in " ".join(child.cmdline())]
+            time.sleep(0.05)
+        assert seen, "the run started no server within 30 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) != 0
+        gone, alive = psutil.wait_procs(seen, timeout=10)
+        assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -43,7 +43,7 @@ from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
 
 __all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "least", "parser", "pinning",
-           "run_tool", "runnable", "settings"]
+           "run_tool", "runnable", "settings", "stop_on_sigterm"]
 
 # Every experiment's JSON carries this in ``schema``; the readers (the book's
 # directives, benchmarks.report) accept it.
@@ -59,7 +59,9 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
     and ``--no-realtime`` when it pins (``pin``; see :func:`pinning`), and the
     output rule's ``--reference`` and ``--out`` (``aliases`` are older
     spellings of ``--out``; ``results`` names the JSON, default NAME.json).
+    It also makes SIGTERM end the run as Ctrl-C does (:func:`stop_on_sigterm`).
     """
+    stop_on_sigterm()
     made = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     made.add_argument("--quick", action="store_true",
@@ -74,6 +76,26 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
                           help="do not run them at real-time priority (chrt -f 1) where allowed")
     output.add_arguments(made, results or f"{name}.json", *aliases)
     return made
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise KeyboardInterrupt in the main thread, as Ctrl-C does.
+
+    An experiment stops the servers it started in ``finally`` blocks; the
+    default action of SIGTERM (``kill``, a CI time-out) ends the process
+    before any of them runs, and leaves those servers behind.  A handler
+    someone else installed (pytest's, a caller's) is left as it is.
+    See signal(7) and the ``signal`` module's docs.
+    """
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        try:
+            signal.signal(signal.SIGTERM, _interrupt)
+        except ValueError:  # not the main thread: nothing to stop from here
+            pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pinning(args: argparse.Namespace) -> dict:
