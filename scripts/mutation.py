@@ -336,6 +336,24 @@ HAND_WRITTEN: dict[str, list[tuple[str, str, str]]] = {
 # Our survivors no test can kill, with the reason: {exercise: [(operator, the
 # mutated line as in the reference, stripped, reason)]}.
 EQUIVALENT_OURS: dict[str, list[tuple[str, str, str]]] = {
+    "uv-write-batch": [
+        ("condition-true", "elif not self._queued:",
+         "the transport is then on the flush list once per write of the turn; the first _flush "
+         "sends the whole batch and empties _pending, and each later one finds nothing and "
+         "returns: the same bytes in the same single writev, a few calls dearer"),
+        ("hand-written", "queued twice in a turn",
+         "the same mutant as condition-true on 'elif not self._queued:' (see there)"),
+        ("condition-true", "if n > IOV_MAX_BATCH:",
+         "every batch is then joined into one bytes object first: one uv_buf_t instead of n, "
+         "the same bytes in the same order, a copy dearer"),
+        ("condition-false", "if n > IOV_MAX_BATCH:",
+         "a batch of more buffers than one writev takes is then handed whole to uv_try_write "
+         "and uv_write; libuv caps each writev at IOV_MAX and writes the rest in later "
+         "writevs, so the bytes arrive the same"),
+        ("condition-true", "if n > 16:",
+         "the uv_buf_t array is then always taken from the heap (and freed, since bufs is not "
+         "small): the same buffers, a malloc dearer"),
+    ],
     "uv-ready-queue": [
         ("condition-false", "if type(item) is Handle or type(item) is TimerHandle:",
          "every handle then takes the other branch, _run_handle, which runs a C handle just as "
@@ -363,6 +381,21 @@ EQUIVALENT_OURS: dict[str, list[tuple[str, str, str]]] = {
 # why: {exercise: [(operator, the mutated line, stripped, why)]}.  They count
 # against the score; the table prints the reason under each.
 EXPLAINED_OURS: dict[str, list[tuple[str, str, str]]] = {
+    "uv-write-batch": [
+        ("condition-false", "if bufs is NULL:",
+         "only PyMem_RawMalloc running out of memory takes this branch; no test here can make "
+         "it fail (that needs fault injection into the allocator)"),
+        ("condition-false", "elif written < 0:",
+         "only an error from uv_try_write other than EAGAIN (EPIPE, ECONNRESET: the peer is "
+         "gone) takes it; the mutant then hands uv_write a pointer before the first buffer, "
+         "the kernel refuses the write on the dead socket before it reads a byte, and the "
+         "same error reaches the protocol one callback later. Not equivalent (it reads "
+         "outside the buffer), but no test's outcome differs"),
+        ("condition-false", "if err < 0:",
+         "uv_write fails at once only on a stream that is not writable or has no descriptor, "
+         "and _flush is never reached then (write() refuses after write_eof(); _flush returns "
+         "when the connection is lost or the handle gone): unreachable from the transport's API"),
+    ],
     "uv-timer-heap": [
         ("condition-false", "while self._heap_len and (<TimerHandle>self._heap[0].timer)._cancelled:",
          "the uv_timer_t is then armed for a cancelled timer's deadline, and the loop wakes once "
@@ -393,7 +426,8 @@ def _equivalent_ours(exercise: str, operator: str, what: str) -> str | None:
 def _reason_ours(table: dict[str, list[tuple[str, str, str]]], exercise: str, operator: str,
                  what: str) -> str | None:
     """``table``'s reason for the mutant ``what`` (``line N: ORIGINAL -> MUTANT``), or None."""
-    original = what.partition(": ")[2].rpartition(" -> ")[0].strip()
+    # A hand-written case is named by its description; an operator's by its line.
+    original = what if operator == "hand-written" else what.partition(": ")[2].rpartition(" -> ")[0].strip()
     for op, line, reason in table.get(exercise, []):
         if op == operator and line == original:
             return reason

@@ -34,6 +34,7 @@ import signal
 import socket
 import threading
 import time
+import tracemalloc
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -601,6 +602,60 @@ def test_uv_write_batch_a_batch_the_kernel_takes_whole_resumes_a_paused_protocol
         "when uv_try_write takes the whole batch the buffer is empty: tell the transport "
         "(self._on_written(0)), which resumes a paused protocol and finishes a close; "
         f"the protocol saw {protocol.events}")
+
+
+def test_uv_write_batch_a_write_above_the_high_water_mark_goes_out_at_once(h, connection):
+    protocol, peer = connection
+    transport = protocol.transport
+    transport.set_write_buffer_limits(high=4096, low=1024)
+    peer.start()
+    seen: list[tuple[int, list[str]]] = []
+
+    def write_above_the_mark() -> None:
+        transport.write(b"x" * 5000)
+        seen.append((transport.get_write_buffer_size(), list(protocol.events)))
+
+    h.loop.call_soon(write_above_the_mark)
+    h.run_until(lambda: len(peer.data) >= 5000, "the peer received the 5000 bytes")
+    assert seen == [(0, [])], (
+        "a write that takes the pending bytes above the high-water mark is sent at once "
+        "(self._flush()), which the kernel takes whole here: nothing stays buffered and the "
+        f"protocol is never paused; right after write() the buffer held {seen[0][0]} bytes "
+        f"and the protocol saw {seen[0][1]}")
+
+
+def test_uv_write_batch_frees_the_uv_buf_t_array_of_a_large_batch(h, connection):
+    protocol, peer = connection
+    transport = protocol.transport
+    turns, per_turn = 1500, 40   # more than the 16 uv_buf_t on the stack: a heap array
+    done: list[int] = []
+
+    def write_a_batch() -> None:
+        for _ in range(per_turn):
+            transport.write(b"x")
+        done.append(1)
+        if len(done) < turns:
+            h.loop.call_soon(write_a_batch)
+
+    peer.start()
+    # Deep enough tracebacks that the peer thread's allocations (its 1 MiB
+    # recv buffer) can be told apart by threading.py in their frames.
+    tracemalloc.start(25)
+    try:
+        before = tracemalloc.take_snapshot()
+        h.loop.call_soon(write_a_batch)
+        h.run_until(lambda: len(peer.data) >= turns * per_turn, "the peer received every byte")
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    loop_thread = [tracemalloc.Filter(False, threading.__file__, all_frames=True)]
+    grown = sum(stat.size_diff for stat in
+                after.filter_traces(loop_thread).compare_to(before.filter_traces(loop_thread), "filename"))
+    leaked = turns * per_turn * 16   # one uv_buf_t (16 bytes) per buffer, if never freed
+    assert grown < leaked // 2, (
+        f"memory grew by {grown} bytes over {turns} batches of {per_turn} buffers: the "
+        "uv_buf_t array PyMem_RawMalloc gave a batch of more than 16 must be freed "
+        "(PyMem_RawFree) on every way out of _flush")
 
 
 # --- the Cython exercises' build step (tinyloop/exercises/build.py) ---------------------
