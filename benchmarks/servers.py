@@ -218,7 +218,11 @@ def start(server: Server, prefix: Sequence[str] = (), warmup: int = 0,
         running = launch(server, prefix)
     except RuntimeError as error:
         return None, ("error", "did not start: " + " | ".join(str(error).strip().splitlines()[:3]))
-    failure = process.warm_up(running.address, warmup, timeout) if warmup else None
+    try:
+        failure = process.warm_up(running.address, warmup, timeout) if warmup else None
+    except BaseException:
+        running.stop()  # interrupted in the warm-up: the caller never got it to stop
+        raise
     if failure is not None:
         running.stop()
         return None, failure

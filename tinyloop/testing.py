@@ -106,12 +106,16 @@ class ServerProcess:
                     found.set()
 
         threading.Thread(target=read_stdout, daemon=True).start()
-        while not found.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"server {self.stage!r} did not start (exit code {self.proc.returncode}):\n"
-                    + "".join(self.stdout_lines + self.stderr_lines))
+        try:
+            while not found.wait(0.05):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"server {self.stage!r} did not start (exit code {self.proc.returncode}):\n"
+                        + "".join(self.stdout_lines + self.stderr_lines))
+        except BaseException:
+            self.stop()  # interrupted while waiting (Ctrl-C, a SIGTERM made one): leave no server
+            raise
         return self
 
     def _limit(self) -> None:
