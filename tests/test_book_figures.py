@@ -1,6 +1,6 @@
 # tests/test_book_figures.py
 #
-# The book's figures drawn from traces (benchmarks/trace_figures.py and the
+# The book's figures drawn from traces (docs/_ext/trace_figures.py and the
 # {trace-figure} and {quiz} directives of docs/_ext/book_trace.py): every
 # chapter of Parts 0-V has one; a figure traced at build time is the same
 # on every build and a valid Chrome trace; a recorded one is committed and
@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import trace_figures
 from tinyloop.trace import chrome
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+try:
+    import trace_figures  # beside the directive that draws the figures
+finally:
+    sys.path.remove(str(ROOT / "docs" / "_ext"))
 CHAPTERS = ROOT / "chapters"
 # The chapters of Parts 0-V, each of which must show at least one trace.
 PARTS = ("baselines", "readiness", "callbacks", "generators", "coroutines", "asyncio", "libuv", "realworld")
@@ -149,7 +153,7 @@ def test_a_quick_run_writes_the_build_figures_under_local_only() -> None:
     # As a new user types it: --quick (the virtual-clock figures), no --out; nothing committed changes.
     committed = ["git", "status", "--porcelain", "--", "benchmarks/results"]
     before = subprocess.run(committed, cwd=ROOT, capture_output=True, text=True).stdout
-    done = subprocess.run([sys.executable, "-m", "benchmarks.trace_figures", "--quick"], capture_output=True,
+    done = subprocess.run([sys.executable, "docs/_ext/trace_figures.py", "--quick"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     build = [f for f in trace_figures.FIGURES if f.source == "build"]
@@ -181,7 +185,7 @@ def test_the_directives_draw_the_trace_with_its_caption_and_command(tmp_path):
     assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') == 2, "the figure's and the quiz's"
     assert "Tasks, <em>traced</em>." in page
     text = re.sub(r"<[^>]+>", "", page)
-    assert "python -m benchmarks.trace_figures coroutines-tasks" in text
+    assert "python docs/_ext/trace_figures.py coroutines-tasks" in text
     assert "step main -&gt; awaits Task sleeper" in text, "the trace as text, below the picture"
     assert "python -m tinyloop quiz first_step" in text and "<details" in page
     assert "shutdown_default_executor" not in page, "the quiz's timeline stops after its last printed line"

@@ -3,15 +3,13 @@
 # The book's figures drawn from traces, and its "predict the order" quizzes.
 #
 #   {trace-figure} NAME        (the directive's body is the caption)
-#       The trace of figure NAME (benchmarks/trace_figures.py: FIGURES),
+#       The trace of figure NAME (trace_figures.py beside this file: FIGURES),
 #       drawn by tinyloop.trace.timeline.render_svg into the page as an
 #       inline SVG, with the caption, the command that makes the trace, and
 #       where it came from.  A ``build`` figure is traced while the book
 #       builds, on the virtual clock, so it is the same on every build; a
 #       ``reference`` figure is drawn from its committed file under
 #       benchmarks/results/traces/ (``... --reference`` records it again).
-#       Options: :tracks: and :counters: (comma lists of name prefixes)
-#       narrow what the figure's own defaults draw.
 #
 #   {quiz} NAME
 #       A quiz of tinyloop/quiz/: its question, its program (a
@@ -34,23 +32,19 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
+
+import trace_figures  # beside this file (docs/conf.py puts docs/_ext on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 __all__ = ["QuizDirective", "TraceFigureDirective", "setup"]
-
-
-def _prefixes(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _svg_block(trace: dict[str, Any]) -> nodes.raw:
@@ -70,20 +64,18 @@ def _source_line(label: str, code: str, tail: str = "") -> nodes.paragraph:
 
 
 class TraceFigureDirective(SphinxDirective):
-    """``{trace-figure} NAME``: a figure of benchmarks/trace_figures.py, drawn from its trace."""
+    """``{trace-figure} NAME``: a figure of trace_figures.py, drawn from its trace."""
 
     required_arguments = 1
     has_content = True
-    option_spec = {"tracks": directives.unchanged, "counters": directives.unchanged}
 
     def run(self) -> list[nodes.Node]:
-        from benchmarks import trace_figures
         try:
             figure = trace_figures.get(self.arguments[0])
         except KeyError as error:
             raise self.error(error.args[0]) from None
         # The figure changes when the code it traces does: Sphinx rebuilds the page.
-        self.env.note_dependency(str(ROOT / "benchmarks" / "trace_figures.py"))
+        self.env.note_dependency(trace_figures.__file__)
         if figure.source == "reference":
             self.env.note_dependency(str(figure.reference_file))
         trace = trace_figures.trace_of(figure)
@@ -95,10 +87,6 @@ class TraceFigureDirective(SphinxDirective):
             return [note]
         full = trace
         trace = figure.drawn(trace)
-        if "tracks" in self.options or "counters" in self.options:
-            trace = trace_figures.select_tracks(
-                trace, _prefixes(self.options.get("tracks", "")),
-                _prefixes(self.options["counters"]) if "counters" in self.options else None)
         node = nodes.figure(classes=["book-trace-figure"], ids=[f"trace-{figure.name}"])
         node += _svg_block(trace)
         caption_text = " ".join(self.content) if self.content else figure.summary
@@ -174,7 +162,6 @@ class QuizDirective(SphinxDirective):
         trace = quiz_trace(quiz.name)
         text = "\n".join(steps.steps(trace))
         # Drawn up to the last printed line (and a little after): the rest is the sleep that ends main.
-        from benchmarks import trace_figures
         printed = [event["ts"] for event in trace["traceEvents"] if event.get("name", "").startswith("print: ")]
         svg = _svg_block(trace_figures.window(trace, end=max(printed, default=0) + 30))
         lines = [
@@ -264,8 +251,6 @@ def _recorded_runs() -> dict[str, tuple[str, list[str], list[tuple[str, tuple[st
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     app.add_directive("trace-figure", TraceFigureDirective)
     app.add_directive("quiz", QuizDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

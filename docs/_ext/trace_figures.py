@@ -1,88 +1,87 @@
-# benchmarks/trace_figures.py
+# docs/_ext/trace_figures.py
 """The book's figures drawn from traces: what each one records, and the command that makes it.
 
-    python -m benchmarks.trace_figures                 every figure, into benchmarks/results/local/traces/
-    python -m benchmarks.trace_figures callbacks-stall one figure (the names: --list)
-    python -m benchmarks.trace_figures --reference     the recorded ones, into benchmarks/results/traces/
+    python docs/_ext/trace_figures.py                  every figure, into benchmarks/results/local/traces/
+    python docs/_ext/trace_figures.py callbacks-stall  one figure (the names: --list)
+    python docs/_ext/trace_figures.py --quick          only the figures the book traces while it builds
+    python docs/_ext/trace_figures.py --reference      the recorded ones, into benchmarks/results/traces/
 
 Each figure is one Chrome trace (tinyloop.trace's recorder) and, beside it,
 the HTML timeline tinyloop.trace.timeline draws.  Its source is either
 
-  * ``build``: a small program on the virtual clock (TICK per reading, and
-    a jump where the loop would sleep), so the trace is the same on every
-    run and machine, and the book draws it while it builds
-    (docs/_ext/book_trace.py calls ``trace_of``); a span's width counts what
-    happened inside it, not how long it took.  Readiness comes from
-    tests/fakes.py's scripted selector, or, where real sockets carry real
-    bytes, from the kernel asked without waiting (quiz.runner's
-    VirtualTimeSelector); or
-  * ``reference``: recorded in real time against a stage's real server
-    (``python -m tinyloop trace``'s trace_stage and ReadinessProbe).  Timings
-    differ from run to run, so the book draws the committed
+  * ``build``: a stage's own code, or a program of a few lines whose
+    callbacks are named for what they stand for, on the quizzes' virtual
+    clock (tinyloop.quiz.runner: TICK seconds per reading, and a jump where
+    the loop would sleep; the kernel is asked for readiness without
+    waiting).  The trace is the same on every run and machine, and
+    docs/_ext/book_trace.py draws it while the book builds; a span's width
+    counts what happened inside it, not how long it took; or
+  * ``reference``: recorded in real time against a stage's real server.
+    Timings differ from run to run, so the book draws the committed
     benchmarks/results/traces/NAME.json, which only ``--reference`` rewrites.
 
-A figure records a stage's own code wherever it can (its server, its
-protocol); where the chapter's point is the loop itself, a program of a few
-lines whose callbacks are named for what they stand for.
+It lives beside the directive that draws it, not in benchmarks/: it
+measures no loop.  Its traces stay with the other results (local/ is
+ignored by git).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import contextlib
 import json
-import os
-import selectors
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import output  # the one output rule: local unless --reference
-from benchmarks.harness.machine import ROOT
-from benchmarks.harness.summary import median
+from tinyloop.quiz.runner import VIRTUAL_TICK as TICK  # seconds the virtual clock moves at each reading
+from tinyloop.quiz.runner import VirtualClock, VirtualTimeSelector
+from tinyloop.trace.recorder import Recorder, record
 
-REFERENCE = output.RESULTS / "traces"   # committed: the recorded figures the book draws
-LOCAL = output.LOCAL / "traces"         # every other run's, ignored by git
-TICK = 1e-5  # seconds the virtual clock moves at each reading
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "benchmarks" / "results" / "traces"   # committed: the recorded figures the book draws
+LOCAL = ROOT / "benchmarks" / "results" / "local" / "traces"   # every other run's, ignored by git
 
-__all__ = ["FIGURES", "Figure", "get", "main", "select_tracks", "trace_of", "window"]
+__all__ = ["FIGURES", "TICK", "Figure", "get", "main", "select_tracks", "trace_of", "window"]
+
+Trace = dict[str, Any]   # a Trace Event Format JSON object
 
 
 @dataclass(frozen=True)
 class Figure:
     """One figure: its name, chapter, source (``build`` or ``reference``), and what to draw.
 
-    ``make()`` returns the trace (a Trace Event Format dict).  ``tracks``
-    lists the track names to draw, by prefix (empty: all); ``counters`` the
-    counters, by prefix (None: all); ``crop(trace)`` gives the (start, end)
-    in µs to draw (None: the whole trace).
+    ``make()`` returns the trace.  ``tracks`` lists the track names to draw,
+    by prefix (empty: all); ``counters`` the counters, by prefix (None: all);
+    ``crop(trace)`` gives the (start, end) in µs to draw (None: open).
     """
 
     name: str
     chapter: str
     source: str
-    make: Callable[[], dict[str, Any]]
+    make: Callable[[], Trace]
     summary: str
     tracks: tuple[str, ...] = ()
     counters: tuple[str, ...] | None = None
-    crop: Callable[[dict[str, Any]], tuple[float | None, float | None]] | None = None
-    awaits: bool = False
-    text: bool = False   # the book prints the drawn trace as text below it too (tinyloop.quiz.steps)
-    facts: Callable[[dict[str, Any]], str] | None = None   # numbers read off the drawn trace, for the caption
+    crop: Callable[[Trace], tuple[float | None, float | None]] | None = None
+    awaits: bool = False  # each task step named for what it ended awaiting
+    text: bool = False    # the book prints the drawn trace as text below it too (tinyloop.quiz.steps)
+    facts: Callable[[Trace], str] | None = None   # numbers read off the drawn trace, for the caption
 
-    def drawn(self, trace: dict[str, Any]) -> dict[str, Any]:
-        """What the book draws of ``trace``: its tracks and counters, cut to its crop; with
-        ``awaits``, each task step named for what it ended awaiting (``args.awaiting``), so a
-        printed page shows what only a hover would.
-        """
+    def drawn(self, trace: Trace) -> Trace:
+        """What the book draws of ``trace``: its tracks and counters, cut to its crop; with ``awaits``,
+        each step named ``→ AWAITED``, so a printed page shows what only a hover would."""
         if self.crop is not None:
             trace = window(trace, *self.crop(trace))
         if self.awaits:
@@ -96,58 +95,41 @@ class Figure:
     def command(self) -> str:
         """The command that makes this figure's trace (and, for a reference one, rewrites it)."""
         extra = " --reference" if self.source == "reference" else ""
-        return f"python -m benchmarks.trace_figures {self.name}{extra}"
+        return f"python docs/_ext/trace_figures.py {self.name}{extra}"
 
     @property
     def reference_file(self) -> Path:
         return REFERENCE / f"{self.name}.json"
 
 
-# -- the virtual clock -------------------------------------------------------------------
+# -- build: traced on the virtual clock while the book builds ----------------------------
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\n\r\n"
+LAST_REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n\r\n"
 
 
-def _fakes() -> Any:
-    """tests/fakes.py (the virtual clock, the scripted selector), loaded from its file: tests/ is no package."""
-    if "fakes" not in sys.modules:  # (under pytest, tests/ is on sys.path and it may be imported already)
-        spec = importlib.util.spec_from_file_location("fakes", ROOT / "tests" / "fakes.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["fakes"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["fakes"]
-
-
-def _ticking_clock() -> Any:
-    """tests/fakes.py's VirtualClock, moving TICK seconds at each reading."""
-    class TickingClock(_fakes().VirtualClock):
-        def __call__(self) -> float:
-            now = self.now
-            self.now += TICK
-            return now
-
-    return TickingClock()
-
-
-def _part2_loop(selector_type: Any = None) -> tuple[Any, Any, Any]:
-    """Part II's loop on the virtual clock, with a recorder: (loop, selector, recorder).
-
-    The selector is ``selector_type(clock)``, tests/fakes.py's scripted FakeSelector by default.
-    """
+@contextlib.contextmanager
+def _part2_loop(selector_type: type = VirtualTimeSelector) -> Iterator[tuple[Any, Any, Recorder]]:
+    """Part II's loop on the virtual clock, recorded: ``(loop, selector, recorder)``; closed after."""
     from tinyloop.callbacks.loop import Loop
-    from tinyloop.trace.recorder import record
-    clock = _ticking_clock()
-    selector = (selector_type or _fakes().FakeSelector)(clock)
+    clock = VirtualClock(TICK)
+    selector = selector_type(clock)
     loop = Loop(selector=selector, clock=clock)
-    return loop, selector, record(loop)
+    recorder = record(loop)
+    try:
+        yield loop, selector, recorder
+    finally:
+        loop.close()
 
 
-def _aio_loop() -> tuple[Any, socket.socket, socket.socket, Any, type]:
-    """tinyloop.aio's loop on the virtual clock and a connected pair: ``(loop, server's end, client's
-    end, closed, Protocol)``, where Protocol is the aio stage's HTTPProtocol resolving the future
-    ``closed`` when its connection is lost."""
+@contextlib.contextmanager
+def _aio_loop() -> Iterator[tuple[Any, Recorder, socket.socket, socket.socket, Any, type]]:
+    """tinyloop.aio's loop on the virtual clock, recorded, and a connected pair:
+    ``(loop, recorder, server's end, client's end, closed, Protocol)``, where Protocol is the aio
+    stage's HTTPProtocol resolving the future ``closed`` when its connection is lost."""
     from tinyloop.aio.server import HTTPProtocol
     from tinyloop.aio.unix_events import SelectorEventLoop
-    from tinyloop.quiz.runner import VirtualTimeSelector
-    clock = _ticking_clock()
+    clock = VirtualClock(TICK)
     loop = SelectorEventLoop(VirtualTimeSelector(clock), clock)
     server, client = socket.socketpair()
     closed = loop.create_future()
@@ -156,31 +138,23 @@ def _aio_loop() -> tuple[Any, socket.socket, socket.socket, Any, type]:
         def connection_lost(self, exc: Exception | None) -> None:
             closed.set_result(None)
 
-    return loop, server, client, closed, Protocol
-
-
-REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\n\r\n"
-LAST_REQUEST = b"GET / HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n\r\n"
+    try:
+        yield loop, record(loop), server, client, closed, Protocol
+    finally:
+        client.close()
+        loop.close()
 
 
 def _read_all(sock: socket.socket) -> bytes:
-    sock.setblocking(True)
-    sock.settimeout(5)
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    sock.settimeout(5)   # blocking again, within a limit
+    with sock.makefile("rb") as file:
+        return file.read()
 
 
-# -- build: made while the book builds ---------------------------------------------------
-
-
-def callbacks_iteration() -> dict[str, Any]:
+def callbacks_iteration() -> Trace:
     """Part II's loop, two iterations: soon, I/O and a timer due at once; then a later timer."""
-    READ = _fakes().READ
-    loop, selector, recorder = _part2_loop()
     a, b = socket.socketpair()
-    try:
+    with a, b, _part2_loop() as (loop, _, recorder):
         def call_soon_cb() -> None:
             pass
 
@@ -194,23 +168,18 @@ def callbacks_iteration() -> dict[str, Any]:
             loop.stop()
 
         loop.add_reader(a, on_readable)
-        selector.set_ready(a, READ, once=True)
+        b.send(b"x")
         loop.call_later(0, call_later_0)
         loop.call_later(0.0003, later_300us)
         loop.call_soon(call_soon_cb)
         loop.run_forever()
-    finally:
-        loop.close()
-        a.close()
-        b.close()
     return recorder.trace()
 
 
-def coroutines_tasks() -> dict[str, Any]:
+def coroutines_tasks() -> Trace:
     """Chapter II's tasks: main starts two, one sleeps, one awaits a future a timer resolves."""
     from tinyloop.coroutines import tasks
     from tinyloop.coroutines.futures import Future
-    loop, _, recorder = _part2_loop()
 
     async def sleeper() -> str:
         await tasks.sleep(0.00005)
@@ -219,28 +188,24 @@ def coroutines_tasks() -> dict[str, Any]:
     async def waiter(future: Future) -> str:
         return await future
 
-    async def main() -> None:
-        future = Future(loop=loop)
-        loop.call_later(0.0001, future.set_result, "resolved")
-        first = tasks.create_task(sleeper())
-        second = tasks.create_task(waiter(future))
-        await first
-        await second
+    with _part2_loop() as (loop, _, recorder):
+        async def main() -> None:
+            future = Future(loop=loop)
+            loop.call_later(0.0001, future.set_result, "resolved")
+            first = tasks.create_task(sleeper())
+            second = tasks.create_task(waiter(future))
+            await first
+            await second
 
-    try:
         tasks.run(main(), loop=loop)
-    finally:
-        loop.close()
     return recorder.trace()
 
 
-def generators_stack() -> dict[str, Any]:
+def generators_stack() -> Trace:
     """Two tasks of the generator-stack scheduler: one calls three levels deep and back, waiting at
-    each level; the other waits at the top.  The counter is each task's stack of generators.
-    """
+    each level; the other waits at the top.  The counter is each task's stack of generators."""
     from tinyloop.generators.scheduler import Scheduler
     from tinyloop.generators.traps import sleep, spawn
-    loop, _, recorder = _part2_loop()
 
     def inner() -> Any:
         yield sleep(0.0002)
@@ -265,150 +230,114 @@ def generators_stack() -> dict[str, Any]:
         yield outer()
         yield sleep(0.0002)
 
-    try:
+    with _part2_loop() as (loop, _, recorder):
         Scheduler(loop).run(main())
-    finally:
-        loop.close()
     return recorder.trace()
 
 
-def _aio_request(payload: bytes, responses: int) -> dict[str, Any]:
-    """The aio stage's HTTPProtocol on one connection, the client's ``payload`` already in its buffer.
-
-    The loop runs only the server's side, until the protocol closes the
-    connection (the last request says ``Connection: close``); the client's
-    answers are read after it stopped.
-    """
-    from tinyloop.trace.recorder import record
-    loop, server, client, closed, Protocol = _aio_loop()
-    try:
-        recorder = record(loop)
-        client.sendall(payload)
-        loop.run_until_complete(loop.connect_accepted_socket(Protocol, server))
-        loop.run_until_complete(closed)
-        answer = _read_all(client)
-        assert answer.count(b"HTTP/1.1 200") == responses, answer[:200]
-    finally:
-        client.close()
-        loop.close()
-    return recorder.trace()
-
-
-def coroutines_request() -> dict[str, Any]:
+def coroutines_request() -> Trace:
     """The coroutines stage's own handle_connection, two requests, the second arriving later: its read
-    waits, and the streams register the socket for that one wait and unregister it after.
-
-    The selector is the kernel's (asked without waiting, on the virtual
-    clock), wrapped to mark each register/unregister on the loop's track.
-    """
+    waits, and the streams register the socket for that one wait and unregister it after.  The
+    selector marks each register/unregister on the loop's track."""
     from tinyloop.coroutines import tasks
     from tinyloop.coroutines.server import handle_connection
     from tinyloop.coroutines.streams import StreamReader, StreamWriter
-    from tinyloop.quiz.runner import VirtualTimeSelector
 
     class Marked(VirtualTimeSelector):
-        recorder: Any = None
+        recorder: Recorder | None = None
 
         def _mark(self, what: str, fileobj: Any) -> None:
             if self.recorder is not None:
                 fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
                 self.recorder.instant(what, self.recorder.now(), cat="selector", args={"fd": fd})
 
-        def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        def register(self, fileobj: Any, events: int, data: Any = None) -> Any:
             self._mark("register", fileobj)
             return super().register(fileobj, events, data)
 
-        def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        def unregister(self, fileobj: Any) -> Any:
             self._mark("unregister", fileobj)
             return super().unregister(fileobj)
 
-    loop, selector, recorder = _part2_loop(Marked)
-    selector.recorder = recorder
-    server, client = socket.socketpair()
-    server.setblocking(False)
+    with _part2_loop(Marked) as (loop, selector, recorder):
+        selector.recorder = recorder
+        server, client = socket.socketpair()
+        server.setblocking(False)
 
-    async def main() -> None:
-        reader = StreamReader(server, loop=loop)
-        await handle_connection(reader, StreamWriter(server, reader, loop=loop))
+        async def main() -> None:
+            reader = StreamReader(server, loop=loop)
+            await handle_connection(reader, StreamWriter(server, reader, loop=loop))
 
-    try:
-        client.sendall(REQUEST)
-        loop.call_later(0.0003, client.sendall, LAST_REQUEST)
-        tasks.run(main(), loop=loop)
-        assert _read_all(client).count(b"HTTP/1.1 200") == 2
-    finally:
-        client.close()
-        loop.close()
+        with client:
+            client.sendall(REQUEST)
+            loop.call_later(0.0003, client.sendall, LAST_REQUEST)
+            tasks.run(main(), loop=loop)
+            assert _read_all(client).count(b"HTTP/1.1 200") == 2
     return recorder.trace()
 
 
-def asyncio_buffered() -> dict[str, Any]:
+def _aio_request(payload: bytes, responses: int) -> Trace:
+    """The aio stage's HTTPProtocol on one connection, the client's ``payload`` already sent; the
+    loop runs only the server's side, until the last request's ``Connection: close``."""
+    with _aio_loop() as (loop, recorder, server, client, closed, Protocol):
+        client.sendall(payload)
+        loop.run_until_complete(loop.connect_accepted_socket(Protocol, server))
+        loop.run_until_complete(closed)
+        answer = _read_all(client)
+        assert answer.count(b"HTTP/1.1 200") == responses, answer[:200]
+    return recorder.trace()
+
+
+def asyncio_buffered() -> Trace:
     """A 512 KiB echo on tinyloop.aio, the client on the same loop: the answer is more than the socket
     takes, so write() sends what it can, buffers the rest and registers a writer, whose callbacks send
-    the rest as the client reads.
-    """
+    the rest as the client reads."""
     import asyncio
-    from tinyloop.trace.recorder import record
-    loop, server, client, closed, Protocol = _aio_loop()
-    client.setblocking(False)
     body = b"x" * (512 * 1024)
     request = memoryview(b"POST /echo HTTP/1.1\r\nHost: tinyloop\r\nConnection: close\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
     received = bytearray()
     eof = False
+    with _aio_loop() as (loop, recorder, server, client, closed, Protocol):
+        client.setblocking(False)
 
-    def client_sends() -> None:
-        nonlocal request
-        try:
-            request = request[client.send(request[:65536]):]
-        except BlockingIOError:
-            return
-        if not request:
-            loop.remove_writer(client)
+        def client_sends() -> None:
+            nonlocal request
+            try:
+                request = request[client.send(request[:65536]):]
+            except BlockingIOError:
+                return
+            if not request:
+                loop.remove_writer(client)
 
-    def client_reads() -> None:
-        nonlocal eof
-        try:
-            chunk = client.recv(65536)
-        except BlockingIOError:
-            return
-        received.extend(chunk)
-        if not chunk:
-            eof = True
-            loop.remove_reader(client)
+        def client_reads() -> None:
+            nonlocal eof
+            try:
+                chunk = client.recv(65536)
+            except BlockingIOError:
+                return
+            received.extend(chunk)
+            if not chunk:
+                eof = True
+                loop.remove_reader(client)
 
-    async def main() -> None:
-        await loop.connect_accepted_socket(Protocol, server)
-        loop.add_writer(client, client_sends)
-        loop.add_reader(client, client_reads)
-        await closed
-        while not eof:
-            await asyncio.sleep(0)
+        async def main() -> None:
+            await loop.connect_accepted_socket(Protocol, server)
+            loop.add_writer(client, client_sends)
+            loop.add_reader(client, client_reads)
+            await closed
+            while not eof:
+                await asyncio.sleep(0)
 
-    recorder = record(loop)
-    try:
         loop.run_until_complete(main())
         assert received.startswith(b"HTTP/1.1 200") and received.endswith(body[-100:])
-    finally:
-        client.close()
-        loop.close()
     return recorder.trace()
 
 
-def asyncio_request() -> dict[str, Any]:
-    """One request's path through tinyloop.aio: readable -> _read_ready -> data_received -> write -> send."""
-    return _aio_request(LAST_REQUEST, 1)
+# -- reference: recorded on this machine in real time, committed ---------------------------
 
 
-def realworld_pipelined() -> dict[str, Any]:
-    """24 pipelined requests in one send, on tinyloop.aio: one read, one parse pass, one write."""
-    return _aio_request(REQUEST * 23 + LAST_REQUEST, 24)
-
-
-# -- reference: recorded on this machine, committed --------------------------------------
-
-
-def _trace_stage(stage: str, **load: Any) -> dict[str, Any]:
+def _trace_stage(stage: str, **load: Any) -> Trace:
     """``python -m tinyloop trace STAGE`` (trace_stage) into a scratch folder; its JSON."""
     from tinyloop.trace.command import trace_stage
     with tempfile.TemporaryDirectory(prefix="tinyloop-figure-") as scratch:
@@ -416,19 +345,6 @@ def _trace_stage(stage: str, **load: Any) -> dict[str, Any]:
         if status != 0:
             raise RuntimeError(f"trace_stage({stage!r}, {load}) failed with status {status}")
         return json.loads((Path(scratch) / f"{stage}.json").read_text())
-
-
-def callbacks_stall() -> dict[str, Any]:
-    """The callbacks stage, three keep-alive clients, the first request a 50 ms handler."""
-    return _trace_stage("callbacks", requests=9, concurrency=3, compute_ms=50)
-
-
-def libuv_request() -> dict[str, Any]:
-    """tinyloop.uv serving one request: uv_run's phases, the callbacks, the read and the write."""
-    return _trace_stage("uv", requests=1, concurrency=1)
-
-
-IDLE = 1000
 
 
 def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, join_timeout: float) -> None:
@@ -450,10 +366,8 @@ def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, 
     loader = threading.Thread(target=run_load, daemon=True)
     try:
         loader.start()
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             module.serve(sock)
-        except KeyboardInterrupt:
-            pass
     finally:
         signal.signal(signal.SIGINT, previous)
         sock.close()
@@ -466,58 +380,12 @@ def _name_track(tid: int, name: str, index: int) -> list[dict[str, Any]]:
             {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": index}}]
 
 
-def _readiness(stage: str) -> dict[str, Any]:
-    """A readiness stage with IDLE idle connections (held by a child process) and a short load."""
-    from tinyloop import stages
-    from tinyloop.serving import listen
-    from tinyloop.trace.command import ReadinessProbe
-    from tinyloop.trace.recorder import Recorder
-    module = stages.load(stage)
-    recorder = Recorder(time.monotonic)
-    sock = listen("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_IDLE, str(port), str(IDLE)], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    outcome: dict[str, Any] = {}
-
-    def load() -> None:
-        # The child opens the idle connections, then sends the load: no
-        # client code competes with the server for this process's GIL.
-        try:
-            assert holder.stdout is not None
-            outcome["idle"] = int(holder.stdout.readline() or 0)
-            line = holder.stdout.readline().split()
-            if len(line) != 3:
-                raise RuntimeError("the load did not run: " + " ".join(line))
-            t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
-            outcome["ok"] = int(line[0])
-            outcome["load_start"], outcome["load_end"] = ((float(t) - t0) * 1e6 for t in line[1:])
-        except BaseException as error:
-            outcome["error"] = error
-
-    probe = ReadinessProbe(recorder)
-    try:
-        with probe.installed():
-            _serve_while(load, module, sock, join_timeout=10)
-    finally:
-        if holder.stdin:
-            holder.stdin.close()
-        holder.wait(timeout=10)
-    if "error" in outcome:
-        raise RuntimeError(f"the load on {stage} failed: {outcome['error']!r}")
-    if outcome.get("idle") != IDLE:
-        raise RuntimeError(f"only {outcome.get('idle')} of {IDLE} idle connections were opened")
-    trace = recorder.trace()
-    trace["otherData"].update(figure=f"{stage}: {IDLE} idle connections, 10 requests over 2 busy ones",
-                              load_start=outcome["load_start"], load_end=outcome["load_end"])
-    return trace
-
+IDLE = 1000
 
 # The child that holds the idle connections (each sends one request, reads its
-# answer and stays open) and then sends the load: it prints how many it holds,
-# then the load's answers and its start and end (time.monotonic), and exits
-# when stdin closes.
+# answer and stays open), then sends the load, so that no client code competes
+# with the server for this process's GIL: it prints how many it holds, then the
+# load's answers and its start and end (time.monotonic), and exits when stdin closes.
 _HOLD_IDLE = """
 import sys, time
 from benchmarks.idle import open_idle, raise_fd_limit, close_all
@@ -535,24 +403,62 @@ close_all(socks)
 """
 
 
-def readiness_idle() -> dict[str, Any]:
+def _readiness(stage: str) -> Trace:
+    """A readiness stage with IDLE idle connections (held by a child process) and a short load."""
+    from tinyloop import stages
+    from tinyloop.serving import listen
+    from tinyloop.trace.command import ReadinessProbe
+    module = stages.load(stage)
+    recorder = Recorder(time.monotonic)
+    sock = listen("127.0.0.1", 0)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_IDLE, str(sock.getsockname()[1]), str(IDLE)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    outcome: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            assert holder.stdout is not None
+            outcome["idle"] = int(holder.stdout.readline() or 0)
+            line = holder.stdout.readline().split()
+            if len(line) != 3:
+                raise RuntimeError("the load did not run: " + " ".join(line))
+            t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
+            outcome["load_start"], outcome["load_end"] = ((float(t) - t0) * 1e6 for t in line[1:])
+        except BaseException as error:
+            outcome["error"] = error
+
+    try:
+        with ReadinessProbe(recorder).installed():
+            _serve_while(load, module, sock, join_timeout=10)
+    finally:
+        if holder.stdin:
+            holder.stdin.close()
+        holder.wait(timeout=10)
+    if "error" in outcome:
+        raise RuntimeError(f"the load on {stage} failed: {outcome['error']!r}")
+    if outcome.get("idle") != IDLE:
+        raise RuntimeError(f"only {outcome.get('idle')} of {IDLE} idle connections were opened")
+    trace = recorder.trace()
+    trace["otherData"].update(figure=f"{stage}: {IDLE} idle connections, 10 requests over 2 busy ones",
+                              load_start=outcome["load_start"], load_end=outcome["load_end"])
+    return trace
+
+
+def readiness_idle() -> Trace:
     """select, then epoll, each beside 1,000 idle connections, on one time axis from its first request.
 
-    Each stage's recording is cut to its load (the idle connections are
-    open and silent by then) and moved to a track of its own; its counter
-    is renamed for it.
+    Each stage's recording is cut to its load (the idle connections are open
+    and silent by then) and moved to a track of its own; its counter is
+    renamed for it.
     """
-    merged: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 1,
-                                     "args": {"name": "tinyloop"}}]
+    merged: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "tinyloop"}}]
     other: dict[str, Any] = {"recorder": "tinyloop.trace", "recorded_events": 0, "dropped_events": 0}
     for tid, stage in enumerate(("select", "epoll"), start=1):
         trace = _readiness(stage)
         data = trace["otherData"]
-        # From just before the first request arrives (the first wait of the
-        # load that returns something) to the load's end.
-        first = min(event["ts"] + event["dur"] for event in trace["traceEvents"]
-                    if event.get("name") == "wait" and event.get("ph") == "X"
-                    and event["ts"] + event["dur"] > data["load_start"] and event["args"]["events"])
+        # From just before the first wait of the load that returns something, to the load's end.
+        first = min(e["ts"] + e["dur"] for e in _events(trace, "X", "wait")
+                    if e["ts"] + e["dur"] > data["load_start"] and e["args"]["events"])
         start = first - 200.0
         cut = window(trace, start, data["load_end"], carry=False)  # (the setup's counts would mislead)
         for event in cut["traceEvents"]:
@@ -569,16 +475,19 @@ def readiness_idle() -> dict[str, Any]:
     return {"traceEvents": merged, "displayTimeUnit": "ms", "otherData": other}
 
 
-def baselines_clients() -> dict[str, Any]:
+CLIENT_REQUESTS = 2        # per client, on one keep-alive connection
+CLIENT_COMPUTE_MS = 20     # each a /compute?ms=20: the handler holds its thread (and the GIL) 20 ms
+
+
+def baselines_clients() -> Trace:
     """The blocking and threaded stages, three clients at once: a track per client, a track per server thread.
 
     These servers have no loop and no hooks.  The recording wraps the
     stage's ``serve_client`` (called once per connection) to time each
-    connection on the thread that served it, and times each client from
-    its connect to its last answer.  Both stages' times start at 0, at the
+    connection on the thread that served it, and times each client from its
+    connect to its last answer.  Both stages' times start at 0, at the
     moment their three clients start.
     """
-    from tinyloop.trace.recorder import Recorder
     recorder = Recorder(time.monotonic)
     tracks: dict[str, int] = {}
     for stage in ("blocking", "threaded"):
@@ -591,11 +500,7 @@ def baselines_clients() -> dict[str, Any]:
     return trace
 
 
-CLIENT_REQUESTS = 2        # per client, on one keep-alive connection
-CLIENT_COMPUTE_MS = 20     # each a /compute?ms=20: the handler holds its thread (and the GIL) 20 ms
-
-
-def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> None:
+def _serve_three_clients(stage: str, recorder: Recorder, tracks: dict[str, int]) -> None:
     import http.client
 
     from tinyloop import stages
@@ -605,17 +510,18 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
     lock = threading.Lock()
     offset = 0.0
 
-    def track(name: str) -> int:
+    def span(name: str, start: float, track: str, cat: str) -> None:
         with lock:
-            return tracks.setdefault(name, 100 + len(tracks))
+            tid = tracks.setdefault(track, 100 + len(tracks))
+        recorder.span(name, start - offset, recorder.now() - offset, tid=tid, cat=cat)
 
     def timed(sock: socket.socket, *args: Any, **kwargs: Any) -> None:
         start = recorder.now()
         try:
             original(sock, *args, **kwargs)
         finally:
-            tid = track(f"{stage}: server, {threading.current_thread().name.split(' ')[0]}")
-            recorder.span("serve_client", start - offset, recorder.now() - offset, tid=tid, cat="connection")
+            span("serve_client", start, f"{stage}: server, {threading.current_thread().name.split(' ')[0]}",
+                 "connection")
 
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -623,26 +529,21 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
 
     def client(number: int) -> None:
         start = recorder.now()
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            for _ in range(CLIENT_REQUESTS):
-                connection.request("GET", f"/compute?ms={CLIENT_COMPUTE_MS}")
-                connection.getresponse().read()
-            connection.close()
-        except BaseException as error:
-            errors.append(error)
-        tid = track(f"{stage}: client {number + 1}")
-        recorder.span(f"{CLIENT_REQUESTS} requests", start - offset, recorder.now() - offset, tid=tid,
-                      cat="client")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(CLIENT_REQUESTS):
+            connection.request("GET", f"/compute?ms={CLIENT_COMPUTE_MS}")
+            connection.getresponse().read()
+        connection.close()
+        span(f"{CLIENT_REQUESTS} requests", start, f"{stage}: client {number + 1}", "client")
 
     def load() -> None:
         nonlocal offset
         offset = recorder.now()
-        clients = [threading.Thread(target=client, args=(n,)) for n in range(3)]
-        for thread in clients:
-            thread.start()
-        for thread in clients:
-            thread.join(timeout=30)
+        try:
+            with ThreadPoolExecutor(3) as pool:
+                list(pool.map(client, range(3)))
+        except BaseException as error:
+            errors.append(error)
         time.sleep(0.05)
 
     module.serve_client = timed
@@ -654,8 +555,10 @@ def _serve_three_clients(stage: str, recorder: Any, tracks: dict[str, int]) -> N
         raise RuntimeError(f"a client of {stage} failed: {errors[0]!r}")
 
 
-def window(trace: dict[str, Any], start: float | None = None, end: float | None = None, *,
-           carry: bool = True) -> dict[str, Any]:
+# -- reading a trace: cuts, and the numbers the captions quote ------------------------------
+
+
+def window(trace: Trace, start: float | None = None, end: float | None = None, *, carry: bool = True) -> Trace:
     """A copy of ``trace`` cut to [``start``, ``end``] µs (None: open): events outside dropped, spans
     crossing an edge shortened to it (with ``args.clipped``), counters kept from their last value
     before ``start`` (unless ``carry`` is false), and tracks left empty no longer named.
@@ -688,25 +591,74 @@ def window(trace: dict[str, Any], start: float | None = None, end: float | None 
     return {**trace, "traceEvents": kept}
 
 
-def _events(trace: dict[str, Any], ph: str, name: str | None = None, cat: str | None = None) -> list[dict[str, Any]]:
+def select_tracks(trace: Trace, tracks: tuple[str, ...] = (), counters: tuple[str, ...] | None = None) -> Trace:
+    """A copy of ``trace`` with only the tracks whose names start with one of ``tracks`` (all if empty)
+    and the counters whose names start with one of ``counters`` (all if None).
+    """
+    keep = {tid for tid, name in _track_names(trace).items() if not tracks or name.startswith(tracks)}
+    return {**trace, "traceEvents": [
+        event for event in trace["traceEvents"]
+        if (counters is None or event["name"].startswith(counters) if event.get("ph") == "C"
+            else (event.get("ph") == "M" and event.get("name") == "process_name") or event.get("tid") in keep)]}
+
+
+def _events(trace: Trace, ph: str, name: str | None = None, cat: str | None = None) -> list[dict[str, Any]]:
     """The events of phase ``ph`` ("X" a span, "i" an instant), by ``name`` and ``cat`` where given, in order."""
     return [e for e in trace["traceEvents"] if e.get("ph") == ph and (name is None or e.get("name") == name)
             and (cat is None or e.get("cat") == cat)]
 
 
-def _track_names(trace: dict[str, Any]) -> dict[int, str]:
+def _track_names(trace: Trace) -> dict[int, str]:
     return {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
             if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
-def _after_first_wait(trace: dict[str, Any], margin: float = 2000.0) -> tuple[float | None, float | None]:
-    """From ``margin`` µs before the first wait that returned something: the recording's idle start cut."""
-    waits = sorted((e for e in _events(trace, "X", "wait") if (e.get("args") or {}).get("events")),
-                   key=lambda e: e["ts"])
-    return (waits[0]["ts"] + waits[0]["dur"] - margin if waits else None), None
+def _end(event: dict[str, Any]) -> float:
+    return event["ts"] + event.get("dur", 0)
 
 
-def _readiness_facts(trace: dict[str, Any]) -> str:
+def _around(spans: list[dict[str, Any]], *moments: float) -> list[dict[str, Any]]:
+    """The spans that hold one of the ``moments`` (µs)."""
+    return [e for e in spans if any(e["ts"] <= ts <= _end(e) for ts in moments)]
+
+
+def _after_first_wait(trace: Trace, margin: float = 2000.0) -> tuple[float | None, float | None]:
+    """From ``margin`` µs before the end of the first wait that returned something: the idle start cut."""
+    waits = [e for e in _events(trace, "X", "wait") if (e.get("args") or {}).get("events")]
+    return (_end(min(waits, key=lambda e: e["ts"])) - margin if waits else None), None
+
+
+def _writes(trace: Trace) -> tuple[float | None, float | None]:
+    """From the callback that made the first write to the end of the one that made the last."""
+    writes = [e["ts"] for e in _events(trace, "i", "write")]
+    around = _around(_events(trace, "X", cat="callback"), min(writes), max(writes)) if writes else []
+    if not around:
+        return None, None
+    return min(e["ts"] for e in around) - 5, max(_end(e) for e in around) + 5
+
+
+def _request_path(trace: Trace) -> tuple[float | None, float | None]:
+    """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
+    reads = [e["ts"] for e in _events(trace, "i", "read")]
+    writes = [e["ts"] for e in _events(trace, "i", "write")]
+    if not reads or not writes:
+        return None, None
+    waits = [e for e in _events(trace, "X", "wait") if e["ts"] < min(reads)]
+    ends = [_end(e) for e in _around([e for e in _events(trace, "X")
+                                      if e.get("name") in ("callbacks", "idle", "check")], max(writes))]
+    if not waits or not ends:
+        return None, None
+    wait = max(waits, key=lambda e: e["ts"])
+    end = max(ends)
+    # The wait's end, not all of it: on a real clock it can last a thousand
+    # times longer than the work, and the picture would show nothing else.
+    start = max(wait["ts"], _end(wait) - max(20.0, (end - _end(wait)) * 0.25))
+    # On libuv the read callback runs inside the poll phase, within the wait.
+    callbacks = [e["ts"] for e in _around(_events(trace, "X", cat="callback"), min(reads))]
+    return min([start, min(reads)] + callbacks) - 5, end + 5
+
+
+def _readiness_facts(trace: Trace) -> str:
     """Per server: its waits, the median wait and the median work between two, the load's length."""
     parts = []
     for tid, name in sorted(_track_names(trace).items()):
@@ -714,71 +666,36 @@ def _readiness_facts(trace: dict[str, Any]) -> str:
         waits = [e["dur"] for e in spans if e["name"] == "wait"]
         work = [e["dur"] for e in spans if e["name"] == "handle events"]
         if waits and work:
-            length = max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)
-            parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {median(waits):.0f} µs, "
-                         f"the median work between two {median(work):.0f} µs, {length / 1000:.1f} ms in all")
+            length = max(_end(e) for e in spans) - min(e["ts"] for e in spans)
+            parts.append(f"{name.split(' ')[0]}: {len(waits)} waits, the median {statistics.median(waits):.0f} µs, "
+                         f"the median work between two {statistics.median(work):.0f} µs, "
+                         f"{length / 1000:.1f} ms in all")
     return "; ".join(parts) + "."
 
 
-def _clients_facts(trace: dict[str, Any]) -> str:
+def _clients_facts(trace: Trace) -> str:
     """Per stage: when each client had its last answer, from the moment the three started."""
     names = _track_names(trace)
     parts = []
     for stage in ("blocking", "threaded"):
-        ends = sorted(e["ts"] + e["dur"] for e in trace["traceEvents"] if e.get("cat") == "client"
+        ends = sorted(_end(e) for e in trace["traceEvents"] if e.get("cat") == "client"
                       and names.get(e["tid"], "").startswith(stage + ":"))
         if ends:
             parts.append(f"{stage}: the clients were done after {', '.join(f'{end / 1000:.0f}' for end in ends)} ms")
     return "; ".join(parts) + "."
 
 
-def _stall_facts(trace: dict[str, Any]) -> str:
+def _stall_facts(trace: Trace) -> str:
     """The longest callback, and what the wait after it returned."""
     callbacks = _events(trace, "X", cat="callback")
     if not callbacks:
         return "no callback recorded."
     longest = max(callbacks, key=lambda e: e["dur"])
-    end = longest["ts"] + longest["dur"]
-    after = [e for e in _events(trace, "X", "wait") if e["ts"] >= end]
+    after = [e for e in _events(trace, "X", "wait") if e["ts"] >= _end(longest)]
     facts = f"the longest callback, {longest['name']}, ran {longest['dur'] / 1000:.1f} ms"
     if after:
         facts += f"; the wait after it returned {min(after, key=lambda e: e['ts'])['args']['events']} ready descriptors"
     return facts + "."
-
-
-def _around(spans: list[dict[str, Any]], *moments: float) -> list[dict[str, Any]]:
-    """The spans that hold one of the ``moments`` (µs)."""
-    return [e for e in spans if any(e["ts"] <= ts <= e["ts"] + e["dur"] for ts in moments)]
-
-
-def _writes(trace: dict[str, Any]) -> tuple[float | None, float | None]:
-    """From the callback that made the first write to the end of the one that made the last."""
-    writes = [e["ts"] for e in _events(trace, "i", "write")]
-    around = _around(_events(trace, "X", cat="callback"), min(writes), max(writes)) if writes else []
-    if not around:
-        return None, None
-    return min(e["ts"] for e in around) - 5, max(e["ts"] + e["dur"] for e in around) + 5
-
-
-def _request_path(trace: dict[str, Any]) -> tuple[float | None, float | None]:
-    """From the wait that reported the request's bytes to the end of the step or phase that wrote the answer."""
-    reads = [e["ts"] for e in _events(trace, "i", "read")]
-    writes = [e["ts"] for e in _events(trace, "i", "write")]
-    if not reads or not writes:
-        return None, None
-    waits = [e for e in _events(trace, "X", "wait") if e["ts"] < min(reads)]
-    ends = [e["ts"] + e["dur"] for e in _around([e for e in _events(trace, "X")
-                                                  if e.get("name") in ("callbacks", "idle", "check")], max(writes))]
-    if not waits or not ends:
-        return None, None
-    wait = max(waits, key=lambda e: e["ts"])
-    end = max(ends)
-    # The wait's end, not all of it: on a real clock it can last a thousand
-    # times longer than the work, and the picture would show nothing else.
-    start = max(wait["ts"], wait["ts"] + wait["dur"] - max(20.0, (end - wait["ts"] - wait["dur"]) * 0.25))
-    # On libuv the read callback runs inside the poll phase, within the wait.
-    callbacks = [e["ts"] for e in _around(_events(trace, "X", cat="callback"), min(reads))]
-    return min([start, min(reads)] + callbacks) - 5, end + 5
 
 
 FIGURES: tuple[Figure, ...] = (
@@ -791,7 +708,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("callbacks-iteration", "callbacks", "build", callbacks_iteration,
            "two iterations of Part II's loop: wait, timers, callbacks",
            tracks=("loop",), counters=("ready queue",)),
-    Figure("callbacks-stall", "callbacks", "reference", callbacks_stall,
+    Figure("callbacks-stall", "callbacks", "reference",
+           partial(_trace_stage, "callbacks", requests=9, concurrency=3, compute_ms=50),
            "a 50 ms handler holds the loop: three clients' requests wait behind it",
            tracks=("loop",), counters=("ready descriptors",), crop=_after_first_wait, facts=_stall_facts),
     Figure("generators-stack", "generators", "build", generators_stack,
@@ -799,7 +717,7 @@ FIGURES: tuple[Figure, ...] = (
            counters=("stack depth",)),
     Figure("coroutines-tasks", "coroutines", "build", coroutines_tasks,
            "task steps, and the future each step ends awaiting", counters=(), awaits=True, text=True),
-    Figure("asyncio-request", "asyncio", "build", asyncio_request,
+    Figure("asyncio-request", "asyncio", "build", partial(_aio_request, LAST_REQUEST, 1),
            "one request's path through tinyloop.aio's transport and protocol", counters=(),
            crop=_request_path, text=True),
     Figure("asyncio-buffered", "asyncio", "build", asyncio_buffered,
@@ -808,10 +726,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("coroutines-request", "asyncio", "build", coroutines_request,
            "Part II's streams, two requests: a registration and a future for each read that waits",
            counters=(), awaits=True, text=True),
-    Figure("libuv-request", "libuv", "reference", libuv_request,
+    Figure("libuv-request", "libuv", "reference", partial(_trace_stage, "uv", requests=1, concurrency=1),
            "tinyloop.uv serving one request: uv_run's phases per iteration", counters=(),
            crop=_request_path, text=True),
-    Figure("realworld-pipelined", "realworld", "build", realworld_pipelined,
+    Figure("realworld-pipelined", "realworld", "build", partial(_aio_request, REQUEST * 23 + LAST_REQUEST, 24),
            "24 pipelined requests: one read, one parse pass, one write", counters=(),
            crop=_request_path, text=True),
 )
@@ -825,30 +743,17 @@ def get(name: str) -> Figure:
     raise KeyError(f"no trace figure {name!r}; the figures are {', '.join(f.name for f in FIGURES)}")
 
 
-def trace_of(figure: Figure) -> dict[str, Any] | None:
-    """The trace the book draws: made now for a ``build`` figure, read from its committed file for a reference one.
-
-    None for a reference figure whose file has not been recorded.
-    """
+def trace_of(figure: Figure) -> Trace | None:
+    """The trace the book draws: made now for a ``build`` figure, read from its committed file for a
+    reference one (None if that file has not been recorded)."""
     if figure.source == "build":
         return figure.make()
     return json.loads(figure.reference_file.read_text()) if figure.reference_file.exists() else None
 
 
-def select_tracks(trace: dict[str, Any], tracks: tuple[str, ...] = (),
-                  counters: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """A copy of ``trace`` with only the tracks whose names start with one of ``tracks`` (all if empty)
-    and the counters whose names start with one of ``counters`` (all if None).
-    """
-    keep = {tid for tid, name in _track_names(trace).items() if not tracks or name.startswith(tracks)}
-    return {**trace, "traceEvents": [
-        event for event in trace["traceEvents"]
-        if (counters is None or event["name"].startswith(counters) if event.get("ph") == "C"
-            else (event.get("ph") == "M" and event.get("name") == "process_name") or event.get("tid") in keep)]}
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_figures", description=__doc__,
+    """Make the figures ``argv`` names; 0 if all were written, 1 if one failed, 2 for an unknown name."""
+    parser = argparse.ArgumentParser(prog="python docs/_ext/trace_figures.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="figures to make (default: all; see --list)")
     parser.add_argument("--list", action="store_true", help="name the figures, with chapter and source")
@@ -884,14 +789,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path = chrome.write(trace, out / f"{figure.name}.json")
         if not args.reference:
-            timeline.write_html(trace, out / f"{figure.name}.html", title=figure.summary,
-                                command=figure.command)
-        print(f"{figure.name}: {output.relative(path)}")
+            timeline.write_html(trace, out / f"{figure.name}.html", title=figure.summary, command=figure.command)
+        print(f"{figure.name}: {_shown(path)}")
         written += 1
-    print(f"trace figures: {written} of {len(chosen)} written under {output.relative(out)}")
+    print(f"trace figures: {written} of {len(chosen)} written under {_shown(out)}")
     return status
 
 
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 if __name__ == "__main__":
-    os.chdir(ROOT)
     raise SystemExit(main())
