@@ -20,13 +20,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import uv_changes  # noqa: E402
-from tinyloop.http import HELLO  # noqa: E402
-from tinyloop.testing import ServerProcess, recv_response  # noqa: E402
+from benchmarks import uv_changes
+from benchmarks.harness.machine import ROOT
+from tinyloop.http import HELLO
+from tinyloop.testing import ServerProcess, recv_response
 
 SCRIPT = ("-m", "benchmarks.uv_changes")  # run from the repository root, as the README says
 
@@ -87,9 +84,8 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 # whether a write() below the high-water mark waits for the end of the turn.
 _STEP_PROGRAM = """
 import asyncio, socket, sys
-sys.path.insert(0, sys.argv[1])
 from benchmarks import uv_changes, uv_variants
-step = uv_changes._STEPS[sys.argv[2]]
+step = uv_changes._STEPS[sys.argv[1]]
 if step.build:
     uv_variants.use(step.build)
 loop = step.factory()()
@@ -114,10 +110,16 @@ def test_each_step_is_the_loop_its_row_names() -> None:
                 "uv/no-batching": "TCPTransport 0", "uv": "TCPTransport 1"}
     assert [step.key for step in uv_changes.STEPS] == list(expected)
     for step in uv_changes.STEPS:
-        done = subprocess.run([sys.executable, "-c", _STEP_PROGRAM, str(ROOT), step.key],
+        done = subprocess.run([sys.executable, "-c", _STEP_PROGRAM, step.key], cwd=ROOT,
                               capture_output=True, text=True, timeout=280 + BUILD_ALLOWANCE)
         assert done.returncode == 0, done.stderr[-1500:]
         assert done.stdout.strip() == expected[step.key], step.key
+
+
+def test_the_committed_table_is_rendered_from_the_committed_json_alone() -> None:
+    results = ROOT / "benchmarks" / "results"
+    data = json.loads((results / "uv_changes.json").read_text(encoding="utf-8"))
+    assert uv_changes.render(data) == (results / "uv_changes.md").read_text(encoding="utf-8")
 
 
 def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
@@ -130,8 +132,7 @@ def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
 @pytest.mark.timeout(240 + BUILD_ALLOWANCE)
 def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "uv_changes.json"
-    command = [sys.executable, *SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2",
-               "--micro-ops", "200", "--out", str(out)]
+    command = [sys.executable, *SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2", "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=200 + BUILD_ALLOWANCE, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
@@ -150,14 +151,14 @@ def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
         assert text.count(f"| `{key}` |") == len(uv_changes.LOAD_NAMES), key
     for name in uv_changes.LOAD_NAMES:
         assert f"**{uv_changes.LOAD_TITLES[name]}**" in text
-    assert "benchmarks/uv_changes.py --quick" in text and "load average" in text
+    assert "benchmarks.uv_changes --quick" in text and "load average" in text
 
 
 @needs_wrk
 @pytest.mark.timeout(120)
 def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
     out = tmp_path / "profile_uv.txt"
-    command = [sys.executable, *SCRIPT, "--profile", "uv,aio", "--quick", "--no-pin", "--profile-out", str(out)]
+    command = [sys.executable, *SCRIPT, "--profile", "uv,aio", "--quick", "--no-pin", "--out", str(tmp_path / "x.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text(encoding="utf-8")
