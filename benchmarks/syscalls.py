@@ -4,58 +4,30 @@
     python -m benchmarks.syscalls                       every stage and peer, depth 1 and 24
     python -m benchmarks.syscalls --quick               a smoke run: 1 s per point
     python -m benchmarks.syscalls --stages epoll,aio --peers none --depths 24
-    python -m benchmarks.syscalls --render              rewrite the .md table from the saved JSON
 
-For each server and each pipelining depth, a fresh server is started and
-warmed up, ``strace -c -f -p PID`` is attached to it, a short wrk load runs
-(depth 1: the harness's ``wrk`` load, one request in flight per connection;
-depth 24: its ``wrk-pipeline`` load, Japronto's 24 requests per write), and
-strace's count of every system call, by name, is divided by the requests
-wrk counted.  Writes benchmarks/results/local/syscalls.json and .md;
-``--reference`` the book's benchmarks/results/syscalls.json and .md.
-``python -m benchmarks.run --syscalls`` runs this after its timed passes.
+Per server and pipelining depth: a fresh server, warmed up, counted by
+``strace -c -f -p PID`` (benchmarks/harness/strace.py) over one short wrk
+load (depth 1: the ``wrk`` load; depth 24: ``wrk-pipeline``, Japronto's 24
+requests per write); strace's count of each call, by name, over the
+requests wrk counted.  A traced server runs several times slower, so only
+counts are reported, never times.  Writes syscalls.json and .md by the
+harness's output rule.
 """
 
-# Rules this file keeps:
-#
-#   * This is a separate, short pass, never the timed one.  strace stops the
-#     server at every system call it makes (ptrace(2)), so a traced server is
-#     several times slower: its req/s and CPU time here mean nothing, and
-#     nothing here is reported but counts.
-#   * Counts, not guesses: the figures are strace's own ``calls`` column and
-#     wrk's own request count; a point that could not be measured (strace
-#     missing or not permitted, the server did not start, wrk counted
-#     nothing) is a row that says why.
-#   * Nothing is left behind: strace is stopped with SIGINT (it then detaches
-#     and prints its table) and waited for, and every server is stopped in a
-#     ``finally``, as in run.py.
-#
-# Discussion: why strace, and what the figures can be off by.
-#   ``perf stat -e 'syscalls:sys_enter_*' -p PID`` counts the same calls far
-#   more cheaply (a kernel counter per tracepoint, no stop per call) and works
-#   on this machine; but it needs one event per system call name, and many
-#   kernels forbid it to non-root users (perf_event_paranoid).  strace runs
-#   wherever ptrace does, follows threads born after it attached (-f: the
-#   threaded stage starts one per connection), and names every call it saw.
-#   Its slowness changes the shape of the work a little: a slowed server
-#   finds more connections ready per epoll_wait, so at depth 1 the wait
-#   calls per request come out somewhat lower than unobserved; reads and
-#   writes per request do not depend on speed.  The denominator is wrk's
-#   count of answered requests; the server also answers some that wrk never
-#   reads (the batches in flight when wrk stops: at most connections x depth
-#   requests), so the figures lean high by at most that many requests over
-#   the run's total, which the JSON records as ``in_flight_bound``.
+# Discussion: what the figures can be off by.  ``perf stat -e
+# 'syscalls:sys_enter_*'`` is cheaper but needs an event per call name and,
+# on many kernels, root; strace runs wherever ptrace does and follows threads
+# born after it attached (-f).  A slowed server finds more connections ready
+# per epoll_wait, so at depth 1 *wait* reads a little low; reads and writes
+# per request do not depend on speed.  The server also answers requests wrk
+# never reads (those in flight when it stops: at most connections x depth),
+# so the figures lean high by at most ``in_flight_bound`` over the total.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks import loads, servers
@@ -63,10 +35,13 @@ from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display, version_line
 from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.render import DASH, machine_line, markdown as table_lines
+from benchmarks.harness.strace import Strace, parse_strace_summary, strace_problem
 from benchmarks.loads import Settings
 
-__all__ = ["DEPTH_LOADS", "GROUPS", "Strace", "main", "markdown", "measure",
-           "parse_strace_summary", "strace_problem"]
+# Strace, parse_strace_summary and strace_problem are the harness's, named here too for
+# benchmarks/uv_changes.py and the tests.
+__all__ = ["DEPTH_LOADS", "GROUPS", "Strace", "main", "markdown", "measure", "parse_strace_summary",
+           "per_request", "strace_problem"]
 
 # Pipelining depth -> the harness load that sends it (benchmarks/loads.py).
 DEPTH_LOADS = {1: "wrk", 24: "wrk-pipeline"}
@@ -87,96 +62,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "epoll_ctl": ("epoll_ctl", "io_uring_enter"),
     "accept+close": ("accept", "accept4", "close", "shutdown"),
 }
-
-
-# --- strace ----------------------------------------------------------------
-
-def strace_problem() -> str | None:
-    """None if ``strace -p`` can attach here, else why not (for a skip note).
-
-    Tries it on a child of our own: strace missing, ptrace forbidden (a
-    container without CAP_SYS_PTRACE, or Yama's ptrace_scope) both show up.
-    """
-    if shutil.which("strace") is None:
-        return "strace is not installed (Debian: apt-get install strace)"
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             stdin=subprocess.DEVNULL)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tinyloop-strace-") as tmp:
-            try:
-                with Strace(child.pid, ["-c"], Path(tmp) / "probe.txt", attach_timeout=5):
-                    pass
-            except RuntimeError as error:
-                return str(error)
-    finally:
-        child.kill()
-        child.wait()
-    return None
-
-
-class Strace:
-    """``strace -f -p PID ARGS -o OUT`` around a block: attached on entry, detached on exit.
-
-    ``args`` are strace's own options (``["-c"]`` for the summary table,
-    ``["-e", "trace=sendto"]`` to log only some calls); ``out`` receives
-    what strace writes.  Entering returns once strace has attached to every
-    thread of the process (each thread's ``TracerPid`` in /proc is set), so
-    nothing the block makes the server do goes uncounted; it raises
-    ``RuntimeError`` with strace's complaint if strace exits or has not
-    attached within ``attach_timeout`` seconds.  Leaving sends strace SIGINT,
-    on which it detaches and writes its summary, and waits for it (SIGKILL
-    after 10 s).  See strace(1) and ptrace(2).
-    """
-
-    def __init__(self, pid: int, args: list[str], out: Path, attach_timeout: float = 10.0) -> None:
-        self.pid, self.args, self.out, self.attach_timeout = pid, args, out, attach_timeout
-        self.proc: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> Strace:
-        self.proc = subprocess.Popen(["strace", "-f", "-qq", "-p", str(self.pid), *self.args, "-o", str(self.out)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        deadline = time.monotonic() + self.attach_timeout
-        while not self._attached():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                complaint = self._stop() or "strace did not attach in time"
-                raise RuntimeError(f"strace -p {self.pid}: {complaint}")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
-
-    def _attached(self) -> bool:
-        try:
-            for tid in os.listdir(f"/proc/{self.pid}/task"):
-                with open(f"/proc/{self.pid}/task/{tid}/status") as f:
-                    if next((line.split()[1] for line in f if line.startswith("TracerPid:")), "0") == "0":
-                        return False
-        except OSError:
-            return False  # the process (or a thread) went away: not attached
-        return True
-
-    def _stop(self) -> str:
-        """Detach and wait; returns the last line strace complained with ('' if none)."""
-        proc, self.proc = self.proc, None
-        lines = (experiment.interrupt(proc, grace=10) if proc else "").strip().splitlines()
-        return lines[-1].strip() if lines else ""
-
-
-# "% time     seconds  usecs/call     calls    errors syscall" then rows like
-# " 41.20    0.012345          12      1000        17 recvfrom" (errors may be blank).
-_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:(\d+)\s+)?(\w+)\s*$")
-
-
-def parse_strace_summary(text: str) -> dict[str, int]:
-    """strace ``-c``'s table -> ``{syscall name: calls}``, without the ``total`` row."""
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        match = _ROW.match(line)
-        if match and match.group(3) != "total":
-            counts[match.group(3)] = counts.get(match.group(3), 0) + int(match.group(1))
-    return counts
 
 
 # --- one point -------------------------------------------------------------
@@ -248,7 +133,7 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
         if record["status"] != "ok":
             rows.append([name, depth, "error", *[DASH] * (len(header) - 4), record["note"] or DASH])
             continue
-        # From the counts, not the stored per_request: --render then follows GROUPS.
+        # From the counts, so that the table follows GROUPS as they are now.
         figures = per_request(record["calls"], record["requests"])
         rows.append([name, depth, str(record["requests"]),
                      *[_figure(figures[group]) for group in (*GROUPS, "other", "total")],
@@ -301,21 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depths", default="1,24", help="pipelining depths, from 1 and 24 (default both)")
     parser.add_argument("--duration", type=float, help=f"seconds of wrk per point (default {DURATION['full']:g}, "
                                                        f"--quick {DURATION['quick']:g})")
-    parser.add_argument("--render", action="store_true",
-                        help="measure nothing: recompute the groups from the JSON's counts, rewrite it and its .md")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "syscalls.json")
-    if args.render:
-        # The counts stay as measured; what is derived from them (the groups,
-        # per request) is recomputed, so a change to GROUPS needs no new run.
-        data = json.loads(out.read_text(encoding="utf-8"))
-        data["groups"] = GROUPS
-        for record in data["points"]:
-            if record["status"] == "ok":
-                record["per_request"] = per_request(record["calls"], record["requests"])
-        output.write_json(data, out)
-        print(f"wrote {output.relative(output.write_text(markdown(data), out.with_suffix('.md')))}")
-        return 0
     depths = [int(d) for d in args.depths.split(",") if d.strip().isdigit()]
     if not depths or any(d not in DEPTH_LOADS for d in depths):
         parser.error(f"--depths: a comma list from {', '.join(map(str, DEPTH_LOADS))}, not {args.depths!r}")
@@ -325,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("benchmarks.syscalls: wrk is not installed (Debian: apt-get install wrk)")
     candidates = servers.choose(args.stages, args.peers)
     skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
-    for name, note in skipped.items():
-        print(f"skip {name}: {note}")
-    cells = [(server, depth) for server in candidates if server.name not in skipped for depth in depths]
+    cells = [(server, depth) for server in experiment.runnable(candidates, skipped, "syscalls") for depth in depths]
     duration = args.duration or DURATION["quick" if args.quick else "full"]
     settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
     warmup = 20 if args.quick else 200

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import loads, servers, syscalls
-from benchmarks.syscalls import Strace, strace_problem
+from benchmarks.harness.strace import Strace, parse_strace_summary, strace_problem
 from tinyloop import stages
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -148,7 +148,7 @@ def test_the_pipelined_load_runs_wrk_with_the_script_and_its_depth() -> None:
 
 
 def test_strace_summary_is_read_by_name_and_grouped_per_request() -> None:
-    calls = syscalls.parse_strace_summary(_STRACE_C)
+    calls = parse_strace_summary(_STRACE_C)
     assert calls == {"sendto": 1000, "recvfrom": 1042, "epoll_wait": 40}
     figures = syscalls.per_request(calls, 1000)
     assert figures["write"] == 1.0 and figures["read"] == 1.042 and figures["wait"] == 0.04
