@@ -6,23 +6,16 @@
     python docs/_ext/trace_figures.py --quick          only the figures the book traces while it builds
     python docs/_ext/trace_figures.py --reference      the recorded ones, into benchmarks/results/traces/
 
-Each figure is one Chrome trace (tinyloop.trace's recorder) and, beside it,
-the HTML timeline tinyloop.trace.timeline draws.  Its source is either
-
-  * ``build``: a stage's own code, or a program of a few lines whose
-    callbacks are named for what they stand for, on the quizzes' virtual
-    clock (tinyloop.quiz.runner: TICK seconds per reading, and a jump where
-    the loop would sleep; the kernel is asked for readiness without
-    waiting).  The trace is the same on every run and machine, and
-    docs/_ext/book_trace.py draws it while the book builds; a span's width
-    counts what happened inside it, not how long it took; or
-  * ``reference``: recorded in real time against a stage's real server.
-    Timings differ from run to run, so the book draws the committed
-    benchmarks/results/traces/NAME.json, which only ``--reference`` rewrites.
-
-It lives beside the directive that draws it, not in benchmarks/: it
-measures no loop.  Its traces stay with the other results (local/ is
-ignored by git).
+Each figure is one Chrome trace (tinyloop.trace's recorder) and the HTML
+timeline tinyloop.trace.timeline draws of it.  Its source is either
+``build``: a stage's own code, or a program of a few lines whose callbacks
+are named for what they stand for, on the quizzes' virtual clock
+(tinyloop.quiz.runner: TICK s per reading; a wait moves it instead of
+sleeping), so that book_trace.py, beside this file, traces it while the book
+builds, the same on every machine (a span's width counts clock readings,
+not time); or ``reference``: a stage's real server recorded in real time,
+drawn from its committed file, which only ``--reference`` rewrites.
+This lives beside the book's build, not in benchmarks/: it measures no loop.
 """
 
 from __future__ import annotations
