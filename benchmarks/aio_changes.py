@@ -8,27 +8,22 @@
     python -m benchmarks.aio_changes --profile           where a request's time goes, by layer
     python -m benchmarks.aio_changes --serve aio/buffered-write --port 8000   one server, by hand
 
-A *change* is a choice the code makes (``write()`` tries ``send()`` at once;
-no task per accepted connection; ...).  Each is priced by a *variant* that
-undoes it: a subclass, defined below, that overrides one method of the real
-loop, its transport or its handle.  The real server and the variant run side
-by side, interleaved, under the same ApacheBench load (benchmarks/run.py's
-``measure``: a fresh server, warmed up, pinned away from ab), and the figure
-is the server's own CPU time per request.  The choices that act on one call
-rather than on a request (the handle, the callback check, the selector) are
-also timed per operation, by pyperf (benchmarks/harness/pyperf_runs.py),
-with the garbage collector on (an object more per call costs mostly in the
-collections it brings on) and, beside it, off.
-
-Writes benchmarks/results/local/aio_changes.json and .txt (the text rendered
-from the JSON alone); ``--reference`` writes the committed ones, which the
-asyncio chapter shows; ``--profile`` writes profile_aio.txt the same way.
+A *change* is a choice the code makes; its *variant* (a subclass below,
+overriding one method of the loop, its transport or its handle) undoes it.
+CHANGES: both servers interleaved under the same ApacheBench load
+(benchmarks/run.py's ``measure``), the server's CPU time per request.
+MICRO: the choices that act on one call, timed per operation by pyperf with
+the garbage collector on (an object more per call costs mostly in the
+collections it brings on) and off.  Writes benchmarks/results/local/
+aio_changes.json and .txt (the text rendered from the JSON alone);
+``--reference`` the asyncio chapter's; ``--profile`` profile_aio.txt beside.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import contextvars
 import functools
 import gc
@@ -40,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,9 +46,9 @@ from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
 from benchmarks.harness.summary import median_range
+from benchmarks.harness.render import align
 from benchmarks.loads import Load, Settings
 from benchmarks.loads import run as loads_run
-from benchmarks.harness.render import align
 from benchmarks.run import measure
 from tinyloop import stages
 from tinyloop.aio import events, selector_events
@@ -62,22 +57,15 @@ from tinyloop.aio.unix_events import Loop
 from tinyloop.callbacks import loop as reactor
 from tinyloop.http import HTTPConnection
 
-# uv_changes.py serves and profiles through these too (from benchmarks.harness.profiling).
-__all__ = ["CHANGES", "MICRO", "RECIPES", "conclusion", "layer", "main", "profile_summary", "profiled",
-           "render", "serve_until_sigterm", "server", "write_results"]
-
 DEFAULTS = {"repeat": 5, "warmup": 1000, "requests": {"ab-k-c10": 30000, "ab-c10": 10000, "ab-k-c1": 5000}}
 QUICK = {"repeat": 1, "warmup": 20, "requests": 200}
 
-# -- The variants --------------------------------------------------------------------
-#
-# Each class below undoes one change, and its docstring says which.
+# -- The variants: each class undoes one change, and its docstring says which ----------
 
 class BufferedWriteTransport(selector_events._SelectorSocketTransport):
     """write() always buffers and waits for writability, as a first transport would.
 
-    Undoes "try first, wait second": every response costs an add_writer
-    (epoll_ctl), one more loop iteration to be sent, and a remove_writer.
+    Undoes "try first, wait second": an add_writer, one more iteration, a remove_writer.
     """
 
     def write(self, data: Any) -> None:
@@ -146,9 +134,7 @@ class NagleLoop(Loop):
 class CheckedCallSoonLoop(Loop):
     """call_soon checks its callback on every call: tinyloop.aio's first call_soon.
 
-    Undoes "the checks run in debug mode only".  asyncio 3.11, 3.12 and 3.13
-    all check in debug mode only (``_check_closed()`` always, then
-    ``if self._debug: _check_thread(); _check_callback()``).
+    Undoes "the checks run in debug mode only", as asyncio 3.11-3.13 do.
     """
 
     def call_soon(self, callback, *args, context=None):
@@ -173,9 +159,8 @@ class SuperInitHandle(events.Handle):
 class TupleHandle(events.Handle):
     """The first design: ``_callback = context.run``, ``_args = (callback, *args)``.
 
-    Part II's _run, unchanged, then calls ``context.run(callback, *args)``;
-    the price is a tuple and a bound method per handle.  The fields are set
-    directly, so this prices the tuple alone (FirstDesignHandle adds super()).
+    Part II's _run then calls ``context.run(callback, *args)``: a tuple and a
+    bound method per handle, the fields set directly (FirstDesignHandle adds super()).
     """
 
     __slots__ = ()
@@ -201,12 +186,9 @@ class FirstDesignHandle(TupleHandle):
         super(events.Handle, self).__init__(context.run, (callback, *args), loop)
 
 
-# Discussion: base_events.call_soon names its Handle class directly (a global
-# lookup is cheaper than self.handle_class, and call_soon is hot), so a
-# variant handle needs a call_soon of its own.  It is base_events' body with
-# that one name changed; a copy on purpose, so that the handle is the only
-# difference between the rows.
-
+# base_events.call_soon names its Handle class directly (a global lookup is
+# cheaper than self.handle_class), so a variant handle needs a call_soon of its
+# own: base_events' body with that one name changed, so the handle is the only difference.
 def _loop_with_handle(handle: type) -> type:
     """A Loop whose call_soon makes ``handle``s: base_events' call_soon, one name changed."""
 
@@ -233,13 +215,9 @@ FirstDesignLoop = _loop_with_handle(FirstDesignHandle)
 
 
 class LeanEpollSelector(selectors.EpollSelector):
-    """selectors' epoll select(), minus its bookkeeping: no max(len(...)) per call, no
-    ``_key_from_fd`` method call per event.  What is left is what any loop must do.
-
-    Not a change we made: it prices the selectors module's wrapper, which
-    tinyloop keeps because it is the standard library's one interface to
-    select, poll, epoll and kqueue.
-    """
+    """selectors' epoll select() without its bookkeeping (no max(len(...)) per call, no
+    ``_key_from_fd`` call per event): prices the wrapper tinyloop keeps, the standard
+    library's one interface to select, poll, epoll and kqueue."""
 
     def select(self, timeout=None):
         if timeout is None:
@@ -310,8 +288,7 @@ async def _serve_sock(listener: socket.socket) -> None:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A server this script runs: ``loop`` makes the event loop, ``api`` is
-    ``"protocol"`` (HTTPProtocol), ``"streams"`` (handle_stream) or ``"sock"``."""
+    """A server: ``loop`` makes the loop; ``api``: "protocol", "streams" or "sock"."""
 
     name: str
     loop: Callable[[], asyncio.AbstractEventLoop]
@@ -411,7 +388,7 @@ CHANGES: tuple[Change, ...] = (
 
 
 def run_servers(chosen: list[Change], settings: Settings, repeat: int, warmup: int, pinning: dict) -> list[dict]:
-    """Every (load, server) the changes need, ``repeat`` times, interleaved; the run records."""
+    """Every (load, server) of the ``chosen`` changes, ``repeat`` times interleaved; the run records."""
     cells = list(dict.fromkeys((c.load, name) for c in chosen for name in (c.real, c.undone)))
     with tempfile.TemporaryDirectory(prefix="tinyloop-aio-changes-") as workdir:
         return experiment.interleave(
@@ -488,48 +465,44 @@ def time_call_soon(loops: int, loop_class: type, gc_on: bool, *, batch: int) -> 
         loop.close()
 
 
-def time_iteration(loops: int, loop_class: type, gc_on: bool, ready: int = 10) -> float:
-    """CPU seconds of ``loops`` run_once with ``ready`` readable sockets and a no-op reader on each
-    (level-triggered: a byte left unread keeps each ready)."""
-    loop = loop_class()
-    pairs = [socket.socketpair() for _ in range(ready)]
+@contextlib.contextmanager
+def _readable(count: int) -> Iterator[list[socket.socket]]:
+    """``count`` non-blocking sockets, each with a byte to read (left unread: level-triggered, ready)."""
+    pairs = [socket.socketpair() for _ in range(count)]
     try:
         for a, b in pairs:
             a.setblocking(False)
             b.send(b"x")
-            loop._add_reader(a.fileno(), _noop, None)
+        yield [a for a, _ in pairs]
+    finally:
+        for pair in pairs:
+            for sock in pair:
+                sock.close()
+
+
+def time_iteration(loops: int, loop_class: type, gc_on: bool, ready: int = 10) -> float:
+    """CPU seconds of ``loops`` run_once with ``ready`` readable sockets, a no-op reader on each."""
+    with _readable(ready) as socks, contextlib.closing(loop_class()) as loop:
+        for sock in socks:
+            loop._add_reader(sock.fileno(), _noop, None)
         loop.run_once()
         with _GC(gc_on):
             start = time.process_time()
             for _ in range(loops):
                 loop.run_once()
             return time.process_time() - start
-    finally:
-        for a, b in pairs:
-            loop._remove_reader(a.fileno())
-            a.close()
-            b.close()
-        loop.close()
 
 
 def time_select(loops: int, selector_class: type, gc_on: bool, ready: int = 10) -> float:
     """CPU seconds of ``loops`` select(0) on a ``selector_class`` with ``ready`` ready sockets."""
-    selector = selector_class()
-    pairs = [socket.socketpair() for _ in range(ready)]
-    try:
-        for a, b in pairs:
-            b.send(b"x")
-            selector.register(a, selectors.EVENT_READ)
+    with _readable(ready) as socks, contextlib.closing(selector_class()) as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
         with _GC(gc_on):
             start = time.process_time()
             for _ in range(loops):
                 selector.select(0)
             return time.process_time() - start
-    finally:
-        selector.close()
-        for a, b in pairs:
-            a.close()
-            b.close()
 
 
 @dataclass(frozen=True)
@@ -542,14 +515,10 @@ class Operation:
     inner: int | None = None
 
 
-# Discussion: the collector runs when the tracked objects allocated minus
-# those freed pass gc.get_threshold()[0] (700).  Handles that are freed by the
-# time the next batch is made never get there: with 100 callbacks per
-# iteration no collection runs at all, with either handle.  With 1000 (a
-# burst of ready callbacks, or any program that keeps what it allocates) the
-# collector runs about once per iteration with one object per handle, twice
-# with three (handle, tuple, bound method).  So the handle rows are timed at
-# both sizes, and the JSON counts the collections.
+# The collector runs when tracked allocations minus frees pass gc.get_threshold()[0]
+# (700): never with 100 callbacks a batch, about once a batch of 1000 with one object
+# per handle and twice with three (handle, tuple, bound method).  So the handle rows
+# are timed at both sizes, and the JSON counts the collections.
 CALL_SOON_100 = Operation("call_soon + run, 100 a batch", functools.partial(time_call_soon, batch=100), 100)
 CALL_SOON_1000 = Operation("call_soon + run, 1000 a batch", functools.partial(time_call_soon, batch=1000), 1000)
 ITERATION = Operation("run_once, 10 ready sockets", time_iteration)
@@ -757,10 +726,11 @@ def main(argv: list[str] | None = None) -> int:
     clock = experiment.Clock()
     records = run_servers(chosen, settings, repeat, warmup, pinning) if chosen else []
     micro_rows = measure_micro(micro, options, int(pinning["server_cpus"]) if pinning.get("enabled") else None)
+    values = len(micro_rows[0]["with"]["samples"]) if micro_rows else None  # pyperf's values per figure
     data = experiment.document(
         "aio_changes", argv, clock, pinning=pinning, tools={"ab": servers.tool_versions().get("ab")},
         settings={"quick": args.quick, "repeat": repeat, "requests": requests, "warmup_requests": warmup,
-                  "socket_timeout_s": args.timeout, "pyperf": options, "micro_values": _values(options),
+                  "socket_timeout_s": args.timeout, "pyperf": options, "micro_values": values,
                   "gc": "on (and off, for the gc off column)",
                   "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"})
     data.update(loads={name: asdict(load) for name, load in LOADS.items()},
@@ -770,27 +740,6 @@ def main(argv: list[str] | None = None) -> int:
     text = render(data)
     experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
-
-
-def _values(options: list[str]) -> int:
-    """How many values per figure pyperf's ``options`` give: 15 for 5 processes x 3 values."""
-    def option(name: str, default: int) -> int:
-        for i, word in enumerate(options):
-            if word == name and i + 1 < len(options):
-                return int(options[i + 1])
-            if word.startswith(name + "="):
-                return int(word.partition("=")[2])
-        return default
-    return option("--processes", 20) * option("--values", 3)
-
-
-def write_results(data: dict, out: Path, text: str, suffix: str) -> None:
-    """Write ``data`` as JSON to ``out`` and ``text`` (its table) beside it with ``suffix``; print the text.
-    (benchmarks/uv_changes.py's; this file ends with experiment.finish.)"""
-    output.write_json(data, out)
-    output.write_text(text, out.with_suffix(suffix))
-    print(text, end="")
-    print(f"wrote {output.relative(out)} and {out.with_suffix(suffix).name}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -148,3 +148,9 @@ def test_the_profile_sums_time_by_layer(tmp_path: Path) -> None:
     for layer in ("HTTP: tinyloop/http", "the loop: tinyloop/callbacks + tinyloop/aio",
                   "kernel calls: socket methods, epoll"):
         assert layer in text
+
+
+def test_the_committed_table_is_rendered_from_the_committed_json_alone() -> None:
+    results = ROOT / "benchmarks" / "results"
+    data = json.loads((results / "aio_changes.json").read_text(encoding="utf-8"))
+    assert aio_changes.render(data) == (results / "aio_changes.txt").read_text(encoding="utf-8")
