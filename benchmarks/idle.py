@@ -4,41 +4,19 @@
     python -m benchmarks.idle                               every readiness stage at 0, 250, 1000, 4000 idle
     python -m benchmarks.idle --quick                       poll and epoll at 0 and 250 idle: a look
     python -m benchmarks.idle --stages poll,epoll --counts 0,2000 --repeat 1
-    python -m benchmarks.idle --out /tmp/idle.json          the JSON there, its table beside it (idle.txt)
-    python -m benchmarks.idle --reference                   maintainers: the book's committed results
 
-For each stage and each count N, one run starts the stage's server, opens N
-*idle* keep-alive connections to it (each sends one ``GET /``, reads the
-answer, then stays open and silent, so the server holds N registered
-connections it has nothing to do for), and then loads it with
-``ab -k -c 10``: ten busy connections beside the N idle ones.  The figure
-that matters is the server's CPU time per request: select(2) and poll(2)
-hand the kernel every descriptor on every wait, epoll(7) only the ready
-ones, so the idle connections should cost the first two something on every
-wait and epoll nothing.
-
-Also recorded: requests per second and p99 latency (ab's), the server's
-descriptor count with the idle connections open (the proof that they were),
-how many idle connections were still open after the load, and, where
-``perf`` can count system calls (Linux, root or perf_event_paranoid <= 1),
-the wait calls per request (select/pselect6, poll/ppoll, epoll_wait/
-epoll_pwait): how often the server paid for a scan.
-
-select cannot watch descriptors numbered FD_SETSIZE (1024) or above, so its
-server refuses such connections; it is measured only up to SELECT_CAP idle
-connections, and the table says so in its row.
-
-Writes benchmarks/results/local/idle.json and idle.txt (ignored by git);
-``--reference`` writes the book's benchmarks/results/idle.json and idle.txt,
-whose table the book shows through its ``{bench-idle}`` directive.  Loopback only; every client has a
-time-out; every socket and process is closed before the next run.
+Per stage and count N: a fresh server, N idle keep-alive connections (each
+answered once, then silent), then ``ab -k -c 10`` beside them.  select(2)
+and poll(2) hand the kernel every descriptor on every wait, epoll(7) only
+the ready ones: the server's CPU per request says what the idle ones cost.
+Also recorded: req/s and p99 (ab's), the server's descriptors with the idle
+connections open (proof that they were) and how many were still open after
+the load, and where ``perf`` may count (root, or perf_event_paranoid <= 1)
+the wait calls per request.  select cannot watch descriptors from FD_SETSIZE
+(1024) on, so it is measured up to SELECT_CAP idle connections, and its row
+says so.  Writes idle.json and idle.txt by the harness's output rule; the
+book shows the reference through ``{bench-idle}``.
 """
-
-# Rules this file keeps (the harness's, benchmarks/harness/, plus):
-#   * The idle clients are opened by this process, on the load's CPU, and
-#     closed after the server has stopped.
-#   * The JSON holds every figure the table shows; the table is rendered from
-#     the JSON and nothing else.
 
 from __future__ import annotations
 
@@ -118,12 +96,8 @@ def counts_for(stage: str, counts: list[int]) -> dict[int, int | None]:
 # --- the idle clients ---------------------------------------------------------
 
 def _settled_fd_count(process: ServerProcess, timeout: float = 2.0) -> int:
-    """The server's descriptor count once it has stopped changing (or after ``timeout`` s).
-
-    A connect() returns when the kernel has queued the connection, before
-    the server has accepted it: counted at once, a busy machine shows one
-    or two idle connections short.
-    """
+    """The server's descriptor count once it has stopped changing (or after ``timeout`` s): a
+    connect() returns before the server has accepted, so at once a busy machine shows a few short."""
     deadline = time.monotonic() + timeout
     count, same = process.fd_count(), 0
     while same < 3 and time.monotonic() < deadline:
@@ -192,15 +166,15 @@ def raise_fd_limit(count: int) -> int:
 # --- counting wait calls ------------------------------------------------------
 
 class WaitCounter:
-    """Count a process's wait system calls with ``perf stat``, between ``start()`` and ``stop()``.
+    """Count process ``pid``'s wait system calls (WAIT_CALLS) with ``perf stat``, from ``start()`` to ``stop()``.
 
-    perf attaches to ``pid`` with its counters off and turns them on and off
-    when told through its control pipe (``--control``), answering ``ack``;
-    so the count covers exactly the load.  ``stop()`` returns the count, or
-    None when perf could not count (absent, not allowed, no tracepoints);
-    ``reason`` then says why.  While perf counts, the kernel takes its
-    slower, traced path into every system call: a little more CPU per call,
-    for every stage alike (they make the same calls per request).
+    perf attaches with its counters off and turns them on and off when told
+    through its control pipe (``--control``, perf-stat(1)), so the count
+    covers exactly the load.  ``stop()`` returns the count, or None when perf
+    could not count (absent, not allowed, no tracepoints), ``reason`` then
+    saying why.  Tracing makes every system call a little dearer, for every
+    stage alike.  The pipes are polled, not select()ed: past 1024 idle clients
+    their descriptors are too.
     """
 
     def __init__(self, pid: int, timeout: float = 5.0) -> None:
@@ -213,8 +187,7 @@ class WaitCounter:
         ctl_r, self._ctl = os.pipe()
         self._ack, ack_w = os.pipe()
         events = ",".join(f"syscalls:sys_enter_{name}" for name in WAIT_CALLS)
-        argv = ["perf", "stat", "-x,", "-D", "-1", "--control", f"fd:{ctl_r},{ack_w}",
-                "-e", events, "-p", str(pid)]
+        argv = ["perf", "stat", "-x,", "-D", "-1", "--control", f"fd:{ctl_r},{ack_w}", "-e", events, "-p", str(pid)]
         try:
             self._proc = subprocess.Popen(argv, pass_fds=(ctl_r, ack_w), stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -229,11 +202,9 @@ class WaitCounter:
 
     def _command(self, word: str) -> bool:
         """Send ``word`` to perf; True once it acknowledged within the time-out."""
-        if self._proc is None:
-            return False
         try:
             os.write(self._ctl, word.encode() + b"\n")
-            poller = select.poll()  # not select(): with thousands of idle clients open, the pipe's fd passes 1024
+            poller = select.poll()
             poller.register(self._ack, select.POLLIN)
             return bool(poller.poll(self.timeout * 1000)) and os.read(self._ack, 16).startswith(b"ack")
         except OSError:
@@ -248,16 +219,16 @@ class WaitCounter:
             self._finish()
             return None
         self._command("disable")
-        output = self._finish()
-        counts = [int(line.split(",")[0]) for line in output.splitlines()
+        err = self._finish()
+        counts = [int(line.split(",")[0]) for line in err.splitlines()
                   if re.match(r"\d+,", line) and "syscalls:sys_enter_" in line]
         if not counts:
-            self.reason = "perf counted nothing: " + (output.strip().splitlines() or ["no output"])[-1][:200]
+            self.reason = "perf counted nothing: " + (err.strip().splitlines() or ["no output"])[-1][:200]
             return None
         return sum(counts)
 
     def _finish(self) -> str:
-        """Stop perf (SIGINT makes it print its counts), close the pipes; perf's standard error."""
+        """Stop perf (on SIGINT it prints its counts), close the pipes; perf's standard error."""
         if self._proc is None:
             return ""
         proc, self._proc = self._proc, None
@@ -353,15 +324,6 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
                                   if ": using " in line), None)
 
 
-# --- medians ------------------------------------------------------------------
-
-def summarize(runs: list[dict]) -> dict[str, dict[str, dict]]:
-    """``{stage: {str(idle): summary}}``: the harness's one fold (experiment.fold) of every
-    FIGURES figure; CPU µs/req decides whether a cell is noisy."""
-    return experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
-                           deciding=("cpu_us_per_req",))
-
-
 def conclusion(data: dict) -> str:
     """The run in one line: each stage's CPU µs per request with no idle connection and with the most."""
     parts = []
@@ -388,16 +350,13 @@ def _row_label(data: dict, stage: str) -> str:
 
 
 def table(data: dict, figure: str = "cpu") -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)``: one row per stage, one column per idle count, cells ``figure``.
+    """``(header, rows)``: a row per stage, a column per idle count, cells of ``figure`` (a key of FIGURES).
 
-    ``figure`` is a key of FIGURES (cpu, rps, p99, waits, fds).  A cell is
-    the median, ``"—"`` where nothing was measured (select above its cap),
-    or the failed runs' status; ``*`` marks a median of fewer runs than
-    were made, and ``(at N)`` a count select was capped to.  The CPU table
-    adds two columns, least-squares slopes against the idle count:
-    ``+µs/req per 1000 idle`` (of CPU µs/request) and, where waits were
-    counted, ``ns per idle fd per wait`` (of CPU µs per wait call): what one
-    more idle connection adds to every wait.
+    A cell is the median, ``"—"`` where nothing was measured, or the failed
+    runs' status; ``*`` marks a median of fewer runs than were made, ``(at
+    N)`` a count select was capped to.  The CPU table adds least-squares
+    slopes against the idle count: ``+µs/req per 1000 idle`` and, where waits
+    were counted, ``ns per idle fd per wait`` (of CPU µs per wait call).
     """
     key, _, fmt = FIGURES[figure]
     counts = data["settings"]["counts"]
@@ -472,17 +431,16 @@ def render(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("idle", __doc__, repeat=DEFAULTS["repeat"], aliases=("--json",))
-    parser.add_argument("--stages", help=f"comma list (default {','.join(STAGES)}; --quick "
-                                         f"{','.join(QUICK['stages'])})")
-    parser.add_argument("--counts", help=f"idle connection counts, comma list (default "
-                                         f"{','.join(map(str, COUNTS))}; --quick {','.join(map(str, QUICK['counts']))})")
+    parser.add_argument("--stages", help=f"comma list (default {','.join(STAGES)}; --quick poll,epoll)")
+    parser.add_argument("--counts", help=f"idle connections, comma list (default {','.join(map(str, COUNTS))}; "
+                                         "--quick 0,250)")
     parser.add_argument("--requests", type=int, help=f"ab's -n per run (default {DEFAULTS['requests']})")
     parser.add_argument("--warmup", type=int, default=DEFAULTS["warmup"],
-                        help=f"GET / on one connection before the idle ones (default {DEFAULTS['warmup']})")
+                        help="GET / on one connection before the idle ones")
     parser.add_argument("--timeout", type=float, default=DEFAULTS["timeout"],
-                        help=f"seconds any client waits on a silent server (default {DEFAULTS['timeout']:g})")
+                        help="seconds any client waits on a silent server")
     parser.add_argument("--run-timeout", type=float, default=DEFAULTS["run_timeout"],
-                        help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
+                        help="wall-clock limit on one ab run, seconds")
     parser.add_argument("--no-perf", action="store_true", help="do not count wait system calls with perf")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "idle.json")
@@ -521,8 +479,11 @@ def main(argv: list[str] | None = None) -> int:
                   "waits_counted": any(run["waits"] is not None for run in runs),
                   "waits_note": "--no-perf" if args.no_perf else next(
                       (run["waits_note"] for run in runs if run.get("waits_note")), None)})
+    # The harness's fold: medians of every figure by stage and idle count; CPU µs/req decides noise.
+    results = experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
+                              deciding=("cpu_us_per_req",))
     data.update(load_command=display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
-                runs=runs, results=summarize(runs), elapsed_s=clock.elapsed())
+                runs=runs, results=results, elapsed_s=clock.elapsed())
     text = render(data)
     experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
