@@ -7,27 +7,12 @@
     python -m benchmarks.echo --list           what can run here, and why not the rest
     python -m benchmarks.echo --reference      maintainers: the book's benchmarks/results/echo.json
 
-Ten connections (--connections), each sending one message and waiting for
-the whole echo before it sends the next, for a fixed time per run.  Per
-server and message size: messages/s, MiB/s (echoed bytes, one direction),
-the server's CPU µs per message, how busy the server was (its CPU seconds
-per second of the run), p50/p99 round trip in µs, each figure's ratio to
-asyncio-protocol in the same run, and the spread of the repetitions.
+Ten connections (--connections), each sending one message and waiting for its whole echo before
+the next, from a C client (peers/c/echo_client.c), to one program on every Python loop
+(peers/echo_server.py --loop --api) and Go, Node and C peers, a fresh server per run.  Per server
+and size: messages/s, MiB/s, CPU µs per message, server busy, p50/p99 round trip, ratios to
+asyncio-protocol, spread; benchmarks/README.md says how to read them.
 """
-
-# Rules this file keeps (the harness's, benchmarks/harness/, plus):
-#
-#   * The same program on every Python loop: benchmarks/peers/echo_server.py
-#     with --loop and --api, so between rows only the loop and the API
-#     change.  Go, Node and a C server on epoll (the floor) stand beside them.
-#   * The load generator is C (benchmarks/peers/c/echo_client.c), pinned to
-#     the other CPU.  ``server_busy`` (the server's CPU seconds per second of
-#     the run) says whether the server set the pace: near 1 it did; well
-#     under 1 it waited, for its core on a shared machine or for the client,
-#     and messages/s is then not the server's figure.
-#   * Server and client run at real-time priority where allowed (the
-#     harness's pinning): woken, they run at once, even on a shared machine.
-#   * Each run on a fresh server process, warmed up by the client first.
 
 from __future__ import annotations
 
@@ -132,13 +117,9 @@ def parse_client(text: str) -> dict[str, float] | None:
 
 
 def measure(server: Server, size: int, settings: Settings, pinning: dict, client: Path = CLIENT) -> dict:
-    """Start ``server``, warm it up, put the echo load on it for ``settings.duration``, stop it.
-
-    Returns the run's record: ``status`` is ``"ok"``, ``"timeout"`` (no
-    message came back for ``settings.timeout`` seconds, or none at all) or
-    ``"error"`` (the server did not start or died, a connection failed, an
-    echo came back wrong); ``note`` says what happened.
-    """
+    """Start ``server``, warm it up, put the echo load on it for ``settings.duration``, stop it;
+    returns the run's record, ``status`` ``"ok"``, ``"timeout"`` (no echo for ``settings.timeout``
+    seconds) or ``"error"`` (no start, a death, a failed connection, a wrong byte), and a ``note``."""
     record: dict = {"server": server.name, "size": size, "status": "error", "note": None,
                     "messages": None, "seconds": None, "errors": None, "cpu_s": None,
                     **{figure: None for figure in FIGURES}}
@@ -196,8 +177,7 @@ def summarize(records: list[dict], baseline: str | None = BASELINE) -> dict[str,
     return experiment.fold(records, "size", "server", FIGURES, deciding=FIGURES[:2], baseline=baseline)
 
 
-# --- tables (the book's {bench-echo} calls table, notes and NOTES) -----------
-
+# The book's {bench-echo} calls table, notes and NOTES.
 HEADER = ["server", "messages/s", "MiB/s", "CPU µs/msg", "server busy", "p50 µs", "p99 µs", "msg/s min–max"]
 NOTES = {
     "ratio": "In parentheses: the figure divided by asyncio-protocol's at the same size, in the same run.",
@@ -215,13 +195,8 @@ def _size_label(size: int) -> str:
 
 
 def table(data: dict, size: int) -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)`` for one message size, in the run's server order.
-
-    A row that failed says how in its figures' place; a skipped server says
-    "skipped"; a noisy row has "noisy" after its spread; ``*`` marks a row
-    some of whose runs failed.  Raises ``KeyError`` when the run has no
-    results at ``size`` (bytes).
-    """
+    """``(header, rows)`` for one message size (bytes), in the run's server order; a failed or skipped
+    row says so in its figures' place, ``*`` marks a partial one.  ``KeyError``: no such size."""
     by_server = data["results"][str(size)]
     ratios = data.get("baseline") is not None
     rows = []
@@ -269,8 +244,6 @@ def conclusion(data: dict) -> str:
     return f"echo {_size_label(int(size))}: " + (f"least server CPU per message: {least}" if least
                                                  else "nothing measured")
 
-
-# --- the command line --------------------------------------------------------
 
 def _sizes(argument: str | None) -> list[int]:
     """``"1,10,100"`` (KiB) -> bytes; None -> the announcement's three sizes."""

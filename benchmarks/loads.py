@@ -1,19 +1,11 @@
 # benchmarks/loads.py
-#
-# The loads the harness puts on every server, how to run each tool, and how
-# to read what it prints.  Rules this file keeps:
-#
-#   * A load never hangs the harness.  Every tool gets its own time-out (ab's
-#     -s, wrk's --timeout) and a wall-clock limit on top (harness run_tool:
-#     SIGINT, on which ab prints what it measured so far, then SIGKILL).
-#   * wrk reports through its Lua done() hook (benchmarks/wrk_json.lua, which
-#     benchmarks/pipeline.lua loads too): one line of JSON with wrk's own
-#     counts and microseconds.  ab has no machine-readable report, so its text
-#     is read ("Requests per second:", ...; its percentiles from -e's CSV).
-#     A figure the output does not hold stays None instead of a guess.  The
-#     parsers are tested on real output kept in tests/data/bench_*.
-#   * Figures leave here in one set of units: requests per second, latency in
-#     milliseconds, counts of requests.
+"""The loads put on every server, each tool's command, and how to read what it prints.
+
+A tool never hangs the harness: ab's -s and wrk's --timeout, under a wall-clock limit (run_tool).
+wrk reports through its Lua done() hook (wrk_json.lua, which pipeline.lua loads too) as one line
+of JSON; ab has no machine-readable report, so its text is read (its percentiles from -e's CSV).
+A figure the output lacks stays None.  Units: requests/s, milliseconds, requests.
+"""
 
 from __future__ import annotations
 
@@ -32,16 +24,9 @@ __all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Se
 
 @dataclass(frozen=True)
 class Load:
-    """One way of loading a server.
-
-    ``name`` is how the JSON, the table and ``--loads`` call it; ``tool`` is
-    ``"ab"`` or ``"wrk"``; ``concurrency`` is the number of connections the
-    tool keeps open at once; ``keepalive`` says whether a connection carries
-    more than one request.  ``pipeline`` (wrk only) is how many requests go
-    out in one write on a connection, through PIPELINE_SCRIPT; 1 is wrk's
-    plain mode.  ``default`` is false for a load that runs only when
-    ``--loads`` names it (or says ``all``).
-    """
+    """One way of loading a server: ``tool`` ``"ab"`` or ``"wrk"``, ``concurrency`` connections open
+    at once, ``keepalive`` or not, ``pipeline`` requests per write (wrk, through PIPELINE_SCRIPT);
+    a load not ``default`` runs only when ``--loads`` names it (or says ``all``)."""
 
     name: str
     tool: str
@@ -63,11 +48,8 @@ LOADS: tuple[Load, ...] = (
     Load("wrk", "wrk", 100, True,
          "wrk -t1 -c 100, keep-alive, fixed duration",
          "the same shape for a fixed time, from a faster client, with a latency distribution"),
-    # Discussion: Japronto's shape (wrk -t1 -c 100, 24 pipelined requests
-    # per connection).  It is not in the default run (default=False) so that
-    # the three classic tables and the run's length stay as they were; name
-    # it in --loads, or say --loads all.  wrk's latency figures are per batch
-    # here: it records one sample when a batch's last answer arrives.
+    # Japronto's shape; not in the default run, so the three classic tables and the run's length
+    # stay.  wrk's latency is per batch here: one sample when a batch's last answer arrives.
     Load("wrk-pipeline", "wrk", 100, True,
          "wrk -t1 -c 100 -s pipeline.lua, 24 requests pipelined per write",
          "Japronto's load: a server that answers one read's requests with one write "
@@ -91,14 +73,9 @@ def get(name: str) -> Load:
 
 @dataclass(frozen=True)
 class Settings:
-    """How big and how patient each load is.
-
-    ``requests`` maps an ab load's name to its ``-n``; ``duration`` is wrk's
-    ``-d`` in seconds; ``socket_timeout`` is how long, in seconds, a tool
-    waits on a silent server (ab ``-s``, wrk ``--timeout``); ``run_timeout``
-    is the wall-clock limit on one ab run, in seconds (a wrk run's limit is
-    its duration plus ``socket_timeout`` plus 10 s).
-    """
+    """How big and how patient each load is: ``requests`` {ab load: ``-n``}; in seconds, wrk's
+    ``duration``, ``socket_timeout`` on a silent server (ab ``-s``, wrk ``--timeout``) and
+    ``run_timeout``, the wall-clock limit on one ab run (wrk's: duration + socket_timeout + 10)."""
 
     requests: dict[str, int]
     duration: float
@@ -107,13 +84,8 @@ class Settings:
 
 
 def command(load: Load, url: str, settings: Settings, csv_path: Path | None = None) -> list[str]:
-    """The tool's argument list for ``load`` against ``url`` (which ends in ``/``).
-
-    ab gets ``-r`` so that a receive error counts as a failed request instead
-    of ending the run, ``-q`` to keep its progress lines out of the output, and
-    ``-e csv_path`` for its percentiles with microsecond resolution (the text
-    table rounds them to whole milliseconds).
-    """
+    """The tool's argument list for ``load`` against ``url`` (ending in ``/``).  ab gets ``-r`` (a
+    receive error is a failed request, not the end), ``-q`` and ``-e csv_path`` (percentiles in µs)."""
     timeout = f"{settings.socket_timeout:g}"
     if load.tool == "ab":
         return ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]), "-c", str(load.concurrency),
@@ -130,16 +102,9 @@ def command(load: Load, url: str, settings: Settings, csv_path: Path | None = No
 
 @dataclass
 class Measurement:
-    """What one run of a tool reported.
-
-    ``completed`` counts responses received; ``failed`` counts requests the
-    tool saw fail (ab: "Failed requests" plus "Non-2xx responses"; wrk: socket
-    errors plus "Non-2xx or 3xx responses").  ``rps`` is requests per second,
-    ``p50_ms``/``p99_ms`` latency percentiles in milliseconds.  ``timed_out``
-    is true when the tool gave up waiting (its own time-out, or the harness's
-    wall-clock limit); ``error`` holds the tool's own complaint, if any.
-    Figures the output did not contain are None.
-    """
+    """What one run of a tool reported: ``completed`` responses, ``failed`` requests (ab: failed +
+    non-2xx; wrk: socket errors + non-2xx/3xx), ``rps``, ``p50_ms``/``p99_ms``; ``timed_out`` when
+    the tool or the wall-clock limit gave up, ``error`` the tool's complaint.  Missing figures: None."""
 
     completed: int | None = None
     failed: int | None = None
@@ -151,8 +116,6 @@ class Measurement:
     error: str | None = None
     exit_code: int | None = None
 
-
-# --- ApacheBench ---------------------------------------------------------
 
 _AB_FIELDS = {
     "completed": re.compile(r"^Complete requests:\s+(\d+)", re.M),
@@ -168,13 +131,9 @@ _AB_ERROR = re.compile(r"^(?:.*?\.\.\.)?(apr_\w+(?:\(\))?: .*|ab: .*|Total of \d
 
 
 def parse_ab(text: str, csv_text: str | None = None) -> Measurement:
-    """Read ab's standard output (and, if given, the ``-e`` CSV) into a :class:`Measurement`.
-
-    Percentiles come from the CSV when there is one (``"50,0.820"``: percent,
-    milliseconds with three decimals), else from the text table, which ab
-    rounds to whole milliseconds.  ``failed`` adds "Non-2xx responses" to
-    "Failed requests", because ab counts a 404 or a 500 as a success.
-    """
+    """Read ab's standard output (and the ``-e`` CSV, if given) into a :class:`Measurement`:
+    percentiles from the CSV, else from the text in whole ms; ``failed`` adds "Non-2xx responses"
+    to "Failed requests" (ab counts a 404 as a success)."""
     found = {key: float(match.group(1)) for key, pattern in _AB_FIELDS.items() if (match := pattern.search(text))}
     result = Measurement(rps=found.get("rps"), seconds=found.get("seconds"))
     if "completed" in found:
@@ -203,22 +162,14 @@ def parse_ab_csv(text: str) -> dict[int, float]:
     return out
 
 
-# --- wrk -----------------------------------------------------------------
-
 # The line benchmarks/wrk_json.lua's done() prints after wrk's own report.
 WRK_JSON_MARK = "tinyloop-wrk-json: "
 
 
 def parse_wrk(text: str) -> Measurement:
-    """Read wrk's output, through the JSON line of benchmarks/wrk_json.lua, into a :class:`Measurement`.
-
-    ``rps`` is requests over wrk's own run time, as its "Requests/sec";
-    percentiles are wrk's, from microseconds to milliseconds, and None when
-    nothing completed (wrk then reports 0).  ``failed`` adds every socket
-    error (connect, read, write, timeout) to the non-2xx/3xx responses.
-    Output without the line (wrk did not run to its end) gives an empty
-    Measurement.
-    """
+    """Read wrk's output, through wrk_json.lua's JSON line, into a :class:`Measurement` (an empty one
+    without the line): ``rps`` over wrk's own run time; percentiles in ms, None when nothing
+    completed; ``failed`` every socket error plus the non-2xx/3xx responses."""
     result = Measurement()
     line = next((line for line in text.splitlines() if line.startswith(WRK_JSON_MARK)), None)
     if line is None:
@@ -236,16 +187,10 @@ def parse_wrk(text: str) -> Measurement:
     return result
 
 
-# --- running a tool ------------------------------------------------------
-
 def run(load: Load, url: str, settings: Settings, workdir: Path,
         prefix: Sequence[str] = ()) -> tuple[Measurement, list[str], str]:
-    """Run ``load`` against ``url``; return ``(measurement, argv, output)``.
-
-    ``prefix`` goes before the tool's command (``taskset -c 1``); ``workdir``
-    holds ab's CSV file while it runs; the harness's run_tool runs it under
-    its wall-clock limit.
-    """
+    """Run ``load`` against ``url`` (``prefix``, e.g. ``taskset -c 1``, before the tool; ab's CSV in
+    ``workdir``) under its wall-clock limit; returns ``(measurement, argv, output)``."""
     csv_path = workdir / f"{load.name}-percentiles.csv" if load.tool == "ab" else None
     if csv_path is not None:
         csv_path.unlink(missing_ok=True)

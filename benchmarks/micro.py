@@ -13,21 +13,11 @@ operations per second, ratio to asyncio, spread) as micro.json, by the
 harness's output rule; the book renders the reference's ({bench-micro}).
 """
 
-# Rules this file keeps:
-#
-#   * pyperf does the measuring: ``Runner.bench_time_func`` with a function
-#     that runs ``loops`` operations and returns the seconds they took, so
-#     pyperf calibrates ``loops``, warms up, spawns worker processes and
-#     keeps every value.  The script runs again in each worker (pyperf's
-#     design), so everything below ``main`` must declare the same benchmarks
-#     in the same order in every process, and only the manager writes files.
-#   * Loop set-up and tear-down stay outside the timed region; work the loop
-#     does because of the operation (running the callback, dropping the
-#     cancelled timer) stays inside it.
-#   * The loops come from benchmarks/peers/echo_server.py's LOOPS (one table
-#     of loop factories for the benchmarks), plus Part II's reactor here.
-#   * Workers run on one CPU (pyperf --affinity, the first usable CPU unless
-#     told otherwise), as the echo and HTTP servers do.
+# pyperf times each operation (benchmarks/harness/pyperf_runs.py): each
+# function runs ``loops`` operations and returns the seconds they took; loop
+# set-up and tear-down stay outside the timed region, the work the loop does
+# because of the operation (running the callback, dropping the cancelled
+# timer) inside it.  Loops come from peers/echo_server.py's LOOPS.
 
 from __future__ import annotations
 
@@ -39,14 +29,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import servers
-from benchmarks.harness import experiment, output
+from benchmarks.harness import experiment, output, pyperf_runs
+from benchmarks.harness.machine import package_version
 from benchmarks.harness.process import choose_names, realtime_self
 from benchmarks.harness.render import DASH, align, machine_line, number, spread_cell
 from benchmarks.harness.summary import is_noisy
 from benchmarks.peers.echo_server import LOOPS, loop_factory
 
-__all__ = ["OPERATIONS", "LOOP_NAMES", "benchmarks", "describe", "format_text", "summarize", "table", "main"]
+__all__ = ["OPERATIONS", "LOOP_NAMES", "TIMINGS", "benchmarks", "describe_machine", "format_text", "summarize",
+           "table", "main"]
 
 BASELINE = "asyncio"
 
@@ -56,8 +47,8 @@ BATCH = 10_000
 
 # pyperf's settings.  The default run (14 benchmarks) takes about a minute
 # and a half on a 2-core machine; --quick a few seconds per benchmark.
-DEFAULT_PYPERF = ["--quiet", "--processes", "5", "--values", "3", "--warmups", "1", "--min-time", "0.05"]
-QUICK_PYPERF = ["--quiet", "--processes", "2", "--values", "2", "--warmups", "1", "--min-time", "0.02"]
+DEFAULT_PYPERF = {"processes": 5, "values": 3, "warmups": 1, "min_time": 0.05}
+QUICK_PYPERF = {"processes": 2, "values": 2, "warmups": 1, "min_time": 0.02}
 
 
 def noop() -> None:
@@ -157,6 +148,16 @@ def benchmarks(loops: list[str], ops: list[str]) -> list[tuple[str, str]]:
     return [(op, loop) for op in ops for loop in loops if loop != REACTOR or OPERATIONS[op][2]]
 
 
+def _timed(loops: int, op: str, loop: str) -> float:
+    """pyperf's time function: ``loops`` of ``op`` on a new ``loop``, in seconds."""
+    return OPERATIONS[op][0](loops, factory_for(loop))
+
+
+# pyperf_runs' table, the same in every worker: each (operation, loop) the reactor can run.
+TIMINGS = [pyperf_runs.Timing(f"{op}[{loop}]", _timed, (op, loop))
+           for op, loop in benchmarks(list(LOOP_NAMES), list(OPERATIONS))]
+
+
 # --- the summary ------------------------------------------------------------
 
 def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELINE) -> dict[str, dict[str, dict]]:
@@ -197,7 +198,7 @@ def table(data: dict, op: str) -> tuple[list[str], list[list[str]]]:
     return ["loop", "median ns/op", "ops/s", "× asyncio", "min–max ns"], rows
 
 
-def describe(data: dict) -> str:
+def describe_machine(data: dict) -> str:
     """One line saying where and how: machine, pyperf's settings, pinning, date."""
     settings = data.get("settings", {})
     how = (f"pyperf, {settings.get('processes')} processes x {settings.get('values')} values"
@@ -213,7 +214,7 @@ def format_text(data: dict) -> str:
              for op in data["operations"]]
     notes = [f"{loop['name']}: skipped, {loop['skipped']}" for loop in data["loops"] if loop.get("skipped")]
     notes += ["× asyncio: the median time per operation divided by stdlib asyncio's; below 1 is faster.",
-              "Measured on: " + describe(data)]
+              "Measured on: " + describe_machine(data)]
     return "\n\n".join(parts) + "\n\n" + "\n".join(notes)
 
 
@@ -229,67 +230,51 @@ def conclusion(data: dict) -> str:
     return ("fastest loop per operation: " + ", ".join(parts)) if parts else "micro: nothing measured"
 
 
+
 # --- the command line --------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        import pyperf
-    except ImportError:
-        raise SystemExit("micro: pyperf is not installed: run `bash scripts/setup.sh`") from None
-    shown = list(sys.argv[1:] if argv is None else argv)
-    quick = "--quick" in shown
-    argv = [a for a in shown if a != "--quick"]
-    if "--worker" not in argv:
-        # Our defaults first; the user's pyperf options (later) override them.
-        argv = (QUICK_PYPERF if quick else DEFAULT_PYPERF) + argv
-        if not any(a.startswith("--affinity") for a in argv) and len(os.sched_getaffinity(0)) >= 2:
-            argv.append(f"--affinity={min(os.sched_getaffinity(0))}")
-
-    def forward(cmd: list[str], args: Any) -> None:
-        cmd.extend(["--event-loops", args.event_loops, "--ops", args.ops])  # not --out: workers write nothing
-
-    # Workers run this module as the manager was run: python -m benchmarks.micro.
-    runner = pyperf.Runner(add_cmdline_args=forward, program_args=("-m", "benchmarks.micro"))
-    parser = runner.argparser
-    parser.description = "Loop micro-benchmarks (pyperf). Also: --quick, --reference, --out."
+    parser = experiment.parser("micro", __doc__, repeat=None, pin=False)
     parser.add_argument("--event-loops", default="all",
                         help=f"comma list of loops (default all: {', '.join(LOOP_NAMES)})")
     parser.add_argument("--ops", default="all", help=f"comma list of operations (default all: {', '.join(OPERATIONS)})")
-    output.add_arguments(parser, "micro.json")  # pyperf's own JSON goes beside, NAME-pyperf.json
-    args = runner.parse_args(argv)
+    for key in DEFAULT_PYPERF:
+        parser.add_argument(f"--{key.replace('_', '-')}", type=float if key == "min_time" else int,
+                            help=f"pyperf's (default {DEFAULT_PYPERF[key]}; --quick {QUICK_PYPERF[key]})")
+    parser.add_argument("--affinity", help="pyperf's: the workers' CPUs (default the first usable CPU)")
+    shown = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(shown)  # the rest is pyperf's (--rigorous, --loops ...)
+    out = output.json_path(parser, args, "micro.json")
+    pick = {key: (QUICK_PYPERF if args.quick else DEFAULT_PYPERF)[key] if getattr(args, key) is None
+            else getattr(args, key) for key in DEFAULT_PYPERF}
+    if args.affinity is None and len(os.sched_getaffinity(0)) >= 2:
+        args.affinity = str(min(os.sched_getaffinity(0)))
+    options = [*(f"--{key.replace('_', '-')}={value}" for key, value in pick.items()), *extra]
     loops = choose_names(args.event_loops, list(LOOP_NAMES), "loop", list(LOOP_NAMES))
     ops = choose_names(args.ops, list(OPERATIONS), "operation", list(OPERATIONS))
     skipped: dict[str, str] = {}
-    factories: dict[str, Callable[[], Any]] = {}
     for name in loops:
         try:
-            factories[name] = factory_for(name)
+            factory_for(name)
         except ImportError as error:
             skipped[name] = f"does not import ({error})"
-    if not args.worker:  # refuse a wrong output before measuring
-        args.quick = quick
-        out = output.json_path(parser, args, "micro.json")
-        # The workers inherit real-time priority: other work on the machine does not preempt them.
-        where = realtime_self(int(args.affinity.split(",")[0]) if args.affinity else None)
-    clock = experiment.Clock()
-    results = {(op, loop): runner.bench_time_func(f"{op}[{loop}]", OPERATIONS[op][0], factories[loop])
-               for op, loop in benchmarks([name for name in loops if name in factories], ops)}
-    results = {key: bench for key, bench in results.items() if bench is not None}  # None in a worker
-    if args.worker:
-        return 0
+    # The workers inherit real-time priority: other work on the machine does not preempt them.
+    where = realtime_self(int(args.affinity.split(",")[0]) if args.affinity else None)
     # pyperf's own JSON (every value) beside the summary, but never in the committed folder.
     pyperf_json = (output.LOCAL if out.parent == output.RESULTS else out.parent) / f"{out.stem}-pyperf.json"
-    if results:
-        pyperf_json.parent.mkdir(parents=True, exist_ok=True)
-        pyperf.BenchmarkSuite(list(results.values())).dump(str(pyperf_json), replace=True)
-    baseline = BASELINE if BASELINE in factories else None
+    pairs = benchmarks([name for name in loops if name not in skipped], ops)
+    clock = experiment.Clock()
+    values = pyperf_runs.run("benchmarks.micro:TIMINGS", [f"{op}[{loop}]" for op, loop in pairs],
+                             [*options, *([f"--affinity={args.affinity}"] if args.affinity else [])], keep=pyperf_json)
+    baseline = BASELINE if BASELINE in loops and BASELINE not in skipped else None
     data = experiment.document(
-        "micro", shown, clock, tools={"pyperf": pyperf.__version__, "uvloop": servers.tool_versions().get("uvloop")},
-        settings={"quick": quick, "processes": args.processes, "values": args.values, "warmups": args.warmups,
-                  "min_time_s": args.min_time, "affinity": args.affinity, "batch": BATCH, "process": where})
+        "micro", shown, clock, tools={name: package_version(name) for name in ("pyperf", "uvloop")},
+        settings={"quick": args.quick, "processes": pick["processes"], "values": pick["values"],
+                  "warmups": pick["warmups"], "min_time_s": pick["min_time"], "affinity": args.affinity,
+                  "batch": BATCH, "process": where})
     data.update(baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
                 loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
-                results=summarize({key: list(bench.get_values()) for key, bench in results.items()}, baseline or ""),
+                results=summarize({pair: values[f"{pair[0]}[{pair[1]}]"] for pair in pairs}, baseline or ""),
                 pyperf_json=output.relative(pyperf_json), elapsed_s=clock.elapsed())
     experiment.finish(data, out, format_text(data), conclusion(data))
     return 0

@@ -1,51 +1,24 @@
 # benchmarks/report.py
-"""Turn the harness's JSON into tables and plots: the one reader of the results.
+"""The tables and plots of ``python -m benchmarks.run``'s JSON: the one reader the run, the book
+and ``python -m benchmarks.report [JSON] [--plot PNG] [--loads L] [--markdown MD]`` share.  Importing
+it does no I/O and loads neither matplotlib nor the project (the book imports it while it builds).
 
-    python -m benchmarks.report [JSON] [--plot OUT.png] [--loads L] [--markdown OUT.md]
+The JSON: the harness's head (schema 1, date, command, machine, tools, pinning, settings,
+load_average: benchmarks/harness/experiment.document), then::
 
-prints the tables of a saved run (default: your last run,
-benchmarks/results/local/latest.json, else the book's reference run,
-benchmarks/results/latest.json).  The book imports this module to render its tables and figures at build
-time, so importing it does nothing but define functions: no I/O, no
-matplotlib (``plot`` imports it when called, and draws with the Agg canvas,
-never a window), nothing else from the project.
-
-The JSON (schema 1), as ``python -m benchmarks.run`` writes it (its head,
-schema to load_average, is every experiment's: benchmarks/harness/experiment.py)::
-
-    schema      1
-    date        ISO 8601, UTC
-    command     the command line that produced it
-    machine     cpu_model, cpus, cpus_usable, memory_gib, os, system, kernel, machine, python
-    tools       ab, wrk, go, node, cc, taskset, uvloop, matplotlib: version strings (None: absent)
-    pinning     enabled, tool, server_cpus, load_cpus, harness_cpus, reason, realtime
-    settings    quick, repeat, requests {load: N}, warmup_requests, duration_s, socket_timeout_s,
-                run_timeout_s, cpu_source, order, noise
-    load_average  [at the start, at the end]: other work on the machine (1-minute load average)
     conclusion  the run in one line
     baseline    the server every ratio divides by ("asyncio-protocol"), or None
-    loads       [{name, tool, title, measures, concurrency, keepalive, requests,
-                  duration_s, command, and pipeline (requests per write) for
-                  the pipelined load, wrk-pipeline, only}]
-    servers     [{name, kind ("stage" | "peer"), summary, chapter, command, env,
-                  skipped (None, or why it did not run)}]
+    loads       [{name, tool, title, measures, concurrency, keepalive, requests, duration_s, command,
+                  pipeline (requests per write; the pipelined load only)}]
+    servers     [{name, kind ("stage" | "peer"), summary, chapter, command, env, skipped (None or why)}]
     runs        [{rep, server, load, status, note, rps, p50_ms, p99_ms, completed,
                   failed, cpu_s, cpu_us_per_req, seconds, newcomer_ms}]
-    results     {load: {server: {status, note, runs, ok_runs, rps, p50_ms, p99_ms,
-                  cpu_us_per_req, completed, newcomer_ms, failed,
-                  ratio: {rps, p50_ms, p99_ms, cpu_us_per_req},
-                  spread: {rps, p50_ms, p99_ms, cpu_us_per_req: [min, max]}, noisy}}}
+    results     {load: {server: experiment.fold's summary of rps, p50_ms, p99_ms, cpu_us_per_req,
+                  completed, newcomer_ms}}
 
-A run's status is "ok"; "timeout" (the tool gave up waiting: the server
-answered nothing, or stopped answering); "starved" (wrk only: a connection
-opened halfway through the load got no answer before it ended, so wrk's
-figures describe the few connections the server did serve); or "error" (the
-server did not start, answered wrongly, or exited).  A result's status is
-"ok" if every run was, "partial" if some were, else the failed runs' status.
-``newcomer_ms`` is that halfway connection's wait for its answer (wrk only).
-
-Figures in ``results``, their spread and ``noisy`` are the harness's one
-fold (benchmarks/harness/experiment.py) and noise rule (summary.NOISE).
+A run's status is "ok", "timeout" (the tool waited in vain), "starved" (wrk: a connection opened
+halfway through got no answer; ``newcomer_ms`` is its wait) or "error" (did not start, answered
+wrongly, exited).
 """
 
 from __future__ import annotations
@@ -59,7 +32,7 @@ from benchmarks.harness.render import DASH, align, describe_machine
 from benchmarks.harness.summary import NOISE  # the one noise rule
 
 __all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
-           "markdown", "noisy", "plot", "server_names", "spread", "table"]
+           "markdown", "plot", "server_names", "spread", "table"]
 
 SCHEMA = 1
 DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"  # the reference run
@@ -91,11 +64,8 @@ _FAILED = ("timeout", "starved", "error")
 
 
 def load(path: str | Path | None = None) -> dict:
-    """Read a results JSON (default benchmarks/results/latest.json).
-
-    Raises ``FileNotFoundError`` if it is missing and ``ValueError`` if it is
-    not a schema this module reads.
-    """
+    """Read a results JSON (default benchmarks/results/latest.json); raises ``FileNotFoundError`` if
+    it is missing and ``ValueError`` if it is not a schema this module reads."""
     data = json.loads(Path(path or DEFAULT_PATH).read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a tinyloop benchmark JSON of schema {SCHEMA}")
@@ -103,10 +73,8 @@ def load(path: str | Path | None = None) -> dict:
 
 
 def server_names(data: dict, load_name: str | None = None) -> list[str]:
-    """Every server of the run in table order: stages in reading order, then peers.
-
-    With ``load_name``, only those with results for that load, plus the skipped ones.
-    """
+    """Every server of the run in table order, stages then peers; with ``load_name``, only those
+    with results for that load, and the skipped ones."""
     entries = data.get("servers", [])
     ordered = [e for e in entries if e.get("kind") == "stage"] + [e for e in entries if e.get("kind") != "stage"]
     results = data.get("results", {}).get(load_name, {}) if load_name else None
@@ -137,12 +105,6 @@ def spread(data: dict, load_name: str, server: str, figure: str) -> tuple[float,
     return None if stored is None else (stored[0], stored[1])
 
 
-def noisy(data: dict, load_name: str, server: str) -> bool:
-    """Whether the server's repetitions in one load differ by more than :data:`NOISE`
-    in req/s or CPU µs/req (the harness's fold decides it)."""
-    return bool(_result(data, load_name, server).get("noisy"))
-
-
 def _range(data: dict, load_name: str, server: str, figure: str, kind: str) -> str | None:
     low_high = spread(data, load_name, server, figure)
     return None if low_high is None else f"{_number(low_high[0], kind)}–{_number(low_high[1], kind)}"
@@ -158,19 +120,10 @@ def _load_entry(data: dict, load_name: str) -> dict:
 
 def table(data: dict, load_name: str, servers: list[str] | None = None, *,
           ratios: bool = True) -> tuple[list[str], list[list[str]]]:
-    """One load's results as ``(header, rows)`` of strings, one row per server.
-
-    Columns: server, req/s, min–max (req/s over the repetitions, followed by
-    "noisy" when they differ by more than :data:`NOISE`), p50 ms, p99 ms,
-    CPU µs/req, failed.  With ``ratios``, each figure is followed by its
-    ratio to the baseline in parentheses: ``"8123 (1.32×)"``.  Rows follow
-    ``servers`` if given, else :func:`server_names` order.  A server that did
-    not run or whose runs all failed says so in the req/s column
-    (``"skipped"``, ``"timeout"``, ``"error"``) and has dashes elsewhere; a
-    partly failed one has ``*`` after its req/s (``FOOTNOTES["partial"]``).
-
-    Raises ``KeyError`` for a load or server name the results do not have.
-    """
+    """One load's results as ``(header, rows)`` of strings, a row per server (``servers``, default
+    :func:`server_names`): req/s, its min–max (``noisy`` past NOISE), p50 and p99 ms, CPU µs/req,
+    failed; with ``ratios``, ``"8123 (1.32×)"``.  A row without figures has its status in the req/s
+    column; a partial one a ``*``.  Raises ``KeyError`` for a load or server the results lack."""
     _load_entry(data, load_name)
     results = data.get("results", {}).get(load_name, {})
     skipped = {e["name"]: e.get("skipped") for e in data.get("servers", [])}
@@ -239,14 +192,8 @@ def format_text(data: dict, load_names: list[str] | None = None) -> str:
 
 
 def markdown(data: dict, load_names: list[str] | None = None) -> str:
-    """Loads' tables as Markdown, for a page that includes a committed results file.
-
-    The book renders latest.json with its own directive; a load measured in
-    a run of its own (``run --loads wrk-pipeline --name pipeline``) is shown
-    through this instead, as benchmarks/results/pipeline.md.  Each table is
-    followed by its command, its notes, the general footnotes it needs and
-    the machine.
-    """
+    """Loads' tables as Markdown (benchmarks/results/pipeline.md), each followed by its command and
+    notes, then the general footnotes it needs and the machine."""
     out = []
     for entry, header, rows in (tables := _tables(data, load_names)):
         out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows)]
@@ -266,15 +213,9 @@ _COLOURS = {"stage": "#4c72b0", "peer": "#dd8452"}
 
 
 def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] | None = None) -> Path:
-    """Draw requests/s and CPU µs/request bars per server into a PNG at ``out_path``.
-
-    ``load`` picks one load (one row of two panels); None draws every load
-    of the run, one row each.  Stages and peers have different colours; a
-    server without figures gets a label ("timeout", "skipped") instead of a
-    bar.  Returns the path.  Raises ``ImportError`` without matplotlib and
-    ``KeyError`` as :func:`table` does.
-    """
-    # Imported here, so that importing this module stays cheap and draws nothing.
+    """Draw requests/s and CPU µs/request bars per server (of ``load``, or a row per load with None)
+    into a PNG at ``out_path``; returns it.  Raises ``ImportError`` without matplotlib and
+    ``KeyError`` as :func:`table` does."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 

@@ -7,25 +7,10 @@
     python -m benchmarks.run --list              what can run here, and why not the rest
     python -m benchmarks.run --loads wrk-pipeline   Japronto's load: 24 requests pipelined per write
 
-Writes benchmarks/results/local/latest.json (and a timestamped copy under
-benchmarks/results/local/runs/), prints one table per load with each row's
-spread, and draws benchmarks/results/local/latest.png.  The book shows the
-committed reference run, benchmarks/results/latest.json, which only
-``--reference`` overwrites.  ``python -m benchmarks.report`` prints the
-tables again from a saved JSON.
+Writes benchmarks/results/local/latest.json (a timestamped copy under runs/) and latest.png, and
+prints a table per load (benchmarks/report.py, which also prints them again from a saved JSON).
+Each run: a fresh server, warmed up, loaded once, stopped; benchmarks/README.md has the rules.
 """
-
-# Rules this file keeps (the harness's, benchmarks/harness/, plus):
-#
-#   * Every run gets a fresh server process: started, warmed up with GET /
-#     on one keep-alive connection (the first answer also says it is up),
-#     loaded once, stopped.  No run inherits another's connections or memory.
-#   * On a two-core machine the load generator is the first to saturate,
-#     which is why the table's headline figure is CPU time per request (see
-#     report.FOOTNOTES).
-#   * Nothing hangs and nothing is left behind: the tools have time-outs
-#     (benchmarks/loads.py), servers are stopped in ``finally`` blocks, and a
-#     run that fails becomes a row that says how it failed.
 
 from __future__ import annotations
 
@@ -50,19 +35,15 @@ from tinyloop.testing import recv_response
 
 REFERENCE = RESULTS / "latest.json"     # the book's, committed; only --reference writes it
 LOCAL = output.LOCAL / "latest.json"      # a user's run: ignored by git
-SCHEMA = experiment.SCHEMA
 
-# Sized so that the default run (11 stages, 7 peers, 3 loads, 3 repetitions)
-# takes about ten minutes on a 2-core machine; --quick is for tests.
-# The keys of the settings that have an option are its name (``timeout``: ab -s, wrk --timeout).
+# The default run (11 stages, 7 peers, 3 loads, 3 repetitions) takes about ten minutes on 2 cores.
+# A key with an option is its name (``timeout``: ab -s, wrk --timeout).
 DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 3,
             "timeout": 5.0, "run_timeout": 60.0, "warmup": 1000}
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
          "timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
 LEAST = {"duration": 1, "timeout": 0.1, "run_timeout": 1, "repeat": 1, "warmup": 1}
 
-
-# --- choosing what to run -------------------------------------------------
 
 def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
     """``"5000"`` sets both ab loads; ``"ab-close=5000,ab-keepalive=20000"`` sets each."""
@@ -112,17 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --- one run ------------------------------------------------------------
-
 class Newcomer(threading.Thread):
-    """One GET / on a new connection, sent ``delay`` seconds into a load.
-
-    wrk counts only the requests that were answered, so a server that serves
-    one connection and leaves the other 99 waiting (the blocking baseline)
-    looks fast to it.  A newcomer that gets no answer while the load lasts
-    shows that.  ``latency_ms`` is its wait in milliseconds, or None;
-    ``answered_at`` the ``time.monotonic()`` of its answer, or None.
-    """
+    """One GET / on a new connection, sent ``delay`` seconds into a load: wrk counts only answered
+    requests, so a server that serves one connection of 100 looks fast to it, unless a newcomer
+    goes unanswered.  ``latency_ms``: its wait in ms; ``answered_at``: time.monotonic() then (or None)."""
 
     def __init__(self, address: tuple[str, int], delay: float, timeout: float) -> None:
         super().__init__(daemon=True)
@@ -163,14 +137,9 @@ class Newcomer(threading.Thread):
 
 def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path,
             warmup: int = 1) -> dict:
-    """Start ``server``, warm it up with ``warmup`` requests, put ``load`` on it, stop it.
-
-    Returns the run's JSON record: ``status`` is ``"ok"``, ``"timeout"`` (the
-    tool or the warm-up waited in vain), ``"starved"`` (wrk's figures are real,
-    but a newcomer got no answer while the load lasted: see
-    :class:`Newcomer`) or ``"error"`` (the server did not start, answered
-    wrongly, or died); ``note`` says what happened.
-    """
+    """Start ``server``, warm it up with ``warmup`` requests, put ``load`` on it, stop it; returns the
+    run's record, its ``status`` ``"ok"``, ``"timeout"``, ``"starved"`` (:class:`Newcomer`) or
+    ``"error"`` (report.py's docstring), ``note`` saying what happened."""
     record: dict = {"server": server.name, "load": load.name, "status": "error", "note": None,
                     "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
                     "cpu_s": None, "cpu_us_per_req": None, "seconds": None, "newcomer_ms": None}
@@ -214,8 +183,6 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         process.stop()
 
 
-# --- medians and ratios -------------------------------------------------
-
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")
 
 
@@ -226,8 +193,6 @@ def summarize(runs: list[dict], baseline: str | None) -> dict[str, dict[str, dic
     return experiment.fold(runs, "load", "server", (*FIGURES, "completed", "newcomer_ms"),
                            deciding=("rps", "cpu_us_per_req"), baseline=baseline, ratios=FIGURES)
 
-
-# --- the whole run ------------------------------------------------------
 
 def _show(record: dict) -> str:
     """``8123 req/s p99 3.1 ms cpu 95 µs/req``"""

@@ -1,25 +1,14 @@
 # benchmarks/servers.py
-#
-# Every server the harness can measure, and how to get each one running.
-# Rules this file keeps:
-#
-#   * One launcher for all.  A stage (``python -m tinyloop serve STAGE``) and
-#     a peer (Python, Go, Node or C, from benchmarks/peers/) are both an
-#     argument list that takes ``--port 0`` and prints the same announce line,
-#     ``tinyloop: serving NAME on http://127.0.0.1:PORT/``; tinyloop.testing's
-#     ServerProcess starts either and stops it with SIGTERM.
-#   * A peer is a declaration (:class:`Peer`): its command, what it needs
-#     here, how it is built.  The echo experiment declares its own the same way.
-#   * A server that cannot run here is skipped with a note saying why (a
-#     stage whose module is not written yet, no ``go`` on PATH, a failed
-#     build), never an error that stops the other servers.
-#   * Compiled peers build into benchmarks/build/ (git-ignored), only when
-#     their source is newer than the binary, and offline: standard libraries
-#     only, Go's caches inside the build directory, no toolchain download.
+"""Every server the harness can measure, and how to get each running.
+
+A stage (``python -m tinyloop serve STAGE``) and a peer (benchmarks/peers/) are both an argument
+list that takes ``--port 0`` and prints the announce line.  A server that cannot run here is skipped
+with a note.  Compiled peers build into benchmarks/build/ (git-ignored) when their source is newer,
+offline: standard libraries only, Go's caches in the build folder.
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -30,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import process
-from benchmarks.harness.machine import display, version_line
+from benchmarks.harness.machine import display, package_version, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
@@ -141,11 +130,8 @@ def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
 
 
 def prepare(server: Server) -> str | None:
-    """Make ``server`` ready to start: None if it is, else a note saying why not.
-
-    A stage is ready when its module imports (Part II stages may not exist
-    yet); a peer when what it needs is installed and its build succeeds.
-    """
+    """Make ``server`` ready to start: None if it is (a stage's module imports; a peer's needs are
+    installed and its build succeeds), else a note saying why not."""
     if server.kind != "stage":
         return _PEERS[server.name].prepare()
     try:
@@ -158,12 +144,8 @@ def prepare(server: Server) -> str | None:
 
 def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,
           cwd: Path | None = None, env: dict[str, str] | None = None) -> str | None:
-    """Build ``binary`` with ``command(output_path)`` unless it is newer than every source.
-
-    Returns None on success, else a note.  The compiler writes a file of its
-    own that then replaces ``binary`` in one rename, so a harness running at
-    the same time never starts a half-written binary.
-    """
+    """Build ``binary`` with ``command(output_path)`` unless it is newer than every source; None on
+    success, else a note.  One rename puts it in place: nobody starts a half-written binary."""
     if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return None
     BUILD.mkdir(exist_ok=True)
@@ -208,12 +190,8 @@ def launch(server: Server, prefix: Sequence[str] = (), timeout: float = 15.0) ->
 
 def start(server: Server, prefix: Sequence[str] = (), warmup: int = 0,
           timeout: float = 5.0) -> tuple[ServerProcess | None, tuple[str, str] | None]:
-    """Launch ``server`` and warm it up with ``warmup`` ``GET /`` (harness.process.warm_up; 0: none).
-
-    Returns ``(process, None)`` when it is ready, the caller then stopping it;
-    else ``(None, (status, note))`` for the run's record, the server stopped
-    already: ``"error"`` when it did not start, the warm-up's status otherwise.
-    """
+    """Launch ``server`` and warm it up with ``warmup`` ``GET /`` (process.warm_up; 0: none).  Returns
+    ``(process, None)``, the caller to stop it, or ``(None, (status, note))``, the server stopped."""
     try:
         running = launch(server, prefix)
     except RuntimeError as error:
@@ -235,9 +213,4 @@ def tool_versions() -> dict[str, str | None]:
         name: version_line(argv) for name, argv in (
             ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]), ("node", ["node", "--version"]),
             ("cc", [os.environ.get("CC", "cc"), "--version"]), ("taskset", ["taskset", "--version"]))}
-    for module in ("uvloop", "matplotlib"):
-        try:
-            versions[module] = importlib.metadata.version(module)
-        except importlib.metadata.PackageNotFoundError:
-            versions[module] = None
-    return versions
+    return {**versions, "uvloop": package_version("uvloop"), "matplotlib": package_version("matplotlib")}

@@ -1,29 +1,8 @@
 # benchmarks/harness/experiment.py
-"""What every experiment does around its own measurement, written once.
-
-An experiment (``python -m benchmarks.echo``, ``...run``, ``...idle``) is a
-declaration: the servers, loads and variants it crosses, a ``measure``
-function for one cell, and the one line it concludes.  This module gives it:
-
-  * ``parser``: the command line every experiment shares (``--quick``,
-    ``--repeat``, ``--no-pin``, and the output rule's ``--reference`` /
-    ``--out``);
-  * ``interleave``: repetitions in interleaved order, a progress line per run;
-  * ``fold``: the one summary of repeated records (median, min–max, the
-    noise rule, the status of a row whose runs failed, ratios to a baseline);
-  * ``document``: the JSON's common head (schema, date, command, machine
-    fingerprint, tools, pinning, the machine's load before and after);
-  * ``finish``: write the JSON (and its text beside it), print the table and
-    the conclusion;
-  * ``settings``, ``runnable``, ``least``: the settings a run takes from its
-    command line, the servers it can run, and the least figure of a table,
-    as every server experiment picks them;
-  * ``run_tool``: a load generator run under a wall-clock limit.
-
-Rules it keeps: a run's figures are medians of the repetitions whose status
-is ``"ok"``; a row's spread is their min and max; a row is noisy by
-``summary.is_noisy`` on its deciding figures; the load average (other work
-on a shared machine) is recorded at start and end of every run.
+"""What every experiment does around its own measurement: the shared command line
+(:func:`parser`), interleaved repetitions, the one fold of records into medians with spread,
+noise and ratios (:func:`fold`), the JSON's head (:func:`document`), and the end of a run
+(:func:`finish`).  benchmarks/README.md gives the rules these keep.
 """
 
 from __future__ import annotations
@@ -41,13 +20,12 @@ from benchmarks.harness import output
 from benchmarks.harness.machine import display, fingerprint
 from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
+from tinyloop import serving
 
 __all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "least", "parser", "pinning",
            "run_tool", "runnable", "settings", "stop_on_sigterm"]
 
-# Every experiment's JSON carries this in ``schema``; the readers (the book's
-# directives, benchmarks.report) accept it.
-SCHEMA = 1
+SCHEMA = 1  # every experiment's JSON carries it; the book's directives and benchmarks.report read it
 
 
 def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = True,
@@ -79,23 +57,13 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
 
 
 def stop_on_sigterm() -> None:
-    """Make SIGTERM raise KeyboardInterrupt in the main thread, as Ctrl-C does.
-
-    An experiment stops the servers it started in ``finally`` blocks; the
-    default action of SIGTERM (``kill``, a CI time-out) ends the process
-    before any of them runs, and leaves those servers behind.  A handler
-    someone else installed (pytest's, a caller's) is left as it is.
-    See signal(7) and the ``signal`` module's docs.
-    """
+    """Make SIGTERM raise KeyboardInterrupt (tinyloop.serving's), so that the ``finally`` blocks
+    stop the servers an experiment started; a handler someone else installed (pytest's) stays."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         try:
-            signal.signal(signal.SIGTERM, _interrupt)
+            serving.stop_on_sigterm()
         except ValueError:  # not the main thread: nothing to stop from here
             pass
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pinning(args: argparse.Namespace) -> dict:

@@ -8,6 +8,7 @@ command line as a reader would type it (``display``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import shlex
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ROOT", "display", "fingerprint", "version_line"]
+__all__ = ["ROOT", "display", "fingerprint", "package_version", "version_line"]
 
 # The repository's root: commands are written relative to it.
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -62,6 +63,14 @@ def version_line(argv: list[str]) -> str | None:
         return None
     lines = (done.stdout + done.stderr).strip().splitlines()
     return lines[0].strip() if lines else None
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of Python package ``name``; None if it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def display(argv: Sequence[str]) -> str:

@@ -1,16 +1,7 @@
 # benchmarks/harness/output.py
-"""The one output rule: where an experiment writes.
-
-Rules this module keeps:
-
-  * A run writes under ``benchmarks/results/local/`` (ignored by git), so
-    trying any experiment leaves ``git status`` clean.
-  * Only ``--reference`` writes the book's committed reference results in
-    ``benchmarks/results/``: a maintainer refreshing them on purpose, from a
-    full run (never with ``--quick``).
-  * ``--out FILE`` moves a run's JSON elsewhere, but never into the
-    committed folder: that is ``--reference``'s alone.  An experiment's other
-    files (its Markdown table, a profile) go beside its JSON.
+"""The one output rule: a run writes under ``benchmarks/results/local/`` (ignored by git), or
+where ``--out`` says but never into the committed folder; only ``--reference`` (a full run, not
+``--quick``) writes the book's reference in ``benchmarks/results/``.  Other files go beside the JSON.
 """
 
 from __future__ import annotations
@@ -28,11 +19,8 @@ LOCAL = RESULTS / "local"                   # every other run's, ignored by git
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str, *aliases: str) -> None:
-    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``.
-
-    ``aliases`` are older spellings of ``--out`` that the experiment still
-    accepts (e.g. ``"--json"``).
-    """
+    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``;
+    ``aliases`` are older spellings of ``--out`` (e.g. ``"--json"``)."""
     parser.add_argument("--reference", action="store_true",
                         help=f"maintainers: write the book's committed benchmarks/results/{name} "
                              "(a full run; not with --quick or --out)")
@@ -60,10 +48,7 @@ def json_path(parser: argparse.ArgumentParser, args: argparse.Namespace, name: s
 
 def write_json(data: dict, path: Path, *, keep_copy: bool = False) -> Path:
     """Write ``data`` as JSON (indented, UTF-8, a final newline) to ``path``; returns ``path``.
-
-    ``keep_copy`` also writes a copy named by ``data["date"]`` into ``path``'s
-    ``runs/`` folder, so a series of runs keeps each one.
-    """
+    ``keep_copy`` also writes a copy named by ``data["date"]`` into ``path``'s ``runs/`` folder."""
     text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
     if keep_copy:
         stamp = data["date"].replace(":", "").replace("+0000", "Z")

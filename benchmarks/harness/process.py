@@ -1,19 +1,7 @@
 # benchmarks/harness/process.py
-"""A server under measurement: started, pinned, answering, and its CPU read.
-
-Rules this module keeps:
-
-  * One launcher for every server (a stage, a peer, an experiment's
-    variant): an argument list that takes ``--port 0`` and prints the
-    announce line ``tinyloop: serving NAME on http://127.0.0.1:PORT/``;
-    tinyloop.testing's ServerProcess starts it, waits for that line, and
-    stops it with SIGTERM.  ``warm_up`` then waits until it answers.
-  * With two or more CPUs the server runs on one and the load generator on
-    another (taskset), so they never take turns on the same core; where
-    allowed, an experiment may also run both at real-time priority (chrt),
-    so that other work on a shared machine does not make them wait.
-  * A server's CPU time is the process's own accounting, read from the
-    kernel before and after a load: never a wall-clock estimate.
+"""A server under measurement: launched (tinyloop.testing's ServerProcess, which waits for the
+announce line and stops it with SIGTERM), warmed up until it answers, pinned apart from the load
+generator (taskset, and chrt where allowed), and its CPU time read from the kernel's own accounting.
 """
 
 from __future__ import annotations
@@ -54,15 +42,9 @@ def choose_names(argument: str | None, known: list[str], what: str, default: lis
 
 
 def choose_pinning(disabled: bool, realtime: bool = False) -> dict[str, object]:
-    """Pin the server to one CPU and the load generator to another, when we can.
-
-    Returns the JSON's ``pinning`` entry; ``server_prefix``/``load_prefix``
-    are the argument lists to put before each command (dropped from the JSON).
-    Moves this process (the harness, which mostly waits) to the load's CPU.
-    With ``realtime``, both also run at real-time priority where this
-    process may grant it (see :func:`realtime_prefix`); ``realtime`` in the
-    entry says which, or why not.
-    """
+    """Pin the server to one CPU and the load generator (and this process) to another, when we can;
+    with ``realtime``, both at real-time priority where allowed (:func:`realtime_prefix`).  Returns
+    the JSON's ``pinning`` entry, with ``server_prefix``/``load_prefix`` to put before each command."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     rt, rt_note = realtime_prefix() if realtime and not disabled else ([], "not asked for")
     off = {"enabled": False, "server_prefix": rt, "load_prefix": rt, "realtime": rt_note}
@@ -82,19 +64,9 @@ def choose_pinning(disabled: bool, realtime: bool = False) -> dict[str, object]:
 
 
 def realtime_prefix() -> tuple[list[str], str]:
-    """``(prefix, note)``: ``chrt -f 1`` (SCHED_FIFO, sched(7)) if this process may use it, else ``[]``.
-
-    Discussion: on a machine other work shares, a pinned server that sleeps
-    between messages waits for its core when it wakes: measured on the
-    2-core machine of the book's runs under a load average of 4, an echo
-    server was busy a quarter of each second, and messages/s measured the
-    scheduler's share instead of the server.  At the lowest real-time
-    priority it runs as soon as it is woken, as on an idle machine, while
-    the kernel's real-time throttling (sched_rt_runtime_us, 95% by default)
-    still leaves the other work a slice.  Without the right to it (not
-    root, no CAP_SYS_NICE or RLIMIT_RTPRIO), runs are as before, and the
-    note says so.
-    """
+    """``(prefix, note)``: ``chrt -f 1`` (SCHED_FIFO, sched(7)) if this process may use it, else ``[]``
+    and why not (benchmarks/README.md says why a server runs so; the kernel's real-time throttling,
+    sched_rt_runtime_us, still leaves other work a slice)."""
     if shutil.which("chrt") is None:
         return [], "chrt (util-linux) is not installed"
     try:
@@ -127,14 +99,9 @@ def cpu_seconds(process: ServerProcess) -> float | None:
 def pid_cpu_seconds(pid: int) -> float | None:
     """Process ``pid``'s own user + system CPU time, all its threads, in nanoseconds' precision;
     None where the platform does not give it (the caller falls back to /proc's ticks)."""
-    # Discussion: /proc/PID/stat (ServerProcess.cpu_seconds) counts in clock
-    # ticks, 10 ms each, which is coarse for a run that costs the server a
-    # few hundred milliseconds.  Linux also gives every process a CPU-time
-    # clock that any other process may read, in nanoseconds, covering all its
-    # threads, dead ones included: the clock id clock_getcpuclockid(3) would
-    # return is (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; see the
-    # kernel's posix-cpu-timers.c).  resource.getrusage cannot see another
-    # running process.
+    # /proc/PID/stat counts 10 ms ticks, coarse for a run of a few hundred ms.  Linux gives every
+    # process a CPU-time clock others may read: clock_getcpuclockid(3)'s id is (~pid << 3) | 2
+    # (CPUCLOCK_SCHED, process-wide; the kernel's posix-cpu-timers.c).
     if sys.platform != "linux":
         return None
     try:
@@ -148,13 +115,9 @@ CPU_SOURCE = ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
 
 
 def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[str, str] | None:
-    """Send ``GET /`` ``requests`` times, one after another, on one keep-alive connection.
-
-    The first answer says the server is up; the rest let it settle (caches,
-    a JIT, lazily built state) before it is measured.  Returns None when
-    every answer was 200 with the hello body, else ``(status, note)`` for the
-    run's record.  Each answer is awaited at most ``timeout`` seconds.
-    """
+    """Send ``GET /`` ``requests`` times on one keep-alive connection: the first answer says the
+    server is up, the rest let it settle.  Returns None when every answer was 200 with the hello
+    body, else ``(status, note)`` for the run's record; each answer waits ``timeout`` seconds at most."""
     done = 0
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
@@ -173,13 +136,8 @@ def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[st
 
 
 def realtime_self(cpu: int | None = None) -> str:
-    """Pin this process to ``cpu`` (default its first usable CPU) and run it at the lowest real-time
-    priority where allowed (sched(7), as :func:`realtime_prefix` does for a server); the JSON's note.
-
-    For an experiment that times code in its own process (and in the worker
-    processes it starts, which inherit both): another process on a shared
-    machine then neither preempts it nor shares its core.
-    """
+    """Pin this process (and the workers it starts, which inherit it) to ``cpu`` (default its first
+    usable CPU), at the lowest real-time priority where allowed (sched(7)); returns the JSON's note."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if not cpus:
         return "unpinned: no sched_setaffinity here"
@@ -193,12 +151,8 @@ def realtime_self(cpu: int | None = None) -> str:
 
 
 def raise_nofile(need: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE toward ``need`` (up to the hard limit); return it now.
-
-    Servers started from here inherit it.  The caller compares the result
-    with what it needs and says what does not fit (``ulimit -Hn`` raises
-    the hard limit).
-    """
+    """Raise this process's soft RLIMIT_NOFILE (servers started from here inherit it) toward ``need``,
+    up to the hard limit (``ulimit -Hn`` raises that); returns the limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = need if hard == resource.RLIM_INFINITY else min(need, hard)
     if soft != resource.RLIM_INFINITY and soft < target:

@@ -1,22 +1,9 @@
 # benchmarks/harness/profiling.py
-"""A loop served by hand, under cProfile if asked, and its profile summed by layer.
+"""A loop served by hand (:func:`serve_until_sigterm`), under cProfile if asked (:func:`profiled`),
+and its profile summed by layer (:func:`profile_summary`), for aio_changes.py and uv_changes.py.
 
-    serve_until_sigterm  run ``main(listener)`` on a loop until SIGTERM, optionally
-                         under cProfile on the process's CPU clock
-    profiled             start such a server, warm it up, load it, read its stats
-    profile_summary      the stats as text: time per request by layer, calls
-                         per request, the top ten functions
-
-benchmarks/aio_changes.py and uv_changes.py serve their variants and
-profile their servers through these.
-
-Rules this module keeps:
-
-  * A profile counts CPU time (``time.process_time``): a wait in epoll costs
-    nothing, as in the tables' CPU per request.
-  * A built-in that enters the kernel (socket methods, epoll) is a layer of
-    its own; any other built-in is counted in its callers' layers, split as
-    cProfile's per-caller times split it.
+A profile counts CPU time (``time.process_time``), as the tables' CPU per request does.  A built-in
+that enters the kernel is a layer of its own; any other is counted in its callers' layers.
 """
 
 from __future__ import annotations
@@ -45,12 +32,8 @@ Function = tuple[str, int, str]  # a pstats key: file, line, name
 
 
 async def _until_sigterm(main: Coroutine[Any, Any, None]) -> None:
-    # Discussion: the stages stop on a KeyboardInterrupt raised by the signal
-    # (tinyloop.serving.stop_on_sigterm), which may land inside any callback;
-    # one that lands in a transport's connection_lost leaves the Server
-    # waiting for a client that never detaches, and the process never exits.
-    # A server whose profile must be written on the way out stops the asyncio
-    # way instead: loop.add_signal_handler, a callback like any other.
+    # Not serving.stop_on_sigterm: its KeyboardInterrupt may land in a transport's connection_lost
+    # and leave the Server waiting for ever; a signal handler is a callback like any other.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     try:
         await main
@@ -159,14 +142,9 @@ def profiled(name: str, argv: tuple[str, ...], pinning: dict, warmup: int,
     GET / on one keep-alive connection, then ``load(process)``, which returns the requests
     it had answered.  Returns the stats and the requests served, the warm-up's included.
 
-    Raises RuntimeError when the warm-up fails (and what ``load`` raises).
-
-    Discussion: without the warm-up, tinyloop.aio's recv(2) came out four
-    times dearer than stdlib asyncio's in the profile, and not in the
-    table's runs, which warm up.  The cost of a recv depends on the
-    process's history (the likeliest reason: glibc's malloc serves a 256 KiB
-    buffer by mmap(2) until a large block has been freed once); warming up
-    as the tables do measures the steady state both share.
+    Raises RuntimeError when the warm-up fails (and what ``load`` raises).  Without the warm-up,
+    aio's recv(2) came out four times dearer than asyncio's (likeliest: glibc's malloc serves a
+    256 KiB buffer by mmap(2) until a large block was freed once), not so in the warmed-up tables.
     """
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "server.prof")

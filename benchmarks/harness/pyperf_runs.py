@@ -4,20 +4,11 @@
     values = pyperf_runs.run("benchmarks.aio_changes:TIMINGS", names, pyperf_runs.QUICK)
 
 pyperf's ``Runner`` owns its process's command line and runs the program
-again in every worker, so an experiment that also starts servers and writes
-tables hands its timings to a child: ``python -m
-benchmarks.harness.pyperf_runs MODULE:ATTR``, where ``MODULE.ATTR`` is a
-sequence of :class:`Timing`.  The child is a pyperf program like any other
-(calibration, warm-ups, worker processes pinned with ``--affinity``, every
-value kept), and writes pyperf's JSON, which :func:`run` reads back.
-
-Rules this module keeps:
-
-  * pyperf does the timing: each Timing's function runs ``loops`` of its
-    operation and returns the seconds they took; ``inner_loops`` divides by
-    the operations inside one loop, so each value is seconds per operation.
-  * The table is declared at import of its module, the same in every
-    process (pyperf's design); nothing here writes outside a temporary folder.
+again in every worker, so an experiment hands its timings to a child, ``python
+-m benchmarks.harness.pyperf_runs MODULE:ATTR``, where ``MODULE.ATTR`` is a
+sequence of :class:`Timing` declared at import (the same in every process).
+The child is a pyperf program like any other (calibration, warm-ups, worker
+processes, every value kept) and writes pyperf's JSON, which :func:`run` reads.
 """
 
 from __future__ import annotations
@@ -25,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,11 +49,12 @@ class Timing:
 
 
 def run(table: str, names: Sequence[str], options: Sequence[str] = DEFAULT, *,
-        cpu: int | None = None, timeout: float = 1800) -> dict[str, list[float]]:
+        cpu: int | None = None, timeout: float = 1800, keep: Path | None = None) -> dict[str, list[float]]:
     """Time the Timings ``names`` of ``table`` (``"module:ATTR"``) under pyperf, in a child.
 
     ``options`` are pyperf's (``DEFAULT``, ``QUICK``, or any ``--processes``...);
-    ``cpu`` pins the workers (``--affinity``).  Returns each name's values in
+    ``cpu`` pins the workers (``--affinity``); ``keep`` is where to copy pyperf's
+    own JSON (for ``python -m pyperf stats``).  Returns each name's values in
     seconds per operation, every worker's.  Raises ``RuntimeError`` with the
     child's output if it fails.
     """
@@ -78,6 +71,9 @@ def run(table: str, names: Sequence[str], options: Sequence[str] = DEFAULT, *,
         import pyperf  # the child has just run it: installed
         suite = pyperf.BenchmarkSuite.load(str(out))
         values = {bench.get_name(): list(bench.get_values()) for bench in suite.get_benchmarks()}
+        if keep is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out, keep)
     missing = [name for name in names if name not in values]
     if missing:
         raise RuntimeError(f"pyperf ran no benchmark named {', '.join(map(repr, missing))} in {table}")

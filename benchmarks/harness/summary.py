@@ -1,17 +1,10 @@
 # benchmarks/harness/summary.py
 """One noise rule and one summary of repeated measurements, for every experiment.
 
-Rules this module keeps:
-
-  * A figure is the median of the repetitions that succeeded, never the
-    mean: one repetition disturbed by the machine moves a mean, not a median.
-  * Its spread is the smallest and the largest of those repetitions.
-  * A row is *noisy* when its largest value is more than ``1 + NOISE`` times
-    its smallest (two or more repetitions); its median is then a weak figure,
-    and the tables say so.
-
-Standard library only, and no I/O: ``benchmarks.report`` (which the book
-imports while it builds) imports this.
+A figure is the median of the repetitions that succeeded (one disturbed
+repetition moves a mean, not a median), its spread their min and max; a row
+is *noisy* when its largest value is over ``1 + NOISE`` times its smallest.
+Standard library only, no I/O: the book imports this while it builds.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-__all__ = ["NOISE", "is_noisy", "median", "median_range", "slope", "spread", "summarize"]
+__all__ = ["NOISE", "is_noisy", "median", "median_range", "slope", "summarize"]
 
 # Repetitions further apart than this (max > min x 1.25) make a row noisy.
 NOISE = 0.25
@@ -29,12 +22,6 @@ def median(values: Iterable[float | None]) -> float | None:
     """The median of the values that are not None; None if there are none."""
     present = [value for value in values if value is not None]
     return statistics.median(present) if present else None
-
-
-def spread(values: Iterable[float | None]) -> list[float] | None:
-    """``[min, max]`` of the values that are not None; None if there are none."""
-    present = [value for value in values if value is not None]
-    return [min(present), max(present)] if present else None
 
 
 def is_noisy(low_high: list[float] | tuple[float, float] | None) -> bool:
@@ -51,20 +38,13 @@ def median_range(values: Iterable[float | None]) -> dict | None:
 def summarize(values: Iterable[float | None]) -> dict | None:
     """``{"median", "min", "max", "noisy"}`` of the values that are not None; None if none."""
     present = [value for value in values if value is not None]
-    if not present:
-        return None
-    low_high = spread(present)
-    return {"median": statistics.median(present), "min": low_high[0], "max": low_high[1],
-            "noisy": len(present) >= 2 and is_noisy(low_high)}
+    found = median_range(present)
+    return None if found is None else {**found, "noisy": len(present) >= 2 and is_noisy([found["min"], found["max"]])}
 
 
 def slope(points: Iterable[tuple[float, float]]) -> float | None:
-    """The least-squares slope of y on x through ``points`` ``(x, y)``; None with fewer than two x.
-
-    What one more of x adds to y (a connection's bytes, an idle descriptor's
-    microseconds): whatever every point shares, such as the interpreter's
-    own memory, drops out of it.
-    """
+    """The least-squares slope of y on x through ``points`` ``(x, y)``; None with fewer than two x:
+    what one more of x adds to y, whatever every point shares dropping out."""
     points = list(points)
     if len({x for x, _ in points}) < 2:
         return None

@@ -1,60 +1,22 @@
 # docs/_ext/book_bench.py
 #
-# The benchmark directives.  The book's numbers have one source, the JSON
-# that `bash scripts/benchmark.sh` writes (benchmarks/results/latest.json),
-# and one reader, benchmarks/report.py; these directives only put what the
-# reader returns on the page:
+# The benchmark directives.  The book's numbers have one source, the committed JSON under
+# benchmarks/results/, and one reader per experiment (benchmarks/report.py for the main run, each
+# experiment's own ``table``); these directives only put what the reader returns on the page:
 #
-#   {bench-table}   :load: a load's name (benchmarks/loads.py: ab-close,
-#                          ab-keepalive, wrk)                    (required)
-#                   :servers: a comma list of server names (default: all)
-#                   :notes: a comma list of report.FOOTNOTES keys to print
-#                          under the table (ratio, cpu, latency, failed, partial)
-#       the table from ``report.table(data, load, servers)``, titled with the
-#       load's command, followed by the notes on its failed or skipped rows
-#       (``report.footnotes``) and the machine it was measured on
-#       (``report.describe_machine``).
+#   {bench-table}   :load: (required) :servers: (comma list; default all) :notes: (report.FOOTNOTES keys)
+#   {bench-plot}    :load: (default every load) :servers: :alt:   a PNG drawn by report.plot
+#   {bench-chart}   :load: (required) :servers: :figure: cpu|rps  an inline SVG: bars at the median,
+#                   whiskers min to max
+#   {bench-journey} :load: (default wrk)   each stage in reading order, what it adds, CPU µs/request
+#   {bench-fairness}                       benchmarks/fairness.py's table (fairness.json)
+#   {bench-idle}    :figure: cpu|rps|p99|waits|fds   benchmarks/idle.py's table (idle.json)
 #
-#   {bench-plot}    :load: and :servers: as above (:load: may be omitted:
-#                          every load); :alt: text
-#       a PNG drawn by ``report.plot`` while the book builds.
-#
-#   {bench-chart}   :load: (required) and :servers: as above;
-#                   :figure: cpu (default: server CPU µs per request) or rps
-#       one chart per chapter, of the rows that chapter discusses: a bar per
-#       server at the median, a whisker from the repetitions' min to max,
-#       drawn as an inline SVG (text stays text) sized to read at 390 px.
-#
-#   {bench-journey} :load: (default wrk)
-#       the whole book in one picture: each stage in reading order, what it
-#       adds (the first clause of its summary in tinyloop/stages.py), and
-#       its CPU µs per request, as a table and a chart of the same rows.
-#
-#   {bench-fairness}   (no options)
-#       the table of benchmarks/fairness.py (fast requests' latency beside a
-#       slow handler) from benchmarks/results/fairness.json, through
-#       ``fairness.table(data) -> (header, rows)`` where it exists, else as
-#       the text ``fairness.render(data)`` prints.  Without the JSON, a note
-#       with the command that makes it.  Config: ``book_fairness_results``.
-#
-#   {bench-idle}       :figure: cpu (default), rps, p99, waits or fds
-#       the table of benchmarks/idle.py (each readiness stage's cost per
-#       request beside N idle connections) from benchmarks/results/idle.json,
-#       through ``idle.table(data, figure) -> (header, rows)``, with the
-#       load's command, ``idle.NOTES[figure]`` and the machine.  Without the
-#       JSON, a note with the command.  Config: ``book_idle_results``.
-#
-# Rules:
-#   * On a fresh clone there is no JSON yet.  That is not an error: each
-#     directive renders a note telling the reader how to make one, and the
-#     build passes.  Once the JSON exists, anything wrong (an unknown load,
-#     a server name neither a stage nor a peer, a schema report.py does not
-#     read) is a warning, so an error under -W; a known server that a partial
-#     run left out is a row saying "not run".
-#   * A page that shows results depends on the JSON and on report.py, so a
-#     new run rebuilds exactly those pages.
-#   * Config value ``book_bench_results`` points at another JSON (the tests
-#     use it for a fixture, and for a missing file).
+# Without the JSON (a fresh clone) a directive renders a note saying how to make it, and the build
+# passes; with it, anything wrong (an unknown load or server, another schema) is a warning, so an
+# error under -W; a known server a partial run left out is a row saying "not run".  A page depends
+# on its JSON and its reader.  Config values (book_bench_results, book_fairness_results,
+# book_idle_results) point at another JSON: the tests' fixtures.
 
 from __future__ import annotations
 
@@ -127,10 +89,53 @@ def _code_spans(text: str) -> list[nodes.Node]:
             for index, part in enumerate(text.split("``")) if part]
 
 
-class _BenchDirective(SphinxDirective):
+class _ResultsDirective(SphinxDirective):
+    """A directive rendered from an experiment's JSON: a subclass names its reader (``script``), the
+    JSON under benchmarks/results/, the config value pointing elsewhere, the command that writes it
+    and a word for the note; ``render(script, data)`` builds the nodes."""
+
     has_content = False
+    script = results = config_value = command = what = ""
+
+    def missing(self) -> str:
+        return f"No {self.what} results yet: run ``{self.command}``, then build the book again."
+
+    def read(self, script: ModuleType, path: Path) -> dict:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def run(self) -> list[nodes.Node]:
+        configured = getattr(self.config, self.config_value)
+        path = Path(configured) if configured else (
+            Path(self.env.app.confdir).parent / "benchmarks" / "results" / self.results)
+        self.env.note_dependency(str(path))  # even while missing: its arrival rebuilds the page
+        if not path.exists():
+            note = nodes.note()
+            note += nodes.paragraph("", "", *_code_spans(self.missing()))
+            return [note]
+        try:
+            script = importlib.import_module(self.script)
+            self.env.note_dependency(script.__file__)
+            return self.render(script, self.read(script, path))
+        except Exception as error:
+            return self._warn(f"{path}: {type(error).__name__}: {error}")
+
+    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
+        raise NotImplementedError
+
+    def _warn(self, message: str) -> list[nodes.Node]:
+        logger.warning("{%s}: %s", self.name, message, location=self.get_location())
+        return []
+
+
+class _BenchDirective(_ResultsDirective):
+    """The main run's directives: benchmarks/report.py reads latest.json; ``show`` builds the nodes."""
+
     option_spec = {"load": directives.unchanged_required, "servers": _name_list}
+    script, results, config_value = "benchmarks.report", "latest.json", "book_bench_results"
     load_required = True
+
+    def missing(self) -> str:
+        return NO_RESULTS
 
     def run(self) -> list[nodes.Node]:
         load = self.options.get("load")
@@ -139,18 +144,10 @@ class _BenchDirective(SphinxDirective):
             return self._warn(f":load: is required (one of {', '.join(known)})")
         if load is not None and load not in known:
             return self._warn(f"unknown load {load!r}; benchmarks/loads.py has {', '.join(known)}")
-        path = self._results_path()
-        # Depend on the file even while it is missing: its arrival rebuilds the page.
-        self.env.note_dependency(str(path))
-        if not path.exists():
-            note = nodes.note()
-            note += nodes.paragraph("", "", *_code_spans(NO_RESULTS))
-            return [note]
-        try:
-            report = importlib.import_module("benchmarks.report")
-            data = report.load(path)
-        except Exception as error:
-            return self._warn(f"cannot read {path}: {type(error).__name__}: {error}")
+        return super().run()
+
+    def read(self, report: ModuleType, path: Path) -> dict:
+        data = report.load(path)
         root = Path(self.env.app.confdir).parent
         try:
             shown = str(path.resolve().relative_to(root.resolve()))
@@ -159,25 +156,14 @@ class _BenchDirective(SphinxDirective):
         # Said under every table and plot: which results the book shows.
         data["_book_source"] = ("the committed reference run, " + shown
                                 if not self.config.book_bench_results else shown)
-        self.env.note_dependency(report.__file__)
-        try:
-            return self.render(report, data, load, self.options.get("servers") or None)
-        except Exception as error:
-            return self._warn(f"benchmarks/report.py: {type(error).__name__}: {error}")
+        return data
 
-    def _results_path(self) -> Path:
-        configured = self.config.book_bench_results
-        if configured:
-            return Path(configured)
-        return Path(self.env.app.confdir).parent / "benchmarks" / "results" / "latest.json"
+    def render(self, report: ModuleType, data: dict) -> list[nodes.Node]:
+        return self.show(report, data, self.options.get("load"), self.options.get("servers") or None)
 
-    def render(self, report: ModuleType, data: dict, load: str | None,
-               servers: list[str] | None) -> list[nodes.Node]:
+    def show(self, report: ModuleType, data: dict, load: str | None,
+             servers: list[str] | None) -> list[nodes.Node]:
         raise NotImplementedError
-
-    def _warn(self, message: str) -> list[nodes.Node]:
-        logger.warning("{%s}: %s", self.name, message, location=self.get_location())
-        return []
 
 
 def _machine(report: ModuleType, data: dict) -> nodes.paragraph:
@@ -198,8 +184,8 @@ class BenchTableDirective(_BenchDirective):
 
     option_spec = {**_BenchDirective.option_spec, "notes": _name_list}
 
-    def render(self, report: ModuleType, data: dict, load: str | None,
-               servers: list[str] | None) -> list[nodes.Node]:
+    def show(self, report: ModuleType, data: dict, load: str | None,
+             servers: list[str] | None) -> list[nodes.Node]:
         assert load is not None
         baseline = data.get("baseline") is not None
         if servers is None:
@@ -244,8 +230,8 @@ class BenchPlotDirective(_BenchDirective):
     option_spec = {**_BenchDirective.option_spec, "alt": directives.unchanged}
     load_required = False
 
-    def render(self, report: ModuleType, data: dict, load: str | None,
-               servers: list[str] | None) -> list[nodes.Node]:
+    def show(self, report: ModuleType, data: dict, load: str | None,
+             servers: list[str] | None) -> list[nodes.Node]:
         if servers is not None and load is not None:
             servers, not_run = split_servers(data, load, servers)
             if not servers:
@@ -361,8 +347,8 @@ class BenchChartDirective(_BenchDirective):
 
     option_spec = {**_BenchDirective.option_spec, "figure": directives.unchanged}
 
-    def render(self, report: ModuleType, data: dict, load: str | None,
-               servers: list[str] | None) -> list[nodes.Node]:
+    def show(self, report: ModuleType, data: dict, load: str | None,
+             servers: list[str] | None) -> list[nodes.Node]:
         assert load is not None
         figure = self.options.get("figure") or "cpu"
         if figure not in CHART_FIGURES:
@@ -384,8 +370,8 @@ class BenchJourneyDirective(_BenchDirective):
 
     load_required = False
 
-    def render(self, report: ModuleType, data: dict, load: str | None,
-               servers: list[str] | None) -> list[nodes.Node]:
+    def show(self, report: ModuleType, data: dict, load: str | None,
+             servers: list[str] | None) -> list[nodes.Node]:
         load = load or "wrk"
         stages = {stage.name: stage for stage in importlib.import_module("tinyloop.stages").STAGES}
         names = [name for name in JOURNEY if name in stages]
@@ -410,47 +396,7 @@ class BenchJourneyDirective(_BenchDirective):
                 _chart_node(chart_svg(rows, CHART_FIGURES["cpu"][1], salt, missing), caption, report, data)]
 
 
-class _ScriptResultsDirective(SphinxDirective):
-    """A benchmark script's results, from the JSON it writes: the shared part.
-
-    A subclass names the script's module, its JSON under benchmarks/results/,
-    the config value that points elsewhere (the tests' fixtures), the command
-    that writes it and a word for the note; ``render(script, data)`` builds
-    the nodes.  A missing JSON is a note with the command; anything wrong
-    with a JSON that exists is a warning.
-    """
-
-    has_content = False
-    script = ""          # e.g. "benchmarks.fairness"
-    results = ""         # e.g. "fairness.json"
-    config_value = ""    # e.g. "book_fairness_results"
-    command = ""         # what writes the JSON
-    what = ""            # "No {what} results yet"
-
-    def run(self) -> list[nodes.Node]:
-        configured = getattr(self.config, self.config_value)
-        path = Path(configured) if configured else (
-            Path(self.env.app.confdir).parent / "benchmarks" / "results" / self.results)
-        self.env.note_dependency(str(path))
-        if not path.exists():
-            note = nodes.note()
-            note += nodes.paragraph("", "", *_code_spans(
-                f"No {self.what} results yet: run ``{self.command}``, then build the book again."))
-            return [note]
-        try:
-            script = importlib.import_module(self.script)
-            self.env.note_dependency(script.__file__)
-            return self.render(script, json.loads(path.read_text(encoding="utf-8")))
-        except Exception as error:
-            logger.warning("{%s}: %s: %s: %s", self.name, path, type(error).__name__, error,
-                           location=self.get_location())
-            return []
-
-    def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
-        raise NotImplementedError
-
-
-class BenchFairnessDirective(_ScriptResultsDirective):
+class BenchFairnessDirective(_ResultsDirective):
     """``{bench-fairness}``: the fairness benchmark's table, from its JSON."""
 
     script, results, config_value, what = ("benchmarks.fairness", "fairness.json",
@@ -458,16 +404,12 @@ class BenchFairnessDirective(_ScriptResultsDirective):
     command = "python -m benchmarks.fairness --reference"
 
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
-        if not hasattr(script, "table"):
-            text = script.render(data)
-            return [nodes.literal_block(text, text, language="text", classes=["book-bench-text"])]
         header, rows = script.table(data)
         return [table(header, rows, classes=["book-bench"], numeric_from=2),
-                nodes.paragraph(classes=["book-bench-machine"],
-                                text=f"Measured on: {data.get('machine')}, {str(data.get('date'))[:10]}")]
+                _machine(importlib.import_module("benchmarks.report"), data)]
 
 
-class BenchIdleDirective(_ScriptResultsDirective):
+class BenchIdleDirective(_ResultsDirective):
     """``{bench-idle}``: the idle-connections benchmark's table for one figure, from its JSON."""
 
     option_spec = {"figure": directives.unchanged}

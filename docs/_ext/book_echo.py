@@ -1,27 +1,11 @@
 # docs/_ext/book_echo.py
 #
-# The Part III benchmark directives: the TCP echo benchmark and the loop
-# micro-benchmarks, each rendered from the JSON its script writes.  Like
-# book_bench's directives (whose shared base this module imports), they
-# only put on the page what the script's own ``table()`` returns:
+# The Part III benchmark directives, each rendered from its JSON by its experiment's own ``table()``
+# (book_bench's rules: without the JSON a note with the command, and the build passes; an unknown
+# size or operation is a warning, so an error under -W):
 #
-#   {bench-echo}    :size: a message size in KiB (1, 10 or 100; default:
-#                          every size the run measured, one table each)
-#       benchmarks/echo.py's table from benchmarks/results/echo.json:
-#       messages/s and CPU µs per message (each with its ratio to
-#       asyncio-protocol), MiB/s, p50/p99 in µs, the spread of the
-#       repetitions; then the client's command, the notes on skipped or
-#       failed rows, and the machine.  Config: ``book_echo_results``.
-#
-#   {bench-micro}   :op: call_soon, timer_cancel, sleep0 or create_task
-#                        (default: every operation, one table each)
-#       benchmarks/micro.py's table from benchmarks/results/micro.json:
-#       median ns per operation, operations per second, the ratio to
-#       asyncio, the spread.  Config: ``book_micro_results``.
-#
-# Rules (book_bench's): without the JSON, a note with the command that makes
-# it, and the build passes; with it, anything wrong (an unknown size or
-# operation) is a warning, so an error under -W.
+#   {bench-echo}    :size: KiB (default every size measured)   benchmarks/echo.py's table (echo.json)
+#   {bench-micro}   :op: (default every operation)            benchmarks/micro.py's table (micro.json)
 
 from __future__ import annotations
 
@@ -32,7 +16,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 
-from book_bench import _machine, _ScriptResultsDirective
+from book_bench import _machine, _ResultsDirective
 from book_tables import table
 
 __all__ = ["BenchEchoDirective", "BenchMicroDirective", "setup"]
@@ -45,7 +29,7 @@ def _paragraph(label: str, code: str, classes: str) -> nodes.paragraph:
     return line
 
 
-class BenchEchoDirective(_ScriptResultsDirective):
+class BenchEchoDirective(_ResultsDirective):
     """``{bench-echo}``: the echo benchmark's table for one message size, or for each."""
 
     option_spec = {"size": directives.positive_int}
@@ -96,10 +80,7 @@ class BenchMicroDirective(BenchEchoDirective):
             out.append(table(header, rows, title=f"{op['name']}: {op['what']}",
                              classes=["book-bench"], numeric_from=1))
         out.append(_paragraph("Command: ", data["command"], "book-bench-command"))
-        line = nodes.paragraph(classes=["book-bench-machine"])
-        line += nodes.emphasis("Measured on: ", "Measured on: ")
-        line += nodes.Text(script.describe(data))
-        out.append(line)
+        out.append(_machine(script, data))
         return out
 
 
