@@ -16,14 +16,17 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from benchmarks.harness.layout import cpu_list, cpu_set, usable_cpus
 from benchmarks.harness.machine import ROOT
 from benchmarks.realworld import notfaster_apps, notfaster_bench, services
-from benchmarks.realworld.notfaster_apps import APPS, DSN_ENV, PATH, ROWS_ENV
+from benchmarks.realworld.notfaster_apps import APPS, PATH
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("postgres-notfaster")]  # pytest-timeout: a stack that hangs fails the test
 
@@ -40,7 +43,7 @@ def _start(manager):
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[services.PG]:
+def pg() -> Iterator[services.Service]:
     manager = services.postgres(rows=ROWS)
     pg = _start(manager)
     try:
@@ -67,19 +70,21 @@ def _group_members(pgid: int) -> list[int]:
 
 @pytest.mark.parametrize("name", ["gunicorn-falcon", "uvicorn-starlette-aio", "aiohttp-aio"])
 def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
-        name: str, pg: services.PG, tmp_path: Path) -> None:
+        name: str, pg: services.Service, tmp_path: Path) -> None:
     app = BY_NAME[name]
     if app.missing():
         pytest.skip(app.missing())
-    env = {**os.environ, DSN_ENV: pg.dsn, ROWS_ENV: str(pg.rows)}
-    log = tmp_path / "app.log"
-    with notfaster_bench.start_app(app, 2, env, None, log) as (process, port):
-        manager = services.nginx([port])
+    with notfaster_bench.start_app(app, 2, pg, None, tmp_path / "app.log") as server:
+        manager = services.nginx([server.port])
         proxy = _start(manager)
         try:
             url = f"http://127.0.0.1:{proxy.port}{PATH}"
-            bodies = [notfaster_bench.wait_ready(url, process, log) for _ in range(5)]
-            workers = services.descendants(process.pid)
+            bodies = []
+            for _ in range(5):
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    bodies.append(response.read())
+            pgid = server.process.pid
+            workers = psutil.Process(pgid).children(recursive=True)
         finally:
             manager.__exit__(None, None, None)
     for body in bodies:
@@ -88,12 +93,11 @@ def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
         assert 1 <= row["id"] <= ROWS and row["value"] == f"value {row['id']}", (
             f"{name} should return the row PostgreSQL holds for its key, got {row}")
     assert workers, f"{name} was started with 2 workers but had no child process"
-    assert proxy.process.poll() is not None, "nginx should be stopped after the run"
+    assert not psutil.pid_exists(proxy.pid), "nginx should be stopped after the run"
     deadline = time.monotonic() + 10
-    while _group_members(process.pid) and time.monotonic() < deadline:
+    while _group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert process.poll() is not None, f"{name}'s first process should be gone after the run"
-    assert not _group_members(process.pid), f"{name} left processes behind: {_group_members(process.pid)}"
+    assert not _group_members(pgid), f"{name} left processes behind: {_group_members(pgid)}"
 
 
 def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_only(
@@ -102,7 +106,7 @@ def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_on
     if app.missing():
         pytest.skip(app.missing())
     # A configuration on a loop that cannot import: it must become a skipped row, with the reason.
-    monkeypatch.setitem(notfaster_apps.NOTFASTER_LOOPS, "nowhere", "tinyloop.nowhere:new_event_loop")
+    monkeypatch.setitem(notfaster_apps.LOOPS, "nowhere", "tinyloop.nowhere:new_event_loop")
     nowhere = notfaster_apps.App("aiohttp-nowhere", "aiohttp", "nowhere", "async")
     monkeypatch.setattr(notfaster_bench, "APPS", (*APPS, nowhere))
     # As a new user types it: --quick, no --out; the committed results stay as they were.
@@ -130,14 +134,14 @@ def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_on
 
 
 def test_cpu_lists_and_the_default_layout() -> None:
-    assert services.cpu_list([0, 1, 2, 5]) == "0-2,5"
-    assert services.cpu_list([3]) == "3"
-    assert services.cpu_set("0-2,5") == {0, 1, 2, 5}
+    assert cpu_list([0, 1, 2, 5]) == "0-2,5"
+    assert cpu_list([3]) == "3"
+    assert cpu_set("0-2,5") == {0, 1, 2, 5}
     layout = notfaster_bench.default_layout()
-    usable = services.usable_cpus()
+    usable = usable_cpus()
     if len(usable) >= 2:
-        load = services.cpu_set(layout.load)
-        rest = services.cpu_set(layout.app)
+        load = cpu_set(layout.load)
+        rest = cpu_set(layout.app)
         assert load and rest and not load & rest, "the load generator gets cores of its own"
         assert layout.proxy == layout.app == layout.db, "nginx, the app and PostgreSQL share the rest"
         assert load | rest == set(usable)

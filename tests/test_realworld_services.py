@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from benchmarks.harness import layout
 from benchmarks.realworld import services
 
 pytestmark = pytest.mark.timeout(60)  # pytest-timeout: a service that hangs fails the test
@@ -47,7 +48,7 @@ def test_postgres_starts_answers_through_asyncpg_and_is_removed() -> None:
         assert os.path.isdir(pg.directory) and _alive(pg.pid), "postgres should be running in its directory"
         assert pg.dsn == f"postgresql://postgres@127.0.0.1:{pg.port}/bench"
         assert "PostgreSQL" in pg.version, f"the version line names the server: {pg.version!r}"
-        assert os.path.exists(os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}")), "the Unix socket is in socket_dir"
+        assert os.path.exists(os.path.join(pg.directory, f".s.PGSQL.{pg.port}")), "the Unix socket is in directory"
 
         async def query() -> tuple[int, str, int]:
             connection = await asyncpg.connect(pg.dsn, timeout=10)
@@ -125,5 +126,5 @@ def test_missing_postgres_raises_service_missing_naming_the_package(monkeypatch:
 
 
 def test_cpu_list_parsing() -> None:
-    assert services.cpu_set("0,2-3") == {0, 2, 3}
-    assert services.cpu_set([1]) == {1}
+    assert layout.cpu_set("0,2-3") == {0, 2, 3}
+    assert layout.cpu_set([1]) == {1}

@@ -1,35 +1,20 @@
 # benchmarks/realworld/notfaster_apps.py
-#
-# The applications of "Async Python is not faster" (Cal Paterson, 2020),
-# rebuilt for the book: one endpoint, written once per framework, that reads
-# one row of PostgreSQL by a random key and returns it as JSON.
-#
-#   GET /row  ->  200 {"id": 123, "value": "value 123"}
-#
-#   gunicorn-falcon         gunicorn's sync workers (one request at a time
-#                           per process, preempted by the kernel), Falcon
-#                           (WSGI), a psycopg 3 connection pool
-#   uvicorn-starlette-LOOP  uvicorn + Starlette (ASGI), an asyncpg pool, on
-#                           each loop of NOTFASTER_LOOPS
-#   aiohttp-LOOP            aiohttp's own server, an asyncpg pool, on each
-#                           loop, several worker processes sharing one socket
-#
-# Rules this file keeps:
-#   * The same work everywhere: one indexed SELECT on a primary key, a
-#     random key in 1..rows, the row as a two-field JSON object.  Only the
-#     server, the framework, the driver and the loop change between rows.
-#   * The loops come from benchmarks/peers/echo_server.py's LOOPS (imported,
-#     not copied), ``uv`` among them; a loop that
-#     does not import is a skipped row, with the ImportError's words.
-#   * Every pool is opened inside the worker process, after the fork: a
-#     database connection is a socket with a conversation's state, and two
-#     processes must never share one.
-#   * Everything a command needs is in its argument list and two environment
-#     variables (NOTFASTER_DSN, NOTFASTER_ROWS), so the harness and the test
-#     start the same commands, and a reader can paste them into a shell.
-#
-# Usage (the harness does this; by hand, from the repository's root):
-#   python -m benchmarks.realworld.notfaster_apps aiohttp --loop aio --workers 2 --port 8001
+"""The applications of "Async Python is not faster" (Cal Paterson, 2020), rebuilt for the book.
+
+One endpoint, ``GET /row -> 200 {"id": 123, "value": "value 123"}``: one indexed SELECT of a random
+key in 1..rows of services.postgres()'s ``items``, as JSON.  Only the server, the framework, the
+driver and the loop change between the rows of APPS:
+
+    gunicorn-falcon         gunicorn's sync workers, Falcon (WSGI), a psycopg 3 connection pool
+    uvicorn-starlette-LOOP  uvicorn + Starlette (ASGI), an asyncpg pool, on each loop of LOOPS
+    aiohttp-LOOP            aiohttp's own server, an asyncpg pool, on each loop, N forked workers
+
+The loops are benchmarks/peers/echo_server.py's LOOPS.  Every pool opens inside its worker, after
+the fork (two processes must never share a connection).  A command needs only its arguments and
+NOTFASTER_DSN, NOTFASTER_ROWS, so the harness, the test and a reader start the same one:
+
+    python -m benchmarks.realworld.notfaster_apps aiohttp --loop aio --workers 2 --port 8001
+"""
 
 from __future__ import annotations
 
@@ -40,57 +25,33 @@ import os
 import random
 import signal
 import sys
-import time
 from dataclasses import dataclass
 
 from benchmarks.harness.machine import ROOT
 from benchmarks.peers.echo_server import LOOPS, loop_factory, stop_event
 from tinyloop.serving import announce, listen, log, stop_on_sigterm
 
-__all__ = ["APPS", "ASYNC_POOL", "NOTFASTER_LOOPS", "PATH", "SYNC_POOL", "App", "aiohttp_app",
-           "falcon_app", "loop_factory", "loop_missing", "main", "starlette_app"]
-
 DSN_ENV = "NOTFASTER_DSN"    # a libpq URI: "postgresql://postgres@127.0.0.1:PORT/bench"
 ROWS_ENV = "NOTFASTER_ROWS"  # how many rows the table holds: keys are 1..rows
 PATH = "/row"
-
-# The table is services.postgres()'s items(id int primary key, value text),
-# ids 1..rows: the article's shape (an integer key, a text column).  Each
-# driver has its placeholder style: psycopg takes %s (PEP 249's "format"),
-# asyncpg PostgreSQL's own $1 (it sends the query to the server as is).
+# Each driver's placeholder: psycopg's %s (PEP 249 "format"), asyncpg's PostgreSQL-native $1.
 QUERY_PSYCOPG = "SELECT id, value FROM items WHERE id = %s"
 QUERY_ASYNCPG = "SELECT id, value FROM items WHERE id = $1"
-
-# Pool sizes per worker process, (min, max) connections.
-# Discussion: the article gave each sync worker a psycopg2 pool of 1 to 4
-# connections and each async worker aiopg's default pool, 1 to 10.  A sync
-# worker serves one request at a time, so it never holds more than one of
-# its connections: its pool only saves the connect per request.  An async
-# worker holds one connection per request in flight, so its pool's maximum
-# is how many queries one process can have waiting on PostgreSQL at once;
-# past 10 a request waits for a connection inside the app.  We keep the
-# article's maxima.  We open the async pool full at start (min = max), so
-# that no measured request pays for a connect, and the sync pool with its
-# one connection (min 1), which is all a sync worker ever uses.
+# Pool sizes per worker process, (min, max) connections: the article's maxima (psycopg2 1-4 per
+# sync worker, aiopg's 10 per async one).  A sync worker only ever uses one; an async worker's
+# maximum is how many of its queries may wait on PostgreSQL at once.  The async pool opens full,
+# so that no measured request pays for a connect.
 SYNC_POOL = (1, 4)
 ASYNC_POOL = (10, 10)
 
-# Loop name -> "module:function" returning a new event loop: the echo
-# benchmark's table (Part IV's ``uv`` is a row of it), by import.
-NOTFASTER_LOOPS: dict[str, str] = LOOPS
-
 
 def loop_missing(name: str) -> str | None:
-    """None when loop ``name`` imports here, else the reason it does not (the error's message).
-
-    AttributeError counts too: a stage still being built (a directory of
-    .pyx sources with no extension built yet) imports as an empty namespace
-    package, without the factory.
-    """
+    """None when loop ``name`` imports here, else why not (AttributeError too: an extension not
+    built yet imports as an empty namespace package)."""
     try:
         loop_factory(name)
     except (ImportError, AttributeError) as exc:
-        return f"{NOTFASTER_LOOPS[name]}: {exc}"
+        return f"{LOOPS[name]}: {exc}"
     return None
 
 
@@ -98,8 +59,6 @@ def _settings() -> tuple[str, int]:
     """``(dsn, rows)`` from the environment; KeyError names the missing variable."""
     return os.environ[DSN_ENV], int(os.environ[ROWS_ENV])
 
-
-# --- sync: gunicorn + Falcon + psycopg_pool ---------------------------------
 
 # marker: notfaster-falcon begin
 class RowResource:
@@ -128,8 +87,6 @@ def falcon_app():
     return app
 # marker: notfaster-falcon end
 
-
-# --- async: uvicorn + Starlette + asyncpg -----------------------------------
 
 # marker: notfaster-starlette begin
 def starlette_app():
@@ -161,8 +118,6 @@ def starlette_app():
     return Starlette(routes=[Route(PATH, row)], lifespan=lifespan)
 # marker: notfaster-starlette end
 
-
-# --- async: aiohttp + asyncpg -----------------------------------------------
 
 # marker: notfaster-aiohttp begin
 def aiohttp_app():
@@ -209,23 +164,17 @@ async def _serve_aiohttp(sock, name: str) -> None:
 def serve_aiohttp(loop_name: str, workers: int, port: int) -> None:
     """Bind one socket, fork ``workers`` processes that each serve it on loop ``loop_name``.
 
-    The parent only supervises: on SIGTERM or Ctrl-C it passes SIGTERM to
-    every worker and waits for them; if a worker dies on its own, the parent
-    stops the others and exits with status 1 (a benchmark row must fail
-    loudly, not go on with fewer workers).
+    As gunicorn and uvicorn do: the parent listens once, before any loop exists, and every worker
+    accepts on the inherited socket.  The parent only supervises: on SIGTERM or Ctrl-C it passes
+    SIGTERM to the workers and waits for them; if a worker dies, it stops the others and exits 1
+    (a benchmark row must fail loudly, not go on with fewer workers).
     """
-    # Discussion: gunicorn and uvicorn do the same: the parent binds and
-    # listens once, and every forked worker inherits the listening socket
-    # and calls accept() on it; the kernel hands each new connection to one
-    # of the waiting workers.  Forking before any loop exists keeps each
-    # worker's loop, selector and pool its own.
     factory = loop_factory(loop_name)
     name = f"aiohttp-{loop_name}"
     sock = listen("127.0.0.1", port)
     children: list[int] = []
     for _ in range(workers):
-        pid = os.fork()
-        if pid == 0:  # the worker
+        if (pid := os.fork()) == 0:  # the worker
             status = 0
             try:
                 with asyncio.Runner(loop_factory=factory) as runner:
@@ -252,62 +201,34 @@ def serve_aiohttp(loop_name: str, workers: int, port: int) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        _stop_children(children)
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+        for pid in children:  # the harness SIGKILLs a worker that does not stop
+            os.waitpid(pid, 0)
     sys.exit(status)
 
 
-def _stop_children(children: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM each child, wait up to ``timeout`` seconds in all, then SIGKILL the rest."""
-    for pid in children:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while children:
-        for pid in list(children):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.remove(pid)
-        if children and time.monotonic() > deadline:
-            for pid in children:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            children.clear()
-        time.sleep(0.05)
-
-
-# --- the table of configurations --------------------------------------------
-
 @dataclass(frozen=True)
 class App:
-    """One row of the benchmark: a server, a framework and (for async) a loop.
-
-    ``command(port, workers)`` is the argument list that serves GET /row on
-    127.0.0.1:``port`` with ``workers`` processes, run from the repository's
-    root with NOTFASTER_DSN and NOTFASTER_ROWS set.
-    """
+    """One row of the benchmark: a server, a framework and (for async) a loop."""
 
     name: str
     server: str          # "gunicorn", "uvicorn" or "aiohttp"
-    loop: str | None     # a NOTFASTER_LOOPS key, None for sync workers
+    loop: str | None     # a LOOPS key, None for sync workers
     kind: str            # "sync" or "async"
 
     def command(self, port: int, workers: int) -> list[str]:
-        python = sys.executable
-        module = "benchmarks.realworld.notfaster_apps"
+        """The argument list that serves GET /row on 127.0.0.1:``port`` with ``workers`` processes."""
+        python, module = sys.executable, "benchmarks.realworld.notfaster_apps"
         if self.server == "gunicorn":
             return [python, "-m", "gunicorn", "--chdir", str(ROOT), "--workers", str(workers),
                     "--worker-class", "sync", "--bind", f"127.0.0.1:{port}", "--backlog", "1024",
                     "--log-level", "warning", f"{module}:falcon_app()"]
         if self.server == "uvicorn":
-            # Discussion: uvicorn >= 0.36 takes "--loop module:callable" and
-            # calls that callable for each worker's new loop (it hands it to
-            # asyncio.Runner as loop_factory), so every loop, ours included,
-            # runs under uvicorn's own command line, workers and all.
+            # uvicorn >= 0.36 takes "--loop module:callable" and calls it for each worker's loop.
             return [python, "-m", "uvicorn", "--app-dir", str(ROOT), "--factory",
                     "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-                    "--loop", NOTFASTER_LOOPS[self.loop], "--backlog", "1024",
+                    "--loop", LOOPS[self.loop], "--backlog", "1024",
                     "--no-access-log", "--log-level", "warning", f"{module}:starlette_app"]
         if self.server == "aiohttp":
             return [python, "-m", module, "aiohttp", "--loop", self.loop,
@@ -329,15 +250,15 @@ class App:
 
 APPS: tuple[App, ...] = (
     App("gunicorn-falcon", "gunicorn", None, "sync"),
-    *(App(f"uvicorn-starlette-{loop}", "uvicorn", loop, "async") for loop in NOTFASTER_LOOPS),
-    *(App(f"aiohttp-{loop}", "aiohttp", loop, "async") for loop in NOTFASTER_LOOPS),
+    *(App(f"uvicorn-starlette-{loop}", "uvicorn", loop, "async") for loop in LOOPS),
+    *(App(f"aiohttp-{loop}", "aiohttp", loop, "async") for loop in LOOPS),
 )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the not-faster endpoint with aiohttp on any loop.")
     parser.add_argument("server", choices=("aiohttp",))
-    parser.add_argument("--loop", choices=tuple(NOTFASTER_LOOPS), default="asyncio")
+    parser.add_argument("--loop", choices=tuple(LOOPS), default="asyncio")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--port", type=int, default=8001)
     args = parser.parse_args(argv)

@@ -1,34 +1,21 @@
 # benchmarks/realworld/tornado_app.py
-#
-# The application of the Tornado article (a 2017 post that measured tornado
-# on its own IOLoop, on asyncio and on uvloop), rebuilt for tornado 6 and
-# run on any asyncio loop:
-#
-#   GET /hello        a short string, no I/O: the framework and the loop alone
-#   GET /upstream     the body of GET / on a local upstream HTTP server,
-#                     fetched with tornado's AsyncHTTPClient
-#   GET /db           one row of items read and updated in a transaction,
-#                     random id, through an asyncpg pool
-#   GET /db-connect   the same work on a connection opened for this request
-#                     and closed after it: the article's "short connection"
-#
-# Rules this file keeps:
-#   * Only the loop changes between rows.  The loop is picked by name from
-#     the loop table the other Part V apps use (benchmarks/peers/
-#     echo_server.py's LOOPS, which notfaster_apps extends with Part IV's
-#     ``uv``), and handed to asyncio.Runner: tornado 6 has no loop of its own
-#     any more, its IOLoop is a face on whatever asyncio loop runs.
-#   * The pool and the HTTP client are made inside the running loop, after
-#     it exists: both keep sockets registered with the loop that made them.
-#   * Everything the app needs is in its arguments, so the harness and the
-#     test start the same command and a reader can paste it into a shell.
-#
-# Usage (the harness does this; by hand, from the repository's root):
-#   python -m benchmarks.realworld.tornado_app --loop aio --port 8001 \
-#       --dsn postgresql://postgres@127.0.0.1:5432/bench --rows 1000 \
-#       --upstream http://127.0.0.1:8002/
-# It prints ``tinyloop: serving tornado-LOOP on http://127.0.0.1:PORT/``
-# when it listens, and stops cleanly on SIGTERM or Ctrl-C.
+"""The application of the Tornado article (a 2017 post that measured tornado on its own IOLoop, on
+asyncio and on uvloop), rebuilt for tornado 6 and run on any asyncio loop:
+
+    GET /hello        a short string, no I/O: the framework and the loop alone
+    GET /upstream     the body of GET / on a local upstream server, fetched with AsyncHTTPClient
+    GET /db           one row of items read and updated in a transaction, through an asyncpg pool
+    GET /db-connect   the same on a connection opened for this request: the article's "short connection"
+
+Only the loop changes between rows: picked by name from benchmarks/peers/echo_server.py's LOOPS and
+handed to asyncio.Runner (tornado 6's IOLoop is a face on whatever asyncio loop runs).  The pool and
+the HTTP client are made inside the running loop, which their sockets belong to.  Run by hand as the
+harness runs it; it prints ``tinyloop: serving tornado-LOOP on http://127.0.0.1:PORT/`` when it
+listens, and stops cleanly on SIGTERM or Ctrl-C:
+
+    python -m benchmarks.realworld.tornado_app --loop aio --port 8001 \\
+        --dsn postgresql://postgres@127.0.0.1:5432/bench --rows 1000 --upstream http://127.0.0.1:8002/
+"""
 
 from __future__ import annotations
 
@@ -42,12 +29,9 @@ import tornado.httpclient
 import tornado.httpserver
 import tornado.web
 
-from benchmarks.realworld.notfaster_apps import NOTFASTER_LOOPS as LOOPS
-from benchmarks.realworld.notfaster_apps import loop_factory, loop_missing
-from benchmarks.peers.echo_server import stop_event
+from benchmarks.peers.echo_server import LOOPS, loop_factory, stop_event
+from benchmarks.realworld.notfaster_apps import loop_missing
 from tinyloop.serving import announce, listen, log
-
-__all__ = ["HANDLERS", "HELLO", "LOOPS", "POOL", "TornadoApp", "loop_missing", "main", "serve"]
 
 HELLO = "Hello, tornado"  # /hello's body
 # Handler name -> path; the harness measures them in this order.
