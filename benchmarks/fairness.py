@@ -3,51 +3,31 @@
 
     python -m benchmarks.fairness                   every server, with and without a compute load
     python -m benchmarks.fairness --quick           two servers, few requests: a look
-    python -m benchmarks.fairness --reference       maintainers: the book's benchmarks/results/fairness.json and .txt
     python -m benchmarks.fairness --servers coroutines,threaded --requests 200 --repeat 5
     python -m benchmarks.fairness --profile callbacks,coroutines --reference     the book's profile.txt
 
-Each row starts one server and sends ``--requests`` fast ``GET /`` requests
-from ``--clients`` keep-alive connections, each client pausing a random 1 to
-10 ms between requests, and records every request's latency.  In the rows
-with a background load, one more client meanwhile asks ``GET /compute?ms=50``
-again and again: a handler that computes for 50 ms.  Each row runs
-``--repeat`` times, interleaved with the others (the harness's fold: each
-figure the median of the repetitions, p99 with its min-max).  The servers:
+Per row: a fresh server (warmed up, stopped in ``finally``), ``--requests``
+fast ``GET /`` from ``--clients`` keep-alive clients, each pausing 1 to 10 ms
+(random.Random(seed): a rerun sends the same sequence), latency measured by
+the client from just before the send to the end of the answer.  In the rows
+with a background load one more client meanwhile asks ``GET
+/compute?ms=50`` again and again.  The servers:
 
     threaded             a thread per connection (Part 0): the kernel preempts
     coroutines           one thread, cooperative: a handler runs until it awaits
     coroutines+thread    the same, each handler call run in a thread pool
     coroutines+yield     the same, /compute giving the loop back every 1 ms
 
-With ``--profile STAGES`` it measures something else: each stage's server
-runs under cProfile (enabled around ``serve()`` only, after the imports,
-counting CPU time, so that waiting in epoll_wait costs nothing)
-while ``ab -k -n 2000 -c 10`` loads it, and the time is summed by layer:
-reactor, tasks and futures, streams, HTTP, system calls.
-
-Latency is measured by the client, in this process, from just before the
-request is sent to the end of its response.  The server runs on CPU 0 and
-this process on CPU 1 (where the machine has two), so they do not take turns
-on one core (the harness's pinning).  Not at the harness's real-time
-priority: under SCHED_FIFO a thread runs until it blocks, so the threaded
-server's waiting thread never got the core to ask for the GIL (p50 beside
-/compute 45 ms, not 4), and at nice -20 a quiet server's p99 was still 15-28
-ms at load 13: run it on a quiet machine.  Loopback only, bounded in
-requests and time.
+The server runs on one CPU and the clients on the other, but not at
+real-time priority: under SCHED_FIFO the threaded server's waiting thread
+never got the core to ask for the GIL (p50 beside /compute 45 ms, not 4).
+Run it on a quiet machine.  ``--profile STAGES`` instead runs each stage
+under cProfile (CPU time, around ``serve()`` only) while ``ab -k -n 2000
+-c 10`` loads it, and sums the time by layer into profile.txt.
 """
-
-# Rules this file keeps:
-#   * One fresh server process per row, warmed up before measuring, stopped
-#     in ``finally``.
-#   * Nothing random that is not seeded: the pauses between requests come
-#     from random.Random(seed), so a rerun sends the same sequence.
-#   * The JSON holds everything the table shows and how it was measured; the
-#     text table is rendered from it and nothing else.
 
 from __future__ import annotations
 
-import collections
 import os
 import pstats
 import random
@@ -64,8 +44,8 @@ from collections.abc import Sequence
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
 from benchmarks.harness.machine import ROOT
-from benchmarks.harness.process import choose_pinning
-from benchmarks.harness.profiling import SYSCALLS
+from benchmarks.harness.process import choose_names, choose_pinning
+from benchmarks.harness.profiling import SYSCALLS, by_layer
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -253,11 +233,7 @@ def profile_stage(stage: str, requests: int, prefix: Sequence[str] = ()) -> str:
             if run.returncode != 0:
                 raise RuntimeError(f"ab failed: {run.stderr.strip()}")
         stats = pstats.Stats(out)
-    layers: collections.Counter[str] = collections.Counter()
-    calls: dict[str, int] = {}
-    for function, (_, ncalls, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        layers[_layer(function)] += tottime
-        calls[pstats.func_std_string(function)] = ncalls
+    layers = by_layer(stats, _layer)  # _layer names every function's layer: own time only
     total = sum(layers.values())
     lines = [f"{stage}: ab -k -n {requests} -c 10, cProfile on serve(); "
              f"{total * 1e3:.0f} ms of CPU time ({total / requests * 1e6:.0f} us per request)", ""]
@@ -291,11 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile.txt')))}")
         return 0
-    chosen = [name.strip() for name in (args.servers or ",".join(QUICK["servers"] if args.quick else SERVERS)
-                                        ).split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in SERVERS]
-    if unknown:
-        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+    chosen = choose_names(args.servers, list(SERVERS), "server", list(QUICK["servers"] if args.quick else SERVERS))
     requests = args.requests or (QUICK["requests"] if args.quick else 400)
     repeat = args.repeat or (1 if args.quick else 3)
     clock = experiment.Clock()
