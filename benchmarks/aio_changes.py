@@ -21,14 +21,12 @@ aio_changes.json and .txt (the text rendered from the JSON alone);
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import contextvars
 import functools
 import gc
 import math
-import os
 import selectors
 import socket
 import statistics
@@ -41,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import servers
-from benchmarks.harness import experiment, output, pyperf_runs
+from benchmarks.harness import experiment, output, pyperf_runs, variants
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
-from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
+from benchmarks.harness.profiling import profile_summary, profiled, serve_until_sigterm
 from benchmarks.harness.summary import median_range
 from benchmarks.harness.render import align
 from benchmarks.loads import Load, Settings
-from benchmarks.loads import run as loads_run
 from benchmarks.run import measure
 from tinyloop import stages
 from tinyloop.aio import events, selector_events
@@ -664,16 +661,9 @@ def conclusion(data: dict) -> str:
 
 def profile_server(name: str, requests: int, pinning: dict, warmup: int) -> str:
     """Profile recipe ``name`` under ``ab -k -n REQUESTS -c 10`` after ``warmup`` GET /; the text by layer."""
-    def ab(process: Any) -> int:
-        settings = Settings(requests={"ab-k-c10": requests}, duration=1.0, socket_timeout=5.0, run_timeout=300.0)
-        with tempfile.TemporaryDirectory() as workdir:
-            result, _, text = loads_run(LOADS["ab-k-c10"], f"http://127.0.0.1:{process.port}/", settings,
-                                        Path(workdir), pinning["load_prefix"])
-        if not result.completed or result.failed:
-            raise RuntimeError(f"ab failed: {result.error or text.strip()[-200:]}")
-        return requests
-
-    stats, served = profiled(name, server(name).argv, pinning, warmup, ab)
+    settings = Settings(requests={"ab-k-c10": requests}, duration=1.0, socket_timeout=5.0, run_timeout=300.0)
+    stats, served = profiled(name, server(name).argv, pinning, warmup,
+                             lambda process: variants.run_load(LOADS["ab-k-c10"], settings, process.port, pinning))
     return profile_summary(stats, served, f"{name} ({RECIPES[name].summary}): {warmup} GET / to warm up, "
                                           f"then ab -k -n {requests} -c 10")
 
@@ -689,16 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{k}={v}" for k, v in DEFAULTS["requests"].items()) + f"; --quick {QUICK['requests']})")
     parser.add_argument("--warmup", type=int, help=f"keep-alive GET / before each load (default {DEFAULTS['warmup']})")
     parser.add_argument("--timeout", type=float, default=5.0, help="ab's -s, seconds (default 5)")
-    parser.add_argument("--pyperf", default=" ".join(pyperf_runs.DEFAULT),
-                        help=f"pyperf's options for the per-operation timings (default {' '.join(pyperf_runs.DEFAULT)!r})")
-    parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
-    parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
-    parser.add_argument("--profile", nargs="?", const="aio,aio-streams,aio-sock,asyncio-protocol", metavar="SERVERS",
-                        help="instead: profile these servers under ab -k -c 10, by layer, into profile_aio.txt "
-                             "beside the JSON (default aio,aio-streams,aio-sock,asyncio-protocol)")
-    parser.add_argument("--serve", choices=sorted(RECIPES), help="instead: run one server (as the runs do)")
-    parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
-    parser.add_argument("--profile-to", help=argparse.SUPPRESS)  # --serve under cProfile, stats written here
+    variants.add_arguments(parser, sorted(RECIPES), "aio,aio-streams,aio-sock,asyncio-protocol",
+                           "under ab -k -c 10, by layer, into profile_aio.txt")
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.serve, args.port, args.profile_to)
@@ -710,22 +692,18 @@ def main(argv: list[str] | None = None) -> int:
         requests = args.requests or (QUICK["requests"] if args.quick else DEFAULTS["requests"]["ab-k-c10"])
         text = "\n".join(profile_server(name, requests, pinning, warmup)
                          for name in choose_names(args.profile, list(RECIPES), "server", []))
-        text += f"\n{display(['python', '-m', 'benchmarks.aio_changes', *argv])}\n" \
-                f"load average {os.getloadavg()[0]:.2f} at the end\n"
-        print(text, end="")
-        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_aio.txt')))}")
-        return 0
+        return variants.write_profile(text, "aio_changes", argv, out.with_name("profile_aio.txt"))
     chosen_keys = choose_names(args.changes, keys, "change", keys)
     chosen = [] if args.no_servers else [c for c in CHANGES if c.key in chosen_keys]
     micro = [] if args.no_micro else [m for m in MICRO if m.key in chosen_keys]
     repeat = args.repeat or base["repeat"]
     requests = {name: args.requests or (QUICK["requests"] if args.quick else n)
                 for name, n in DEFAULTS["requests"].items()}
-    options = pyperf_runs.QUICK if args.quick else args.pyperf.split()
+    options, cpu = variants.pyperf_settings(args, pinning)
     settings = Settings(requests=requests, duration=1.0, socket_timeout=args.timeout, run_timeout=120.0)
     clock = experiment.Clock()
     records = run_servers(chosen, settings, repeat, warmup, pinning) if chosen else []
-    micro_rows = measure_micro(micro, options, int(pinning["server_cpus"]) if pinning.get("enabled") else None)
+    micro_rows = measure_micro(micro, options, cpu)
     values = len(micro_rows[0]["with"]["samples"]) if micro_rows else None  # pyperf's values per figure
     data = experiment.document(
         "aio_changes", argv, clock, pinning=pinning, tools={"ab": servers.tool_versions().get("ab")},

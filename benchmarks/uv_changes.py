@@ -37,11 +37,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from benchmarks import echo, loads, micro, servers, syscalls, uv_variants
 from benchmarks import run as http_run
-from benchmarks.harness import experiment, output, pyperf_runs
+from benchmarks.harness import experiment, output, pyperf_runs, variants
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
@@ -52,7 +51,6 @@ from tinyloop import stages
 from tinyloop.aio.server import serve_on
 from tinyloop.aio.unix_events import Loop as AioLoop
 from tinyloop.aio.unix_events import SelectorEventLoop
-from tinyloop.testing import ServerProcess
 
 # Seconds per wrk run (whole: wrk's -d takes no fraction) and per echo run after its warm-up.
 DEFAULTS = {"repeat": 5, "duration": 2, "echo_duration": 1.5, "echo_warmup": 0.5, "warmup": 1000, "timeout": 5.0,
@@ -319,16 +317,8 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
     """Step ``key``'s HTTP server under cProfile: ``warmup`` GET / on one keep-alive
     connection, then ``wrk -t1 -c 100 -d DURATION``; the summary by layer, as text."""
     settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-
-    def wrk(process: ServerProcess) -> int:
-        with tempfile.TemporaryDirectory() as workdir:
-            result, _, text = loads.run(loads.get("wrk"), f"http://127.0.0.1:{process.port}/", settings,
-                                        Path(workdir), pinning["load_prefix"])
-        if not result.completed or result.failed:
-            raise RuntimeError(f"wrk: {result.error or text.strip()[-200:]}")
-        return result.completed
-
-    stats, served = profiled(f"http:{key}", server(key, "http").argv, pinning, warmup, wrk)
+    stats, served = profiled(f"http:{key}", server(key, "http").argv, pinning, warmup,
+                             lambda process: variants.run_load(loads.get("wrk"), settings, process.port, pinning))
     on_uv = key.startswith("uv")
     text = profile_summary(stats, served, f"{key} ({_STEPS[key].move}): {warmup} GET / to warm up, "
                                           f"then wrk -t1 -c 100 -d {duration:g}s", _COUNTED,
@@ -419,28 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
                        ("timeout", "seconds a load generator waits on a silent server")):
         default, quick = DEFAULTS[name.replace("-", "_")], QUICK[name.replace("-", "_")]
         parser.add_argument(f"--{name}", type=type(default), help=f"{what} (default {default}; --quick {quick})")
-    parser.add_argument("--pyperf", default=" ".join(pyperf_runs.DEFAULT),
-                        help=f"pyperf's options for the per-operation timings (default {' '.join(pyperf_runs.DEFAULT)!r})")
-    parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
-    parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
-    parser.add_argument("--profile", nargs="?", const="uv,aio", metavar="STEPS",
-                        help="instead: profile these steps' HTTP servers under wrk -t1 -c 100, by layer, into "
-                             "profile_uv.txt beside the JSON (default uv,aio: after and before, under the same load)")
+    variants.add_arguments(parser, list(_STEPS), "uv,aio", "(steps' HTTP servers) under wrk -t1 -c 100, by layer, "
+                                                          "into profile_uv.txt")
     parser.add_argument("--syscalls", nargs="?", const="uv/no-batching,uv", metavar="STEPS",
                         help="instead: count these steps' system calls per request or echoed message under "
                              "strace, with the loads of --loads, into uv_changes_syscalls.txt beside the JSON "
                              "(default uv/no-batching,uv)")
-    parser.add_argument("--serve", choices=list(_STEPS), help="instead: run one server (as the runs do)")
     parser.add_argument("--app", choices=("http", "echo"), default="http", help="--serve's program (default http)")
-    parser.add_argument("--port", type=int, default=8000, help="--serve's port (default 8000; 0: any free)")
-    parser.add_argument("--profile-to", help=argparse.SUPPRESS)  # --serve under cProfile, stats written here
     return parser
-
-
-def _write(text: str, path: Path) -> int:
-    print(text, end="")
-    print(f"wrote {output.relative(output.write_text(text, path))}", file=sys.stderr)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -466,13 +442,14 @@ def main(argv: list[str] | None = None) -> int:
         text += ("\nServer system calls per answered request (wrk) or echoed message (echo), strace -c -f on the "
                  f"server over one run (benchmarks/syscalls.py); {command}; load average {os.getloadavg()[0]:.2f} "
                  "at the end\n")
-        return _write(text, out.with_name("uv_changes_syscalls.txt"))
+        print(text, end="")
+        print(f"wrote {output.relative(output.write_text(text, out.with_name('uv_changes_syscalls.txt')))}")
+        return 0
     if args.profile:
         keys = choose_names(args.profile, steps, "step", steps)
         prepare_builds(keys)
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"]) for key in keys)
-        text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
-        return _write(text, out.with_name("profile_uv.txt"))
+        return variants.write_profile(text, "uv_changes", argv, out.with_name("profile_uv.txt"))
     keys = [] if args.no_servers else [key for key in steps if key in choose_names(args.steps, steps, "step", steps)]
     prepare_builds(keys)
     if keys and set(ECHO_SIZES) & set(load_names):
@@ -485,8 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             [(load, key) for load in load_names for key in keys], value["repeat"],
             lambda cell: measure(cell[1], cell[0], value, pinning, Path(workdir)),
             lambda cell: f"{cell[0]:<12} {cell[1]:<18}", lambda r: f"{r['cpu_us'] or 0:.1f} µs CPU  {r['rate'] or 0:.0f}/s")
-    options = pyperf_runs.QUICK if args.quick else args.pyperf.split()
-    cpu = int(pinning["server_cpus"]) if pinning.get("enabled") else None
+    options, cpu = variants.pyperf_settings(args, pinning)
     versions = servers.tool_versions()
     data = experiment.document("uv_changes", argv, clock, pinning=pinning,
                                tools={"wrk": versions.get("wrk"), "cc": versions.get("cc")},
