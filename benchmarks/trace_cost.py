@@ -2,46 +2,24 @@
 """What do the instrument hooks cost, off and on, on tinyloop.aio and tinyloop.uv?
 
     python -m benchmarks.trace_cost                every loop and variant, counted (a few minutes)
-    python -m benchmarks.trace_cost --quick        fewer requests, for a look
+    python -m benchmarks.trace_cost --quick        a tenth of the operations, for a look
     python -m benchmarks.trace_cost --reference    maintainers: the book's benchmarks/results/trace_cost.*
 
-Counted in CPU instructions under valgrind's callgrind, like
-benchmarks/instructions.py (whose reasons hold here: a count does not move
-with the machine's load, a time on a shared two-core machine does).  Two
-workloads, on 127.0.0.1 only:
+Counted in CPU instructions under valgrind's callgrind, as benchmarks/instructions.py
+counts (a count does not move with the machine's load).  Two workloads on 127.0.0.1:
+``http``, the server's instructions per keep-alive GET / (HTTPProtocol, one
+request at a time from a client in this process, not counted), and
+``callbacks``, per callback of a call_soon chain.  Each figure is
+(count(N + DELTA) - count(N)) / DELTA, so start-up cancels out; with --repeat
+R, the median of R.  Workers run with PYTHONHASHSEED=0.  The variants of each loop:
 
-    http        the server's instructions per request on keep-alive HTTP:
-                the book's HTTPProtocol (tinyloop/aio/server.py) on the loop,
-                run under callgrind, answering GET / on one connection from a
-                client in this process (not counted), one request at a time
-    callbacks   instructions per callback: a chain of call_soon callbacks,
-                each scheduling the next (the loop's hot path alone)
-
-Each figure is (count(N + DELTA) - count(N)) / DELTA, so start-up, imports
-and the connection's set-up cancel out; with --repeat R, the median of R
-such figures (the JSON keeps each, and their spread).  The workers run
-with PYTHONHASHSEED=0, so that two runs lay out their dicts alike.  The variants of each loop:
-
-    no hooks    the loop without its hook sites: the baseline of the issue's
-                "<= 2 % when off".  aio: NoHookSites below, a subclass whose
-                iteration helpers are Part II's without the instrument tests.
-                uv: the extension built from a copy of its sources in which
-                every test of the C flag is the constant False, so the C
-                compiler drops the sites (benchmarks/uv_variants.py's
-                ``no-sites``; the product ships no switch for it).  uv's
-                other rows use ``shipped``, a build of the same sources,
-                unchanged, beside it, not the installed one
+    no hooks    the baseline of "<= 2 % when off": aio's NoHookSites (below);
+                uv built with every test of the C flag the constant False
+                (benchmarks/uv_variants.py's ``no-sites``; uv's other rows run
+                its ``shipped`` build of the same sources, beside it)
     off         the loop as shipped, no instrument installed
-    no-op       an instrument with every hook, each doing nothing: the cost
-                of the dispatch alone
+    no-op       an instrument with every hook, each doing nothing: the dispatch alone
     recorder    tinyloop.trace's Recorder, the flight recorder
-
-Rules this file keeps:
-  * The workloads are the same for every variant; only the loop differs.
-  * The JSON holds every figure the table shows and how it was measured.
-  * The uv builds are benchmarks/uv_variants.py's (its rules: under
-    benchmarks/results/local/build/uv/, rebuilt when the sources change,
-    under the shared build lock).
 """
 
 from __future__ import annotations
@@ -59,16 +37,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import types
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
-from benchmarks.harness.machine import ROOT, display, fingerprint, version_line
-from benchmarks.harness.output import add_arguments, json_path, write_json, write_text
-from benchmarks.harness.summary import summarize
 from benchmarks import uv_variants
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import ROOT, version_line
+from benchmarks.harness.summary import median
 from tinyloop.aio.server import HTTPProtocol
 from tinyloop.aio.unix_events import SelectorEventLoop
 from tinyloop.callbacks import loop as reactor
@@ -77,22 +53,21 @@ from tinyloop.testing import recv_response
 from tinyloop.trace.instrument import HOOKS
 from tinyloop.trace.recorder import Recorder
 
-SCHEMA = "tinyloop-trace-cost/2"
 LOOPS = ("aio", "uv")
 VARIANTS = ("no hooks", "off", "no-op", "recorder")
-MESSAGE = b"x" * 64
 REQUEST = b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n"
 # Operations in the short and the long run of each count (--quick: a tenth).
 SETTINGS = {"http": (200, 2_000), "callbacks": (1_000, 20_000)}
 
 
 class _WithoutHookSites(ast.NodeTransformer):
-    """A method's syntax tree as it would be without its hook sites.
+    """A method's syntax tree without its hook sites: ``X._instrument is not None`` becomes
+    False (``is None``: True), an ``and``/``or`` made constant is folded, and an ``if`` on a
+    constant keeps the branch that runs, as the C compiler does to uv's ``no-sites`` build.
 
-    Each test ``X._instrument is not None`` becomes False (``is None``:
-    True), a ``not``/``and``/``or`` that this makes constant is folded, and
-    an ``if`` on a constant keeps only the branch that runs: what the C
-    compiler does to uv's ``no-sites`` build, done here to Python.
+    Discussion: a textual edit is not the same code.  CPython 3.11 compiles
+    ``x or False`` to one more jump, and ``if False:`` to a NOP, so the
+    baseline would run instructions the hookless loop would not.
     """
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
@@ -122,12 +97,9 @@ class _WithoutHookSites(ast.NodeTransformer):
 
 
 def without_hook_sites(method: Callable[..., Any], owner: type) -> Callable[..., Any]:
-    """``method`` recompiled from its source by :class:`_WithoutHookSites`, as a method of ``owner``.
-
-    It runs in its own module's globals; a zero-argument ``super()`` in it
-    means ``super(owner, self)``.  Raises ValueError if the method has no
-    hook site to drop (the variant would measure nothing).
-    """
+    """``method`` recompiled from its source by :class:`_WithoutHookSites`, as a method of ``owner``
+    (its module's globals; a zero-argument ``super()`` means ``super(owner, self)``).  Raises
+    ValueError if it has no hook site to drop (the variant would measure nothing)."""
     source = textwrap.dedent(inspect.getsource(method))
     tree = ast.parse(source)
     before = ast.dump(tree)
@@ -151,16 +123,10 @@ def without_hook_sites(method: Callable[..., Any], owner: type) -> Callable[...,
 
 
 class NoHookSites(SelectorEventLoop):
-    """tinyloop.aio's iteration as it would be without its hook sites.
-
-    Each iteration step that holds a hook site is the loop's own, rebuilt
-    from its source without the ``self._instrument`` tests (see
-    without_hook_sites, below the class): aio's _run_ready (which goes
-    straight to the handles, as asyncio's _run_once does), and Part II's
-    _compute_timeout, _process_events and _move_due_timers.  Nothing is
-    copied, so the variant follows the loop.  The transports' tests around
-    each read and write stay: both rows pay them.
-    """
+    """tinyloop.aio's iteration without its hook sites: aio's _run_ready and Part II's
+    _compute_timeout, _process_events and _move_due_timers, rebuilt from the loop's own
+    source by without_hook_sites (so the variant follows the loop).  The transports'
+    tests around each read and write stay: both rows pay them."""
 
 
 for _owner, _name in ((SelectorEventLoop, "_run_ready"), (reactor.Loop, "_compute_timeout"),
@@ -186,7 +152,7 @@ def uv_build(variant: str) -> str:
 def make_loop(loop_name: str, variant: str) -> asyncio.AbstractEventLoop:
     """A new loop of ``loop_name`` ("aio" or "uv") set up as ``variant``.
 
-    For uv, whichever tinyloop.uv._loop is imported: the worker's use_build
+    For uv, whichever tinyloop.uv._loop is imported: the worker's uv_variants.use
     first selects the build (uv_build).
     """
     if loop_name == "uv":
@@ -215,46 +181,6 @@ def callbacks(loop: asyncio.AbstractEventLoop, number: int) -> None:
 
     loop.call_soon(step)
     loop.run_forever()
-
-
-class _PingPong(asyncio.Protocol):
-    def __init__(self, done: asyncio.Future | None, number: int) -> None:
-        self.done, self.left = done, number
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        if self.done is not None:  # the client serves first
-            transport.write(MESSAGE)
-
-    def data_received(self, data: bytes) -> None:
-        if self.done is None:
-            self.transport.write(data)  # the server echoes
-            return
-        self.left -= 1
-        if self.left:
-            self.transport.write(MESSAGE)
-        elif not self.done.done():
-            self.done.set_result(None)
-
-
-def echo(loop: asyncio.AbstractEventLoop, number: int) -> None:
-    """``number`` round trips of a 64-byte message over TCP on 127.0.0.1 (both ends on ``loop``)."""
-
-    async def main() -> None:
-        server = await loop.create_server(lambda: _PingPong(None, 0), "127.0.0.1", 0)
-        done = loop.create_future()
-        port = server.sockets[0].getsockname()[1]
-        transport, _ = await loop.create_connection(lambda: _PingPong(done, number), "127.0.0.1", port)
-        await done
-        transport.close()
-        server.close()
-        await server.wait_closed()
-
-    loop.run_until_complete(main())
-
-
-WORKLOADS: dict[str, Callable[[asyncio.AbstractEventLoop, int], None]] = {
-    "callbacks": callbacks, "echo": echo}
 
 
 def serve_one_connection(loop: asyncio.AbstractEventLoop, announce: Callable[[int], None]) -> None:
@@ -332,21 +258,11 @@ def _collected(loop_name: str, variant: str, workload: str, number: int) -> int:
 
 
 def count(pool: concurrent.futures.Executor, loop_name: str, variant: str, workload: str,
-          short: int, delta: int) -> concurrent.futures.Future:
-    """A future of the instructions per operation: (long run - short run) / delta."""
+          short: int, delta: int) -> Callable[[], float]:
+    """Start the two runs of one figure; returns what waits for them and gives the instructions
+    per operation, (long run - short run) / delta (RuntimeError if a run failed)."""
     runs = [pool.submit(_collected, loop_name, variant, workload, n) for n in (short + delta, short)]
-    result: concurrent.futures.Future = concurrent.futures.Future()
-
-    def done(_: Any) -> None:
-        if all(run.done() for run in runs) and not result.done():
-            try:
-                result.set_result((runs[0].result() - runs[1].result()) / delta)
-            except Exception as error:  # noqa: BLE001 - handed to the caller
-                result.set_exception(error)
-
-    for run in runs:
-        run.add_done_callback(done)
-    return result
+    return lambda: (runs[0].result() - runs[1].result()) / delta
 
 
 def render(data: dict[str, Any]) -> str:
@@ -373,58 +289,65 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def conclusion(data: dict[str, Any]) -> str:
+    """The run in one line: what the hooks cost when off, against the loop without them."""
+    parts = []
+    for loop_name in data["loops"]:
+        counts = data["counts"][loop_name]
+        cells = [f"{counts['off'][w] / counts['no hooks'][w] - 1:+.1%} per {what}"
+                 for w, what in (("http", "request"), ("callbacks", "callback"))
+                 if all(isinstance(counts[v].get(w), float) for v in ("off", "no hooks"))]
+        parts.append(f"{loop_name} {', '.join(cells) or 'not counted'}")
+    return "trace_cost: instructions with the hooks off, against no hook sites: " + "; ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
+    argv = sys.argv[1:] if argv is None else argv
+    parser = experiment.parser("trace_cost", __doc__, repeat=1, pin=False)
     parser.add_argument("--loops", default=",".join(LOOPS), help="aio,uv (default both)")
-    parser.add_argument("--repeat", type=int, default=1, help="counts per figure, median (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once (default 2)")
     parser.add_argument("--worker", nargs=4, metavar=("LOOP", "VARIANT", "WORKLOAD", "N"), help=argparse.SUPPRESS)
-    add_arguments(parser, "trace_cost.json")
     args = parser.parse_args(argv)
     if args.worker:
         loop_name, variant, workload, number = args.worker
         _worker(loop_name, variant, workload, int(number))
         return 0
-    out = json_path(parser, args, "trace_cost.json")
+    out = output.json_path(parser, args, "trace_cost.json")
     if shutil.which("valgrind") is None:
-        print("trace_cost.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
-        return 2
+        raise SystemExit("trace_cost needs valgrind (Debian: apt-get install valgrind)")
     loops = [name for name in args.loops.split(",") if name]
+    repeat = args.repeat or 1
     settings = {w: (s // 10, d // 10) if args.quick else (s, d) for w, (s, d) in SETTINGS.items()}
     if "uv" in loops:
         print("building tinyloop.uv with and without hook sites ...", flush=True)
         for build in ("shipped", "no-sites"):  # once, before the workers need them
             uv_variants.build(build)
-    data: dict[str, Any] = {
-        "schema": SCHEMA, "command": display([sys.executable, *sys.argv]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000"),
-        "machine": fingerprint(), "valgrind": version_line(["valgrind", "--version"]),
-        "quick": args.quick, "settings": {w: {"n": s, "delta": d} for w, (s, d) in settings.items()},
-        "repeat": args.repeat, "loops": loops, "variants": list(VARIANTS), "counts": {}, "spread": {}}
-    started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {(loop_name, variant, workload): [count(pool, loop_name, variant, workload, *settings[workload])
-                                                    for _ in range(args.repeat)]
+    clock = experiment.Clock()
+    data = experiment.document("trace_cost", argv, clock, settings={
+        "quick": args.quick, "repeat": repeat, **{w: {"n": s, "delta": d} for w, (s, d) in settings.items()}})
+    data.update(valgrind=version_line(["valgrind", "--version"]), loops=loops, variants=list(VARIANTS),
+                counts={}, spread={})
+    pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+    try:
+        figures = {(loop_name, variant, workload): [count(pool, loop_name, variant, workload, *settings[workload])
+                                                    for _ in range(repeat)]
                    for loop_name in loops for variant in VARIANTS for workload in ("http", "callbacks")}
-        for (loop_name, variant, workload), repeats in futures.items():
+        for (loop_name, variant, workload), repeats in figures.items():
             row = data["counts"].setdefault(loop_name, {}).setdefault(variant, {})
             try:
-                values = [future.result() for future in repeats]
+                values = [figure() for figure in repeats]
             except RuntimeError as error:
                 row[workload] = f"not counted: {error}"
-            else:
-                row[workload] = summarize(values)["median"]
-                data["spread"].setdefault(loop_name, {}).setdefault(variant, {})[workload] = values
-            print(f"{loop_name:4} {variant:9} {workload:9} {row[workload]:>12,.0f} instructions/op"
-                  if isinstance(row[workload], float) else f"{loop_name} {variant} {workload}: {row[workload]}",
-                  flush=True)
-    data["seconds"] = round(time.monotonic() - started)
-    write_json(data, out)
-    table = render(data)
-    write_text(table, out.with_suffix(".txt"))
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.txt')} in {data['seconds']} s")
+                print(f"{loop_name} {variant} {workload}: {row[workload]}", flush=True)
+                continue
+            row[workload] = median(values)
+            data["spread"].setdefault(loop_name, {}).setdefault(variant, {})[workload] = values
+            print(f"{loop_name:4} {variant:9} {workload:9} {row[workload]:>12,.0f} instructions/op", flush=True)
+    finally:  # on Ctrl-C or SIGTERM, no run that has not started yet
+        pool.shutdown(cancel_futures=True)
+    data["elapsed_s"] = clock.elapsed()
+    text = render(data)
+    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
     return 0
 
 

@@ -6,30 +6,21 @@
     import tinyloop.uv                 # now runs the variant's extension
 
 The product ships no benchmark switch: a design an experiment compares
-against is built here, from a copy of tinyloop/uv's sources and setup.py,
-changed one way, with the shipped build's flags.  The variants:
+against is built here from a copy of tinyloop/uv's sources and setup.py,
+changed one way (a patch must apply exactly, ``patch --fuzz=0``, or the
+build fails: a variant never silently measures the shipped code):
 
-    shipped            the sources unchanged (a peer built beside the others,
-                       by the same compiler, so that only the change differs)
-    no-sites           every test of the instrument flag made the constant
-                       False, so the C compiler drops the hook sites
-                       (benchmarks/trace_cost.py's "no hooks")
+    shipped            unchanged, built beside the others by the same compiler
+    no-sites           every test of the instrument flag the constant False, so
+                       the C compiler drops the hook sites (trace_cost's "no hooks")
     no-batching        write() hands every write to uv_try_write at once
-                       (benchmarks/uv_patches/no-batching.patch;
-                       benchmarks/uv_changes.py's ``uv/no-batching``)
+                       (uv_patches/no-batching.patch; uv_changes' ``uv/no-batching``)
     timer-per-handle   one uv_timer_t per call_later, in libuv's heap
-                       (uvloop's design; benchmarks/uv_patches/timer-per-handle.patch)
+                       (uvloop's design; uv_patches/timer-per-handle.patch)
 
-Rules this module keeps:
-  * One builder for every experiment: a variant is a name and an edit of
-    the sources, nothing else.
-  * A patch applies exactly (``patch --fuzz=0``) or the build fails and
-    says so: a variant never silently measures the shipped code.
-  * Builds go to benchmarks/results/local/build/uv/VARIANT/ (ignored by
-    git) and are made under the shared build lock
-    (/tmp/tinyloop-uv-build.lock), held from a second check to the stamp; a
-    build is reused while the sources, the patches and this file are
-    unchanged, and using one takes no lock (a server must start in seconds).
+Builds go to benchmarks/results/local/build/uv/VARIANT/ (ignored by git),
+made under the shared build lock and reused while the sources, the patches
+and this file are unchanged; using one takes no lock.
 """
 
 from __future__ import annotations
@@ -48,7 +39,7 @@ from typing import Any
 
 from benchmarks.harness.output import LOCAL
 
-__all__ = ["BUILD", "VARIANTS", "build", "use", "use_build", "without_sites"]
+__all__ = ["BUILD", "VARIANTS", "build", "use", "without_sites"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = LOCAL / "build" / "uv"
@@ -100,13 +91,9 @@ def _sources() -> list[Path]:
 
 
 def build(variant: str) -> Path:
-    """Build ``variant`` of tinyloop.uv._loop (a key of VARIANTS); returns the extension's path.
-
-    Copies tinyloop/uv/*.pyx, *.pxd and setup.py under BUILD/VARIANT, edits
-    the copy, and runs ``setup.py build_ext --inplace`` there.  Skipped when
-    a build of the same inputs is there.  Raises KeyError for an unknown
-    variant, RuntimeError if the patch or the build fails.
-    """
+    """Build ``variant`` of tinyloop.uv._loop (a key of VARIANTS) under BUILD/VARIANT, unless a
+    build of the same inputs is there; returns the extension's path.  Raises KeyError for an
+    unknown variant, RuntimeError if the patch or the build fails."""
     edit = VARIANTS[variant]
     sources = _sources()
     inputs = [*sources, ROOT / "setup.py", Path(__file__).resolve(), *sorted(PATCHES.glob("*.patch"))]
@@ -146,23 +133,16 @@ class _Redirect:
         self.path = path
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "tinyloop.uv._loop":
-            return None
-        return importlib.util.spec_from_file_location(fullname, self.path)
-
-
-def use_build(path: Path) -> None:
-    """Make ``import tinyloop.uv`` load the extension at ``path``; before any import of it.
-
-    Raises RuntimeError if tinyloop.uv._loop is imported already.
-    """
-    if "tinyloop.uv._loop" in sys.modules:
-        raise RuntimeError("tinyloop.uv._loop is already imported")
-    sys.meta_path.insert(0, _Redirect(path))
+        return importlib.util.spec_from_file_location(fullname, self.path) if fullname == "tinyloop.uv._loop" else None
 
 
 def use(variant: str) -> Path:
-    """Build ``variant`` (see build) and make this process's ``import tinyloop.uv`` load it; its path."""
+    """Build ``variant`` (see build) and make this process's ``import tinyloop.uv`` load it; its path.
+
+    Raises RuntimeError if tinyloop.uv._loop is imported already (too late to choose).
+    """
+    if "tinyloop.uv._loop" in sys.modules:
+        raise RuntimeError("tinyloop.uv._loop is already imported")
     path = build(variant)
-    use_build(path)
+    sys.meta_path.insert(0, _Redirect(path))
     return path
