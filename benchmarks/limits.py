@@ -3,41 +3,21 @@
 
     python -m benchmarks.limits                          every stage of this checkout: the table
     python -m benchmarks.limits --quick                  three stages, short windows: a look
-    python -m benchmarks.limits --stages epoll,epoll-et  some stages
     git worktree add /tmp/before COMMIT                  the servers as they were before a change...
-    python -m benchmarks.limits --before /tmp/before --reference
-                                                         ...measured beside this checkout's: the book's
-                                                         benchmarks/results/limits.json and .txt
+    python -m benchmarks.limits --before /tmp/before     ...measured beside this checkout's
 
-For each stage, a server starts with a soft RLIMIT_NOFILE of ``--limit``
-(set in the child by ``tinyloop.testing.ServerProcess``), one keep-alive
-client connects and is answered, and then ``2 x --limit`` clients connect
-at once: more than the server has descriptors for, so its accept fails with
-EMFILE and the rest wait in the kernel's accept queue.  Then, while the
-server is full:
-
-    cpu        the server's CPU time over ``--window`` seconds of wall time,
-               as a share of one core (from /proc/PID/stat)
-    keeper ms  the median time the keep-alive client waits for an answer
-               (``--asks`` requests), to show whether the other clients pay
-    alive      whether the process is still running
-
-and after every client has closed:
-
-    new client seconds until a new client is answered (or "never" after
-               ``--recovery`` seconds)
-
-``--before DIR`` runs the servers of another checkout too (``python -P -m
-tinyloop`` with PYTHONPATH=DIR), with this checkout's measuring code, so
-both columns are measured the same way in the same run.  Stages the other
-checkout does not have are marked n/a.
+Per stage: a server with a soft RLIMIT_NOFILE of ``--limit``, one keep-alive
+client answered, then ``2 x --limit`` clients at once, so its accept fails
+with EMFILE and the rest wait in the accept queue.  While it is full:
+``cpu``, its CPU time over ``--window`` s of wall time (/proc/PID/stat, a
+share of one core); ``keeper ms``, the keep-alive client's median wait over
+``--asks`` requests; whether it is ``alive``.  After every client left:
+``new client``, seconds until a new one is answered ("never" past
+``--recovery``).  ``--before DIR`` also runs another checkout's servers
+(``python -P -m tinyloop`` with PYTHONPATH=DIR), interleaved, with this
+checkout's measuring code; a stage it lacks is n/a.  Loopback only, every
+socket with a time-out, every server stopped.
 """
-
-# Rules this file keeps:
-#   * Servers get loopback traffic only, a bounded number of connections,
-#     and every socket a timeout; each run stops its server.
-#   * The JSON holds every figure the table shows and how it was measured;
-#     the table is rendered from the JSON and nothing else.
 
 from __future__ import annotations
 
@@ -51,6 +31,7 @@ from pathlib import Path
 
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import ROOT
+from benchmarks.harness.render import align
 from tinyloop import stages
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -123,37 +104,29 @@ def recovery(server: ServerProcess, limit: float) -> float | None:
 
 
 def render(data: dict) -> str:
+    """The JSON's rows as an aligned text table, a column group per checkout, then what the columns mean."""
     s = data["settings"]
     trees = [t for t in ("before", "after") if any(t in row for row in data["rows"])]
-    lines = [f"At the descriptor limit: RLIMIT_NOFILE {s['limit']}, {2 * s['limit']} clients connect;"
-             f" server CPU over {s['window']:g} s",
-             ""]
-    head = f"  {'stage':<12}"
-    for tree in trees:
-        head += f"  {tree + ': CPU':>12} {'keeper ms':>9} {'new client':>10}"
-    lines += [head, "  " + "-" * (len(head) - 2)]
-    for row in data["rows"]:
-        line = f"  {row['stage']:<12}"
-        for tree in trees:
-            line += "  " + cells(row.get(tree))
-        lines.append(line.rstrip())
-    lines += ["",
-              "  CPU: share of one core while full;  keeper ms: median answer time of the keep-alive client",
-              f"  meanwhile;  new client: seconds until one is answered after the others leave"
-              f" (never: not within {s['recovery']:g} s).",
-              f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]
-    return "\n".join(lines) + "\n"
+    header = ["stage", *(name for tree in trees for name in (f"{tree}: CPU", "keeper ms", "new client"))]
+    rows = [[row["stage"], *(text for tree in trees for text in cells(row.get(tree)))] for row in data["rows"]]
+    return "\n".join([
+        f"At the descriptor limit: RLIMIT_NOFILE {s['limit']}, {2 * s['limit']} clients connect;"
+        f" server CPU over {s['window']:g} s", "", *("  " + line for line in align(header, rows)), "",
+        "  CPU: share of one core while full;  keeper ms: median answer time of the keep-alive client",
+        f"  meanwhile;  new client: seconds until one is answered after the others leave"
+        f" (never: not within {s['recovery']:g} s).",
+        f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]) + "\n"
 
 
-def cells(record: dict | None) -> str:
+def cells(record: dict | None) -> list[str]:
+    """One checkout's three cells for a stage: CPU share, keeper ms, new client (or n/a, died)."""
     if record is None or record["status"] != "ok":
-        return f"{'n/a':>12} {'':>9} {'':>10}"
+        return ["n/a", "", ""]
     if not record["alive"]:
-        return f"{'died':>12} {'':>9} {'':>10}"
-    cpu = f"{record['cpu']:.0%}" if record.get("cpu") is not None else "?"
-    keeper = f"{record['keeper_ms']:.2f}" if record.get("keeper_ms") is not None else "none"
-    new = f"{record['new_client_s']:.1f} s" if record["new_client_s"] is not None else "never"
-    return f"{cpu:>12} {keeper:>9} {new:>10}"
+        return ["died", "", ""]
+    return ["?" if record.get("cpu") is None else f"{record['cpu']:.0%}",
+            "none" if record.get("keeper_ms") is None else f"{record['keeper_ms']:.2f}",
+            "never" if record["new_client_s"] is None else f"{record['new_client_s']:.1f} s"]
 
 
 def main(argv: list[str] | None = None) -> int:
