@@ -333,24 +333,16 @@ def profile(key: str, duration: float, pinning: dict, warmup: int) -> str:
 # -- System calls per request ---------------------------------------------------------------------
 
 def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinning: dict, warmup: int) -> str:
-    """benchmarks/syscalls.py's strace count for each step in ``keys`` under each load in
-    ``load_names`` (wrk: per answered request; echo: per echoed message), one fresh server each;
-    a text table: reads, writes, waits, requests per wait (what one turn answers), every call."""
-    settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-    depths = {name: depth for depth, name in syscalls.DEPTH_LOADS.items()}
+    """The system calls of each step in ``keys`` under each load in ``load_names`` (wrk, wrk-pipeline:
+    per answered request; echo: per echoed message), one fresh server each; a text table: reads,
+    writes, waits, requests per wait (what one turn answers), the most frequent calls."""
     lines = [f"{'step':<20} {'load':<13} {'requests':>8} {'read':>6} {'write':>6} {'wait':>6} "
              f"{'req/wait':>8} {'total':>6}  calls per request or message"]
     with tempfile.TemporaryDirectory(prefix="tinyloop-uv-syscalls-") as workdir:
-        for load in (name for name in load_names if name in depths or name in ECHO_SIZES):
+        for load in (name for name in load_names if name in syscalls.DEPTH_LOADS.values() or name in ECHO_SIZES):
             for key in keys:
-                app = "echo" if load in ECHO_SIZES else "http"
-                # The server's name names strace's output file: no "/" in it.
-                named = dataclasses.replace(server(key, app), name=f"{app}-{key.replace('/', '-')}")
-                if load in ECHO_SIZES:
-                    record = _echo_syscalls(named, ECHO_SIZES[load], duration, pinning, Path(workdir))
-                else:
-                    record = syscalls.measure(named, depths[load], settings, pinning, Path(workdir), warmup)
-                figures = record["per_request"]
+                record = _syscalls(key, load, duration, pinning, Path(workdir), warmup)
+                figures = record.get("per_request")
                 if not figures:
                     lines.append(f"{key:<20} {load:<13} failed: {record['note']}")
                     continue
@@ -363,34 +355,45 @@ def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinn
     return "\n".join(lines) + "\n"
 
 
-def _echo_syscalls(named: servers.Server, size: int, duration: float, pinning: dict, workdir: Path) -> dict:
-    """syscalls.measure's record for the echo load: ``requests`` are the messages the echo
-    client counted over ``duration`` seconds, after a second of unmeasured echo."""
-    record: dict = {"requests": None, "calls": None, "per_request": None, "note": None}
-    settings = echo.Settings(duration=duration, warmup=1.0, timeout=5.0)
-    process, failure = servers.start(named, pinning["server_prefix"])
+def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path, warmup: int) -> dict:
+    """``strace -c -f`` on a fresh server of step ``key`` over one run of ``load`` (``duration``
+    seconds, after ``warmup`` GET / or a second of echo, unmeasured): ``requests`` (wrk's answered
+    requests, or the echo client's messages), ``calls`` {name: count}, ``per_request``
+    (benchmarks/syscalls.py's groups), or a ``note`` saying why not."""
+    app = "echo" if load in ECHO_SIZES else "http"
+    # The server's name names strace's output file: no "/" in it.
+    named = dataclasses.replace(server(key, app), name=f"{app}-{key.replace('/', '-')}")
+    process, failure = servers.start(named, pinning["server_prefix"], 0 if app == "echo" else warmup)
     if process is None:
-        return {**record, "note": failure[1]}
+        return {"note": failure[1]}
+    echo_settings = echo.Settings(duration=duration, warmup=1.0, timeout=5.0)
 
-    def client(seconds: float) -> dict | None:
-        argv = [*pinning["load_prefix"], *echo.client_command(process.port, size, seconds, settings)]
-        code, text = experiment.run_tool(argv, seconds + settings.timeout + 10)
-        return echo.parse_client(text) if code == 0 else None
+    def echo_client(seconds: float) -> int:
+        argv = [*pinning["load_prefix"], *echo.client_command(process.port, ECHO_SIZES[load], seconds, echo_settings)]
+        code, text = experiment.run_tool(argv, seconds + echo_settings.timeout + 10)
+        result = echo.parse_client(text) if code == 0 else None
+        return int(result["messages"]) if result else 0
 
-    summary = workdir / f"{named.name}-{size}.strace"
+    summary = workdir / f"{named.name}-{load}.strace"
     try:
-        client(settings.warmup)
+        if app == "echo":
+            echo_client(echo_settings.warmup)
         with syscalls.Strace(process.pid, ["-c"], summary):
-            result = client(duration)
+            if app == "echo":
+                requests = echo_client(duration)
+            else:
+                settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+                result, _, _ = loads.run(loads.get(load), f"http://127.0.0.1:{process.port}/", settings, workdir,
+                                         pinning["load_prefix"])
+                requests = result.completed
     except RuntimeError as error:
-        return {**record, "note": str(error)}
+        return {"note": str(error)}
     finally:
         process.stop()
     calls = syscalls.parse_strace_summary(summary.read_text()) if summary.exists() else {}
-    if not result or not result["messages"] or not calls:
-        return {**record, "note": "no message echoed, or strace counted no call"}
-    messages = int(result["messages"])
-    return {**record, "requests": messages, "calls": calls, "per_request": syscalls.per_request(calls, messages)}
+    if not requests or not calls:
+        return {"note": "no request answered, or strace counted no call"}
+    return {"requests": requests, "calls": calls, "per_request": syscalls.per_request(calls, requests)}
 
 
 # -- The command line -----------------------------------------------------------------------------
@@ -461,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         records = experiment.interleave(
             [(load, key) for load in load_names for key in keys], value["repeat"],
             lambda cell: measure(cell[1], cell[0], value, pinning, Path(workdir)),
-            lambda cell: f"{cell[0]:<12} {cell[1]:<18}", lambda r: f"{r['cpu_us'] or 0:.1f} µs CPU  {r['rate'] or 0:.0f}/s")
+            lambda cell: f"{cell[0]:<12} {cell[1]:<18}",
+            lambda r: f"{r['cpu_us'] or 0:.1f} µs CPU  {r['rate'] or 0:.0f}/s")
     options, cpu = variants.pyperf_settings(args, pinning)
     versions = servers.tool_versions()
     data = experiment.document("uv_changes", argv, clock, pinning=pinning,
