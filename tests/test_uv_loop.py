@@ -729,6 +729,26 @@ def test_create_task_is_the_c_method_with_asyncios_contract(loop: asyncio.Abstra
     coro.close()
 
 
+def test_create_future_and_get_debug_are_c_methods_with_asyncios_contract(
+        loop: asyncio.AbstractEventLoop) -> None:
+    from tinyloop.uv import _loop
+
+    assert type(loop).create_future is _loop.UVLoop.create_future, "create_future comes from the C base"
+    assert type(loop).get_debug is _loop.UVLoop.get_debug
+    future = loop.create_future()
+    assert type(future) is asyncio.Future and future.get_loop() is loop
+    assert loop.get_debug() is False and future._source_traceback is None
+    loop.call_soon(future.set_result, 42)
+    assert run(loop, future) == 42
+
+    loop.set_debug(True)
+    assert loop.get_debug() is True
+    frame = loop.create_future()._source_traceback[-1]
+    assert frame.name == "create_future", "in debug mode the stack ends in create_future, as asyncio's"
+    loop.set_debug(False)
+    assert loop.get_debug() is False
+
+
 def test_a_debug_task_remembers_the_line_that_made_it(loop: asyncio.AbstractEventLoop) -> None:
     async def nothing() -> None:
         pass

@@ -57,6 +57,7 @@ cdef object _MAIN_THREAD = threading.main_thread().ident
 cdef object _Task = asyncio.Task   # asyncio's C Task (_asyncio.Task) where CPython has it
 from tinyloop.aio.base_events import BaseEventLoop as _AioLoop
 cdef object _aio_create_task = _AioLoop.create_task   # Part III's, for a task factory
+cdef object _aio_create_future = _AioLoop.create_future   # Part III's, in debug mode
 # The longest one uv_timer_t is armed for, in seconds: Part II's cap on one
 # wait (a day), for the reason given in _arm_timer.
 cdef double MAXIMUM_SELECT_TIMEOUT = _MAXIMUM_WAIT
@@ -456,6 +457,21 @@ cdef class UVLoop:
         if kwargs:
             return _Task(coro, loop=self, name=name, context=context, **kwargs)
         return _Task(coro, loop=self, name=name, context=context)
+
+    def create_future(self):
+        """A new ``asyncio.Future`` bound to this loop, as Part III's create_future."""
+        # Discussion: a streams server makes one future per read (the
+        # StreamReader's waiter), and asyncio's C Future asks the loop's
+        # get_debug() as it starts: here neither call runs a Python frame.
+        # In debug mode Part III's Python method makes it, so that the
+        # future's _source_traceback ends in the same frame as asyncio's.
+        if self._debug:
+            return _aio_create_future(self)
+        return _Future(loop=self)
+
+    def get_debug(self):
+        """True in debug mode (set_debug, or PYTHONASYNCIODEBUG as Part III reads it)."""
+        return self._debug
 
     # -- The ready queue -----------------------------------------------------------------
 
