@@ -1,10 +1,8 @@
 # tests/test_benchmarks.py
 #
-# The benchmark harness: its parsers against real ab and wrk output (kept in
-# tests/data/bench_*), its medians and ratios, its table, and one --quick run
-# on a couple of stages and peers, including a server that stops answering.
-# None of these tests looks at a speed: they check that the harness measures,
-# reports and cleans up, whatever the numbers are.
+# The benchmark harness: its parsers on real ab and wrk output (tests/data/bench_*), its fold, its
+# tables, its output rule, and --quick runs, one with a server that stops answering.  No test looks
+# at a speed: they check that the harness measures, reports and cleans up.
 
 from __future__ import annotations
 

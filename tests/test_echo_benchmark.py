@@ -1,14 +1,8 @@
 # tests/test_echo_benchmark.py
 #
-# The Part III benchmarks' plumbing: benchmarks/echo.py (TCP echo on every
-# loop) and benchmarks/micro.py (pyperf micro-benchmarks), and the book's
-# {bench-echo} and {bench-micro} directives that render their JSON.
-#
-# One tiny echo run (1 KiB, one repetition, two loops, a third made to look
-# missing) checks that the JSON has its fields, that ratios divide by the
-# baseline row, and that a missing loop is a row that says why.  The noise
-# flag and the ratios are checked on fabricated numbers.  Nothing here looks
-# at a speed: every assertion holds on a slow or busy machine.
+# benchmarks/echo.py and micro.py, and the book's {bench-echo} and {bench-micro}: one tiny echo run
+# (1 KiB, one repetition, two loops and a third made to look missing), fabricated numbers for the
+# rest.  Nothing here looks at a speed.
 
 from __future__ import annotations
 
@@ -130,17 +124,6 @@ def test_a_spread_wider_than_25_percent_is_flagged_noisy() -> None:
     assert rows["node"]["noisy"] is False
     assert rows["aio-protocol"]["spread"]["msgs_per_s"] == [1000, 1300]
     assert rows["aio-protocol"]["msgs_per_s"] == 1150  # the median of two
-
-
-def test_failed_runs_leave_the_medians_and_mark_the_row() -> None:
-    records = [_record("asyncio-protocol", 1000, 20), _record("c-epoll", 9000, 2),
-               _record("c-epoll", None, None, status="timeout"),
-               _record("node", None, None, status="error")]
-    rows = echo.summarize(records)["1024"]
-    assert rows["c-epoll"]["status"] == "partial" and rows["c-epoll"]["msgs_per_s"] == 9000
-    assert rows["c-epoll"]["ratio"]["msgs_per_s"] == 9.0 and rows["c-epoll"]["ratio"]["cpu_us_per_msg"] == 0.1
-    assert rows["node"]["status"] == "error" and rows["node"]["msgs_per_s"] is None
-    assert rows["node"]["ratio"]["msgs_per_s"] is None and "boom" in rows["node"]["note"]
 
 
 def test_without_a_baseline_row_there_are_no_ratios() -> None:

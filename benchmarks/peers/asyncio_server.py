@@ -1,21 +1,11 @@
 # benchmarks/peers/asyncio_server.py
-#
-# The yardstick every stage is measured against: the same HTTP layer
-# (tinyloop.http.HTTPConnection) served by asyncio, written two ways, on two
-# loops.  Only the loop and the API change between the four peers, so their
-# differences are the loop's and the API's, never the parser's.  The
-# Protocol and the streams handler are the ``aio`` stages' own
-# (tinyloop/aio/server.py): the same code on the stdlib loop and on uvloop.
-#
-#   --api protocol   asyncio.Protocol callbacks: data_received -> write
-#   --api streams    asyncio.start_server: a coroutine per connection that
-#                    awaits reader.read() and writer.drain()
-#   --loop asyncio   the standard library's loop (selectors, pure Python)
-#   --loop uvloop    uvloop's loop (Cython on libuv), installed the usual way
-#
-# Usage: python benchmarks/peers/asyncio_server.py --api protocol --loop asyncio --port 0
-# It prints ``tinyloop: serving NAME on http://127.0.0.1:PORT/`` when it
-# listens and stops cleanly on SIGTERM or Ctrl-C.
+"""The yardstick every stage is measured against: the aio stages' own HTTP Protocol and streams
+handler (tinyloop/aio/server.py) on stdlib asyncio or uvloop, so only the loop and the API differ.
+
+    python benchmarks/peers/asyncio_server.py --api protocol|streams --loop asyncio|uvloop --port 0
+
+It prints the announce line when it listens and stops cleanly on SIGTERM or Ctrl-C.
+"""
 
 from __future__ import annotations
 

@@ -1,30 +1,13 @@
 # benchmarks/peers/echo_server.py
-#
-# The echo benchmark's Python servers (benchmarks/echo.py): one TCP echo
-# program, written two ways, run on any asyncio loop.  Only the loop and the
-# API change between the rows, so their differences are the loop's and the
-# API's, as in the uvloop announcement's echo benchmark.
-#
-#   --api protocol   an asyncio.Protocol: data_received -> transport.write
-#   --api streams    asyncio.start_server: a coroutine per connection that
-#                    awaits reader.read(), then writer.write() and drain()
-#   --loop asyncio   the standard library's loop (selectors, pure Python)
-#   --loop uvloop    uvloop's loop (Cython on libuv)
-#   --loop aio       tinyloop.aio, the book's Part III loop (pure Python)
-#   --loop uv        tinyloop.uv, Part IV's: Part III's loop with its hot paths on libuv
-#
-# Rules this file keeps:
-#   * Written against asyncio's public API only; the loop comes from a
-#     factory in LOOPS, handed to asyncio.Runner, the way any program picks
-#     a loop.  A new loop is one more row there.
-#   * Backpressure both ways, as tinyloop/aio/server.py's HTTP protocol:
-#     the Protocol stops reading while the transport's buffer is above its
-#     high-water mark; the streams handler awaits drain().
-#
-# Usage: python benchmarks/peers/echo_server.py --loop aio --api protocol --port 0
-# It prints ``tinyloop: serving echo-LOOP-API on http://127.0.0.1:PORT/``
-# (the launcher's announce line, shared with the HTTP servers) when it
-# listens, and stops cleanly on SIGTERM or Ctrl-C.
+"""The echo benchmark's Python servers: one TCP echo program, an ``asyncio.Protocol`` or
+``start_server`` streams (``--api``), on any loop of LOOPS (``--loop``; a new loop is one row), so
+only the loop and the API differ between rows.  Public asyncio API only; backpressure both ways (the
+Protocol stops reading above the high-water mark, the streams handler awaits drain()).
+
+    python benchmarks/peers/echo_server.py --loop aio --api protocol --port 0
+
+It prints the announce line (``echo-LOOP-API``) when it listens and stops on SIGTERM or Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -85,21 +68,16 @@ async def echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 
 def stop_event() -> asyncio.Event:
-    """An Event the running loop sets on SIGTERM or SIGINT: await it, then shut down.
-
-    Shared by every benchmark server that runs on an asyncio loop (this
-    one, and Part V's apps).
-    """
+    """An Event the running loop sets on SIGTERM or SIGINT: await it, then shut down (this server's,
+    and Part V's apps')."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     try:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
     except NotImplementedError:
-        # Discussion: a loop without signal handlers still stops on
-        # SIGTERM: the signal becomes KeyboardInterrupt, as in every
-        # stage's server, and asyncio.Runner cancels what is left on the
-        # way out.
+        # Without signal handlers, SIGTERM becomes KeyboardInterrupt as in every stage's server, and
+        # asyncio.Runner cancels what is left on the way out.
         stop_on_sigterm()
     return stop
 

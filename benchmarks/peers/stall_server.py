@@ -1,14 +1,10 @@
 # benchmarks/peers/stall_server.py
-#
-# A server that stops answering: the harness's test of its own time-outs.
-# It serves its first ``--serve N`` connections (default 1: the one on which
-# the harness checks that a server is up and warms it up), then keeps
-# accepting connections and reading requests without ever answering one, as
-# a wedged server would.  A load against it must end in a "timeout" row
-# within the harness's time-out, never a hang.  Not a default peer: ask for
-# it with ``--peers stall``.
-#
-# Usage: python benchmarks/peers/stall_server.py [--serve N] --port 0
+"""A server that stops answering, the harness's test of its own time-outs: it serves its first
+``--serve N`` connections (default 1, the harness's warm-up), then reads requests and never answers,
+as a wedged server would; a load on it must end in a "timeout" row.  Only the tests ask for it.
+
+    python benchmarks/peers/stall_server.py [--serve N] --port 0
+"""
 
 from __future__ import annotations
 
