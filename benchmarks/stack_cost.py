@@ -1,40 +1,24 @@
 # benchmarks/stack_cost.py
 """What does keeping a task's stack by hand cost, against ``yield from``?
 
-    python -m benchmarks.stack_cost                 the table; benchmarks/results/local/stack_cost.json and .txt
+    python -m benchmarks.stack_cost                 the table: stack_cost.json and .txt
     python -m benchmarks.stack_cost --quick         fewer iterations, for a look
-    python -m benchmarks.stack_cost --reference     maintainers: the book's benchmarks/results/stack_cost.json and .txt
     python -m benchmarks.stack_cost --profile       the two servers under cProfile: profile_generators.txt
 
-Three measurements, each on both generator schedulers, in nanoseconds:
+Three measures on both generator schedulers, each on a new Loop, in ns:
 
-    call + return   a task calls a chain of D generators, the innermost returns
-                    at once, and the value comes back up: D calls and D returns,
-                    no trap.  Stack scheduler: ``yield callee()``; the
-                    trampoline pushes, sends, catches StopIteration, pops.
-                    yield-from: ``yield from callee()``; the interpreter does it.
-    trap            a generator D calls deep yields ``current_task()``, a trap the
-                    scheduler answers at once: the cost of one trap, at depth D.
-    reactor trip    ``sleep(0)`` at depth 1: a trap that suspends the task and
-                    resumes it from the reactor's next iteration.
+    call + return   a task calls a chain of D generators whose innermost returns at once:
+                    ``yield callee()`` through the trampoline against ``yield from callee()``
+    trap            ``current_task()`` yielded D generators deep, answered at once
+    reactor trip    ``sleep(0)`` at depth 1: suspend, one reactor iteration, resume
 
-and, for scale, the same chain of D plain function calls.  pyperf times
-each (benchmarks/harness/pyperf_runs.py: worker processes, calibration,
-warm-ups, the garbage collector off while a run is timed); each figure is
-the median of pyperf's values with their min-max.  No sockets: nothing here
-waits for the kernel.
-
-``--profile`` instead runs the two stages' servers under cProfile and
-``ab -k -n 2000 -c 10`` (benchmarks/fairness.py does the profiling) and writes
-its summary, profile_generators.txt, by the same output rule.
+and, for scale, a chain of D plain function calls.  pyperf times each
+(benchmarks/harness/pyperf_runs.py: worker processes pinned to one CPU at
+real-time priority where allowed, calibration, warm-ups, the garbage
+collector off while timed): the median of its values with their min-max.
+``--profile`` runs the two stages' servers under cProfile and ``ab -k -n
+2000 -c 10``, as benchmarks/fairness.py does.
 """
-
-# Rules this file keeps:
-#   * Both schedulers run the same work written two ways, each on a new
-#     Loop, timed by pyperf in worker processes pinned to one CPU at
-#     real-time priority where allowed (the harness's realtime_self).
-#   * The JSON holds every figure the table shows and how it was measured;
-#     the table is rendered from the JSON and nothing else.
 
 from __future__ import annotations
 
@@ -58,10 +42,7 @@ DEPTHS = (1, 5, 20)
 # --- the work, written for each scheduler --------------------------------------
 
 def stack_chain(depth):
-    """``depth`` nested calls by bare ``yield``; the innermost returns 1 at once.
-
-    (The ``yield`` in the last line makes every call a generator, depth 1 too.)
-    """
+    """``depth`` nested calls by bare ``yield`` (which makes depth 1 a generator too); the innermost returns 1."""
     if depth == 1:
         return 1
     return (yield stack_chain(depth - 1))

@@ -5,33 +5,18 @@
                                               3 interleaved repetitions of 5 s (about 3 minutes)
     python -m benchmarks.workers --quick      a smoke run: 1 repetition of 1 s (about 20 seconds)
     python -m benchmarks.workers --table      write the Markdown table again from the JSON
-    python -m benchmarks.workers --reference  the book's benchmarks/results/workers.json and .md
 
-A run writes benchmarks/results/local/workers.json and its Markdown table
-beside it.  (``--serve NAME --workers N --port P`` is how the harness starts
-the uvloop peer on N workers; not for people.)
+Three layouts per server, so that processes and cores can be told apart: 1
+worker on 1 core, 2 workers on that same core (more processes, no more CPU:
+the control), 2 workers on 2 cores (with 3 or more CPUs wrk gets a core of
+its own; on 2, the table's "shared" says wrk shares one with a worker).
+Every core is accounted for: the server's CPU seconds (supervisor and
+workers, from /proc) and wrk's (getrusage of the reaped child), over the
+run's length.  No raised priority: under SCHED_FIFO two workers on one core
+took turns by whole batches (p99 about 1 s), so run it on a quiet machine.
+Writes workers.json and workers.md by the harness's output rule.
+(``--serve NAME --workers N --port P`` starts the uvloop peer on N workers.)
 """
-
-# Rules this file keeps:
-#
-#   * Every core is accounted for.  Each row says which CPUs the server's
-#     processes may run on and which one wrk runs on (taskset), and reports
-#     how busy each side was: server CPU seconds (the supervisor and every
-#     worker, from /proc) and wrk's own CPU seconds (getrusage of the reaped
-#     child), both divided by the run's length.  On a 2-core machine, two
-#     workers on two cores share one of them with wrk: the table says so in
-#     its "shared" column instead of hiding it.
-#   * Three layouts per server, so the effect of processes and the effect of
-#     cores can be told apart: 1 worker on 1 core (run.py's layout), 2
-#     workers on that same core (more processes, no more CPU: the control),
-#     2 workers on 2 cores.  With 3 or more CPUs wrk gets a core of its own.
-#   * No raised priority (--no-realtime changes nothing): under SCHED_FIFO,
-#     which does not time-slice, two workers on one core took turns by whole
-#     batches (p99 about 1 s); at nice -20 a worker still waited for its core
-#     behind other work (0.33 cores busy at load 10).  Run it on a quiet machine.
-#   * The rest is the harness's: a fresh server per run, warmed up, the
-#     repetitions interleaved, medians; wrk's command and report are
-#     benchmarks/loads.py's.
 
 from __future__ import annotations
 
