@@ -34,7 +34,9 @@ def cpu_set(cpus: str | Iterable[int]) -> set[int]:
 
 def usable_cpus() -> list[int]:
     """The CPUs this process may run on, in order."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def taskset(cpus: str | None) -> list[str]:
@@ -69,7 +71,8 @@ class Layout:
         return len(cpu_set(cpus)) if cpus else len(usable_cpus())
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser, parts: dict[str, str], defaults: dict[str, str | None]) -> None:
+    def add_arguments(parser: argparse.ArgumentParser, parts: dict[str, str],
+                      defaults: dict[str, str | None]) -> None:
         """Give ``parser`` a ``--cpus-PART`` option per part; ``parts`` says what each part is."""
         for part, what in parts.items():
             parser.add_argument(f"--cpus-{part}", metavar="CPUS",
@@ -78,7 +81,7 @@ class Layout:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, defaults: dict[str, str | None]) -> Layout:
-        """The ``--cpus-PART`` options of ``args``: one left out takes its default; ``any`` or ``none``, unpinned."""
+        """The ``--cpus-PART`` options of ``args``: one left out takes its default; ``any``/``none``: unpinned."""
         def pick(part: str) -> str | None:
             given = getattr(args, f"cpus_{part}", None)
             return defaults[part] if given is None else (None if given.lower() in ("any", "none") else given)

@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -68,7 +67,8 @@ def default_layout() -> Layout:
 
 
 @contextlib.contextmanager
-def start_app(app: App, workers: int, pg: services.Service, cpus: str | None, log: Path) -> Iterator[HTTPExecutor]:
+def start_app(app: App, workers: int, pg: services.Service, cpus: str | None,
+              log: Path) -> Iterator[HTTPExecutor]:
     """Serve ``app`` with ``workers`` processes on a free port, pinned to ``cpus``, its output in ``log``.
 
     Yields the running executor (``.process``, ``.port``) once GET /row answers 200.  The app is its
@@ -80,8 +80,9 @@ def start_app(app: App, workers: int, pg: services.Service, cpus: str | None, lo
     with open(log, "ab") as out:
         out.write(f"$ {shlex.join(argv)}\n".encode())
         out.flush()
-        executor = HTTPExecutor(argv, f"http://127.0.0.1:{port}{PATH}", status=200, method="GET", request_timeout=2,
-                                timeout=START_TIMEOUT, cwd=str(ROOT), envvars={DSN_ENV: pg.dsn, ROWS_ENV: str(pg.rows)},
+        executor = HTTPExecutor(argv, f"http://127.0.0.1:{port}{PATH}", status=200, method="GET",
+                                request_timeout=2, timeout=START_TIMEOUT, cwd=str(ROOT),
+                                envvars={DSN_ENV: pg.dsn, ROWS_ENV: str(pg.rows)},
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         with services.running(executor, log, app.name) as running:
             yield running
@@ -123,7 +124,8 @@ def measure(app: App, workers: int, pg: services.Service, layout: Layout, second
         record.update(note=str(exc).strip().splitlines()[0][:300], log=str(exc)[-2000:])
         return record
     record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
-                  failed=result.failed, command=shlex.join(argv), cpu_app_s=cpu[0], cpu_proxy_s=cpu[1], cpu_db_s=cpu[2])
+                  failed=result.failed, command=shlex.join(argv),
+                  cpu_app_s=cpu[0], cpu_proxy_s=cpu[1], cpu_db_s=cpu[2])
     if result.seconds:
         record["server_cores"] = sum(cpu) / result.seconds  # 1.0: one core's worth of CPU time
     if result.completed:
@@ -145,7 +147,8 @@ def choose_workers(app: App, pg: services.Service, layout: Layout, settings: dic
     probes: list[dict] = []
     best: dict | None = None
     for workers in range(1, settings["max_workers"] + 1):
-        record = {**measure(app, workers, pg, layout, settings["probe"], settings["warmup"], workdir), "phase": "search"}
+        record = measure(app, workers, pg, layout, settings["probe"], settings["warmup"], workdir)
+        record["phase"] = "search"
         probes.append(record)
         print(f"  search {app.name} x{workers}: {_brief(record)}", flush=True)
         if record["status"] != "ok" or (best is not None and record["rps"] < best["rps"]):
@@ -212,27 +215,29 @@ def run(apps: Sequence[App], layout: Layout, settings: dict) -> dict:
         print(f"{pg.version} on port {pg.port}, {pg.rows} rows; layout {layout.key}", flush=True)
         searched = {app.name: choose_workers(app, pg, layout, settings, workdir) for app in runnable}
         chosen = [app for app in runnable if searched[app.name][0] is not None]
-        records = experiment.interleave(
-            chosen, settings["repeat"],
-            lambda app: {**measure(app, searched[app.name][0], pg, layout, settings["duration"], settings["warmup"],
-                                   workdir), "phase": "measure"},
-            lambda app: f"{app.name} x{searched[app.name][0]}", _brief)
+
+        def one(app: App) -> dict:
+            workers = searched[app.name][0]
+            record = measure(app, workers, pg, layout, settings["duration"], settings["warmup"], workdir)
+            return {**record, "phase": "measure"}
+
+        records = experiment.interleave(chosen, settings["repeat"], one,
+                                        lambda app: f"{app.name} x{searched[app.name][0]}", _brief)
         found_versions = versions(pg, nginx_version)
-    rows = [summarize(app, searched[app.name][0], [r for r in records if r["app"] == app.name], searched[app.name][1])
-            for app in runnable]
+    runs = {app.name: [record for record in records if record["app"] == app.name] for app in runnable}
+    rows = [summarize(app, searched[app.name][0], runs[app.name], searched[app.name][1]) for app in runnable]
     rows.sort(key=lambda row: (row["p99_ms"] is None, row["p99_ms"] or 0.0))
     return {
         "date": clock.date.isoformat(timespec="seconds"),
         "seconds": round(clock.elapsed()),
-        "load_average": [round(clock.load, 2), round(os.getloadavg()[0], 2)] if clock.load is not None else None,
+        "load_average": None if clock.load is None else [round(clock.load, 2), round(os.getloadavg()[0], 2)],
         "layout": dict(layout.cpus),
         "settings": {**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
         "machine": fingerprint(),
         "versions": found_versions,
         "rows": rows,
         "skipped": skipped,
-        "runs": [record for app in runnable for record in
-                 [*searched[app.name][1], *(r for r in records if r["app"] == app.name)]],
+        "runs": [record for app in runnable for record in [*searched[app.name][1], *runs[app.name]]],
     }
 
 
@@ -243,14 +248,17 @@ def render_markdown(data: dict) -> str:
     for key, entry in data["layouts"].items():
         s, where = entry["settings"], entry["layout"]
         mode = "a `--quick` plumbing run, not a measurement" if s.get("quick") else "reference run"
-        cores = "; ".join(f"{label} on CPU {where[part]}" if where[part] else f"{label} unpinned" for part, label
-                          in (("load", "wrk"), ("proxy", "nginx"), ("app", "app"), ("db", "PostgreSQL")))
-        load = f", load average {max(entry['load_average']):.1f} (a shared machine)" if entry.get("load_average") else ""
+        parts = (("load", "wrk"), ("proxy", "nginx"), ("app", "app"), ("db", "PostgreSQL"))
+        cores = "; ".join(f"{label} on CPU {where[part]}" if where[part] else f"{label} unpinned"
+                          for part, label in parts)
+        load = entry.get("load_average")
+        load = f", load average {max(load):.1f} (a shared machine)" if load else ""
         out += [f"**Layout `{key}`**: {cores}. "
                 f"{entry['date']}, {mode}{load}: wrk -t1 -c {s['concurrency']}, {s['duration']:g} s per run, "
                 f"median of {s['repeat']} interleaved run(s) after the worker search "
                 f"({s['probe']:g} s per probe, up to {s['max_workers']} workers); "
-                f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, async {s['async_pool'][1]}.", ""]
+                f"{s['rows']:,} rows; pools per worker: sync {s['sync_pool'][1]}, "
+                f"async {s['async_pool'][1]}.", ""]
         rows = []
         for row in entry["rows"]:
             tried = ", ".join(f"{p['workers']}: {number(p['rps'])}" if p["status"] == "ok"
@@ -262,7 +270,8 @@ def render_markdown(data: dict) -> str:
                          number(ratio, 1), number(row["app_us_per_req"]), number(row["server_us_per_req"]),
                          number(row.get("server_cores"), 2), tried])
         out += [*markdown(["configuration", "workers", "req/s", "p50 ms", "p99 ms", "p99/p50", "app CPU µs/req",
-                           "app+nginx+PostgreSQL CPU µs/req", "server cores busy", "workers tried (req/s)"], rows), ""]
+                           "app+nginx+PostgreSQL CPU µs/req", "server cores busy", "workers tried (req/s)"], rows),
+                ""]
         notes = [f"{row['app']}: {row['note']}" for row in entry["rows"] if row["note"]]
         notes += [f"{name} skipped: {why}" for name, why in entry["skipped"].items()]
         if any(row.get("noisy") for row in entry["rows"]):
@@ -281,7 +290,7 @@ def conclusion(data: dict) -> str:
     """The run in one line, per layout: the row with the best p99 and the row with the most req/s."""
     parts = []
     for key, entry in data["layouts"].items():
-        if rows := [row for row in entry["rows"] if row.get("p99_ms") is not None and row.get("rps") is not None]:
+        if rows := [row for row in entry["rows"] if None not in (row.get("p99_ms"), row.get("rps"))]:
             calm, fast = min(rows, key=lambda row: row["p99_ms"]), max(rows, key=lambda row: row["rps"])
             parts.append(f"{key}: best p99 {calm['app']} ({calm['p99_ms']:.0f} ms, {calm['rps']:.0f} req/s), "
                          f"most req/s {fast['app']} ({fast['rps']:.0f})")
@@ -297,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the configurations and whether each can run")
     parser.add_argument("--apps", help="comma list of configurations (default all)")
     Layout.add_arguments(parser, PARTS, defaults)
-    parser.add_argument("--duration", type=float, help=f"seconds of wrk per measured run ({DEFAULTS['duration']:g})")
-    parser.add_argument("--probe", type=float, help=f"seconds of wrk per worker-search probe ({DEFAULTS['probe']:g})")
+    parser.add_argument("--duration", type=float, help=f"wrk's seconds per run ({DEFAULTS['duration']:g})")
+    parser.add_argument("--probe", type=float, help=f"wrk's seconds per search probe ({DEFAULTS['probe']:g})")
     parser.add_argument("--rows", type=int, help=f"rows in the table ({DEFAULTS['rows']:,})")
     parser.add_argument("--max-workers", type=int, help="most workers the search tries (2 x app cores + 1)")
     args = parser.parse_args(argv)
@@ -316,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     layout = Layout.from_arguments(args, defaults)
     settings = {**DEFAULTS, "max_workers": 2 * layout.cores("app") + 1, "quick": args.quick,
                 **(QUICK if args.quick else {})}
-    settings.update({name: getattr(args, name) for name in ("duration", "probe", "repeat", "rows", "max_workers")
-                     if getattr(args, name) is not None})
+    given = {name: getattr(args, name) for name in ("duration", "probe", "repeat", "rows", "max_workers")}
+    settings.update({name: value for name, value in given.items() if value is not None})
     if layout.load and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpu_set(layout.load))  # the harness mostly waits: off the cores it measures
     try:

@@ -26,7 +26,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
@@ -39,7 +39,7 @@ from mirakuru.exceptions import ExecutorError
 from benchmarks.harness.layout import taskset
 from benchmarks.harness.process import pid_cpu_seconds
 
-__all__ = ["Service", "ServiceMissing", "Until", "free_port", "nginx", "nginx_version", "postgres",
+__all__ = ["Service", "ServiceMissing", "free_port", "nginx", "nginx_version", "postgres",
            "process_tree_cpu", "running", "tail"]
 
 TIMEOUT = 30.0  # seconds a service may take to be ready, and again to stop before SIGKILL
@@ -115,20 +115,6 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-class Until(Executor):
-    """A mirakuru executor that is ready when ``ready()`` returns true."""
-
-    def __init__(self, command: list[str], ready: Callable[[], bool], **kwargs: object) -> None:
-        super().__init__(command, **kwargs)
-        self.ready = ready
-
-    def pre_start_check(self) -> bool:
-        return False  # each run has a fresh port: nothing of ours can already run there
-
-    def after_start_check(self) -> bool:
-        return self.ready()
-
-
 @contextlib.contextmanager
 def running(executor: Executor, log: Path, what: str) -> Iterator[Executor]:
     """Start ``executor``, wait until it is ready, yield it; at exit stop it and kill what it started.
@@ -181,23 +167,26 @@ def _postgres_bindir() -> Path:
     for directory in candidates:
         if (directory / "initdb").is_file() and (directory / "postgres").is_file():
             return directory
-    raise ServiceMissing("initdb and postgres were not found; install PostgreSQL (Debian/Ubuntu: apt-get install "
-                         "postgresql; Fedora: dnf install postgresql-server; macOS: brew install postgresql)")
+    raise ServiceMissing("initdb and postgres were not found; install PostgreSQL (Debian/Ubuntu: "
+                         "apt-get install postgresql; Fedora: dnf install postgresql-server; "
+                         "macOS: brew install postgresql)")
 
 
-def _accepts_sessions(port: int) -> Callable[[], bool]:
-    """A check that the server accepts a session, not merely a connection (it refuses while starting)."""
-    def ready() -> bool:
+class _Postgres(TCPExecutor):
+    """Ready when the server accepts a session, not merely a connection (it refuses them while starting)."""
+
+    def after_start_check(self) -> bool:
         try:
-            psycopg.connect(host="127.0.0.1", port=port, user=SUPERUSER, dbname="postgres", connect_timeout=1).close()
+            psycopg.connect(host=self.host, port=self.port, user=SUPERUSER, dbname="postgres",
+                            connect_timeout=1).close()
         except psycopg.OperationalError:
             return False
         return True
-    return ready
 
 
 @contextlib.contextmanager
-def postgres(cpus: str | None = None, *, rows: int = 1000, settings: dict[str, str] | None = None) -> Iterator[Service]:
+def postgres(cpus: str | None = None, *, rows: int = 1000,
+             settings: dict[str, str] | None = None) -> Iterator[Service]:
     """A throwaway PostgreSQL server with a table ``items`` of ``rows`` rows; stopped and removed at exit.
 
     ``cpus``: a taskset(1) list for the server and every backend it forks.  ``rows``: ids 1..rows in
@@ -225,10 +214,10 @@ def postgres(cpus: str | None = None, *, rows: int = 1000, settings: dict[str, s
         # handlers measure is the loop and the driver, not a flush to the
         # shared machine's disk on every commit.  Never with data you keep.
         options = {"listen_addresses": "127.0.0.1", "fsync": "off", **(settings or {})}
-        argv = [*taskset(cpus), str(bindir / "postgres"), "-D", str(data), "-k", str(directory), "-p", str(port),
-                *[word for name, value in options.items() for word in ("-c", f"{name}={value}")]]
-        with open(log, "wb") as out, running(Until(
-                argv, _accepts_sessions(port), timeout=TIMEOUT, stop_signal=signal.SIGINT, envvars=env,
+        argv = [*taskset(cpus), str(bindir / "postgres"), "-D", str(data), "-k", str(directory),
+                "-p", str(port), *[word for name, value in options.items() for word in ("-c", f"{name}={value}")]]
+        with open(log, "wb") as out, running(_Postgres(
+                argv, "127.0.0.1", port, timeout=TIMEOUT, stop_signal=signal.SIGINT, envvars=env,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, popen_kwargs=as_account),
                 log, "postgres") as server:
             admin = {"host": "127.0.0.1", "port": port, "user": SUPERUSER, "autocommit": True}

@@ -30,7 +30,6 @@ import tornado.httpserver
 import tornado.web
 
 from benchmarks.peers.echo_server import LOOPS, loop_factory, stop_event
-from benchmarks.realworld.notfaster_apps import loop_missing
 from tinyloop.serving import announce, listen, log
 
 HELLO = "Hello, tornado"  # /hello's body

@@ -1,7 +1,7 @@
 # benchmarks/realworld/tornado_bench.py
 """The Tornado article's measurement, on every loop: each handler under ab and wrk.
 
-    python -m benchmarks.realworld.tornado_bench             a full run, about 10 minutes; --reference: the book's
+    python -m benchmarks.realworld.tornado_bench             a full run, about 10 min (--reference: the book's)
     python -m benchmarks.realworld.tornado_bench --quick     a plumbing run: tiny loads, once
     python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
     python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
@@ -34,7 +34,8 @@ from benchmarks.harness.layout import Layout, cpu_set, usable_cpus
 from benchmarks.harness.process import choose_names, launch
 from benchmarks.harness.render import markdown as table, number
 from benchmarks.realworld import services
-from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, loop_missing, versions
+from benchmarks.realworld.notfaster_apps import loop_missing
+from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, versions
 
 TOOLS = ("ab", "wrk")
 CONCURRENCY = 100
@@ -111,11 +112,14 @@ def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, la
         record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                       completed=result.completed, failed=result.failed, seconds=result.seconds)
         tail = (text.strip().splitlines()[-1:] or ["no output"])[0]
-        record["status"], record["note"] = (
-            ("error", f"the app exited with code {app.proc.returncode} during the run") if app.proc.poll() is not None
-            else ("timeout", result.error or "no response") if result.timed_out or result.completed == 0
-            else ("error", result.error or f"could not read the tool's output: {tail}") if result.completed is None
-            else ("ok", f"{result.failed} failed requests" if result.failed else None))
+        if app.proc.poll() is not None:
+            record["note"] = f"the app exited with code {app.proc.returncode} during the run"
+        elif result.timed_out or result.completed == 0:
+            record.update(status="timeout", note=result.error or "no response")
+        elif result.completed is None:
+            record["note"] = result.error or f"could not read the tool's output: {tail}"
+        else:
+            record.update(status="ok", note=f"{result.failed} failed requests" if result.failed else None)
         return record
     finally:
         app.stop()
@@ -124,8 +128,8 @@ def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, la
 def summarize(runs: list[dict]) -> list[dict]:
     """One row per (handler, tool, loop), in run order: the harness's fold of its runs (medians of the
     ``ok`` runs, ``spread`` {figure: [min, max]}, ``noisy`` on req/s, ``failed`` summed, ``note``)."""
-    folded = experiment.fold(({**run, "case": f"{run['handler']} {run['tool']}"} for run in runs), "case", "loop",
-                             FIGURES, deciding=("rps",), ratios=())
+    cases = ({**run, "case": f"{run['handler']} {run['tool']}"} for run in runs)
+    folded = experiment.fold(cases, "case", "loop", FIGURES, deciding=("rps",), ratios=())
     rows = {(run["handler"], run["tool"], run["loop"]): None for run in runs}
     return [{"handler": handler, "tool": tool, "loop": loop,
              **{name: value for name, value in folded[f"{handler} {tool}"][loop].items() if name != "ratio"}}
@@ -145,7 +149,7 @@ def markdown(data: dict) -> str:
     """The results as the Markdown the chapter includes: a header of what ran, then one table."""
     machine, settings = data["machine"], data["settings"]
     cores = ", ".join(f"{part} {cpus or 'unpinned'}" for part, cpus in data["layout"].items())
-    runs = "one run each" if settings["repeat"] == 1 else f"medians of {settings['repeat']} interleaved repetitions"
+    runs = f"medians of {settings['repeat']} interleaved repetitions" if settings["repeat"] > 1 else "one run each"
     load = (data.get("load_average") or [machine.get("load_average_1min_at_start")])[0]
     lines = [
         f"Measured {data['date'][:10]} with `{data['command']}` ({runs}; "
@@ -157,7 +161,8 @@ def markdown(data: dict) -> str:
     if settings.get("quick"):
         lines += ["A `--quick` plumbing run: loads of a few hundred requests, once each. It shows that "
                   "every part runs; its figures are too short to compare loops by.", ""]
-    lines += [line for name, reason in data["skipped"].items() for line in (f"Not measured: {name} ({reason}).", "")]
+    for name, reason in data["skipped"].items():
+        lines += [f"Not measured: {name} ({reason}).", ""]
     rows = []
     for row in data["results"]:
         where = [HANDLERS[row["handler"]], row["tool"], row["loop"]]
@@ -166,8 +171,9 @@ def markdown(data: dict) -> str:
             continue
         db = row["db_cpu_us_per_req"] if row["handler"].startswith("db") else None
         up = row["upstream_cpu_us_per_req"] if row["handler"] == "upstream" else None
-        rows.append([*where, number(row["rps"], 0) + (" (noisy)" if row["noisy"] else ""), number(row["p50_ms"], 1),
-                     number(row["p99_ms"], 1), number(row["app_cpu_us_per_req"], 0), number(db, 0), number(up, 0)])
+        rows.append([*where, number(row["rps"], 0) + (" (noisy)" if row["noisy"] else ""),
+                     number(row["p50_ms"], 1), number(row["p99_ms"], 1), number(row["app_cpu_us_per_req"], 0),
+                     number(db, 0), number(up, 0)])
     lines += table(["handler", "load", "loop", "req/s", "p50 ms", "p99 ms", "app CPU µs/req",
                     "database CPU µs/req", "upstream CPU µs/req"], rows)
     if failed := [row for row in data["results"] if row["failed"]]:
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
     Layout.add_arguments(parser, PARTS, default_cpus())
     parser.add_argument("--render", action="store_true",
-                        help="measure nothing: write the table (.md) again from the JSON (--out's, or --reference's)")
+                        help="measure nothing: write the .md again from the JSON (--out's, or --reference's)")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "tornado.json")
     if args.render:
@@ -253,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                   "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
                   "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
                   "order": "repetition, handler, tool, then loop innermost; a fresh app per run"})
-    data.update(versions={"python": data["machine"]["python"], **versions(), "postgres": pg.version if pg else None,
-                          **data["tools"]},
-                layout={"app": layout.server, "load": layout.load, "database": layout.db, "upstream": layout.upstream},
+    data.update(versions={"python": data["machine"]["python"], **versions(),
+                          "postgres": pg.version if pg else None, **data["tools"]},
+                layout={"app": layout.server, "load": layout.load, "database": layout.db,
+                        "upstream": layout.upstream},
                 skipped=skipped, runs=records, results=summarize(records), elapsed_s=clock.elapsed())
     text = markdown(data)
     experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
