@@ -35,7 +35,7 @@ from mirakuru import HTTPExecutor
 
 from benchmarks import loads
 from benchmarks.harness import experiment, output
-from benchmarks.harness.layout import Layout, cpu_list, cpu_set, usable_cpus
+from benchmarks.harness.layout import Layout, cpu_list, cpu_set, taskset, usable_cpus
 from benchmarks.harness.machine import ROOT, fingerprint, version_line
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.render import DASH, markdown, number
@@ -76,7 +76,7 @@ def start_app(app: App, workers: int, pg: services.Service, cpus: str | None,
     worker outlives a run.  Raises RuntimeError, with the log, when it exits or never answers.
     """
     port = services.free_port()
-    argv = [*Layout(app=cpus).prefix("app"), *app.command(port, workers)]
+    argv = [*taskset(cpus), *app.command(port, workers)]
     with open(log, "ab") as out:
         out.write(f"$ {shlex.join(argv)}\n".encode())
         out.flush()
