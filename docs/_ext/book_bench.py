@@ -36,8 +36,9 @@ from sphinx.util.docutils import SphinxDirective
 
 from book_tables import table
 
-__all__ = ["BenchChartDirective", "BenchJourneyDirective", "BenchFairnessDirective", "BenchIdleDirective", "BenchPlotDirective", "BenchTableDirective",
-           "known_servers", "load_names", "setup", "split_servers"]
+__all__ = ["BenchChartDirective", "BenchJourneyDirective", "BenchFairnessDirective", "BenchIdleDirective",
+           "BenchPlotDirective", "BenchTableDirective", "bullets", "command_line", "known_servers", "load_names",
+           "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,22 @@ def _machine(report: ModuleType, data: dict) -> nodes.paragraph:
     return line
 
 
+def command_line(label: str, command: str) -> nodes.paragraph:
+    """``label`` then ``command`` as code: the line under a table that says what made it."""
+    line = nodes.paragraph(classes=["book-bench-command"])
+    line += nodes.Text(label)
+    line += nodes.literal(command, command)
+    return line
+
+
+def bullets(notes: list[str]) -> nodes.bullet_list:
+    """The notes under a table, one item each."""
+    items = nodes.bullet_list(classes=["book-bench-notes"])
+    for note in notes:
+        items += nodes.list_item("", nodes.paragraph(note, note))
+    return items
+
+
 class BenchTableDirective(_BenchDirective):
     """``{bench-table}``: one load's results as a table."""
 
@@ -187,41 +204,24 @@ class BenchTableDirective(_BenchDirective):
     def show(self, report: ModuleType, data: dict, load: str | None,
              servers: list[str] | None) -> list[nodes.Node]:
         assert load is not None
-        baseline = data.get("baseline") is not None
-        if servers is None:
-            header, rows = report.table(data, load, None, ratios=baseline)
-            notes = list(report.footnotes(data, load, None))
-        else:
-            in_run, not_run = split_servers(data, load, servers)
-            header, rows = report.table(data, load, in_run, ratios=baseline)
-            notes = list(report.footnotes(data, load, in_run)) if in_run else []
+        in_run, not_run = split_servers(data, load, servers) if servers else (None, [])
+        header, rows = report.table(data, load, in_run, ratios=data.get("baseline") is not None)
+        notes = report.footnotes(data, load, in_run) if in_run != [] else []
+        if not_run:
             rows += [[name, "not run", *["—"] * (len(header) - 2)] for name in not_run]
             rows.sort(key=lambda row: servers.index(row[0]))
-            if not_run:
-                notes.append(f"not run: {', '.join(not_run)} (this run measured other servers)")
+            notes.append(f"not run: {', '.join(not_run)} (this run measured other servers)")
         entry = next(e for e in data["loads"] if e["name"] == load)
-        out: list[nodes.Node] = [table(header, rows, title=f"{load}: {entry['title']}",
-                                       classes=["book-bench"], numeric_from=1)]
-        command = nodes.paragraph(classes=["book-bench-command"])
-        command += nodes.Text("Command: ")
-        command += nodes.literal(entry["command"], entry["command"])
-        out.append(command)
         wanted = list(self.options.get("notes", []))
-        spread_column = header.index("min–max") if "min–max" in header else None
-        if spread_column is not None and "spread" not in wanted and any(
-                str(row[spread_column]).endswith("noisy") for row in rows):
+        if "spread" not in wanted and any(row[header.index("min–max")].endswith("noisy") for row in rows):
             wanted.append("spread")  # a noisy row is flagged, so say what that means
         for key in wanted:
             if key not in report.FOOTNOTES:
                 return self._warn(f"unknown note {key!r}; report.FOOTNOTES has {', '.join(report.FOOTNOTES)}")
             notes.append(report.FOOTNOTES[key])
-        if notes:
-            items = nodes.bullet_list(classes=["book-bench-notes"])
-            for note in notes:
-                items += nodes.list_item("", nodes.paragraph(note, note))
-            out.append(items)
-        out.append(_machine(report, data))
-        return out
+        return [table(header, rows, title=f"{load}: {entry['title']}", classes=["book-bench"], numeric_from=1),
+                command_line("Command: ", entry["command"]), *([bullets(notes)] if notes else []),
+                _machine(report, data)]
 
 
 class BenchPlotDirective(_BenchDirective):
@@ -423,10 +423,7 @@ class BenchIdleDirective(_ResultsDirective):
         header, rows = script.table(data, figure)
         out: list[nodes.Node] = [table(header, rows, title=script.FIGURES[figure][1],
                                        classes=["book-bench"], numeric_from=1)]
-        command = nodes.paragraph(classes=["book-bench-command"])
-        command += nodes.Text("Command: ")
-        command += nodes.literal(data["load_command"], data["load_command"])
-        out.append(command)
+        out.append(command_line("Command: ", data["load_command"]))
         if figure in script.NOTES:
             out.append(nodes.paragraph(text=script.NOTES[figure], classes=["book-bench-notes"]))
         out.append(_machine(importlib.import_module("benchmarks.report"), data))

@@ -16,17 +16,10 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 
-from book_bench import _machine, _ResultsDirective
+from book_bench import _machine, _ResultsDirective, bullets, command_line
 from book_tables import table
 
 __all__ = ["BenchEchoDirective", "BenchMicroDirective", "setup"]
-
-
-def _paragraph(label: str, code: str, classes: str) -> nodes.paragraph:
-    line = nodes.paragraph(classes=[classes])
-    line += nodes.Text(label)
-    line += nodes.literal(code, code)
-    return line
 
 
 class BenchEchoDirective(_ResultsDirective):
@@ -50,14 +43,9 @@ class BenchEchoDirective(_ResultsDirective):
             title = (f"TCP echo, {script._size_label(size)} messages, "
                      f"{data['settings']['connections']} connections")
             out.append(table(header, rows, title=title, classes=["book-bench"], numeric_from=1))
-        out.append(_paragraph("Load generator: ", data["client"], "book-bench-command"))
         notes = script.notes(data) + [script.NOTES[key] for key in ("ratio", "cpu", "noisy")]
-        items = nodes.bullet_list(classes=["book-bench-notes"])
-        for note in notes:
-            items += nodes.list_item("", nodes.paragraph(note, note))
-        out.append(items)
-        out.append(_machine(importlib.import_module("benchmarks.report"), data))
-        return out
+        return [*out, command_line("Load generator: ", data["client"]), bullets(notes),
+                _machine(importlib.import_module("benchmarks.report"), data)]
 
 
 class BenchMicroDirective(BenchEchoDirective):
@@ -79,9 +67,7 @@ class BenchMicroDirective(BenchEchoDirective):
             header, rows = script.table(data, op["name"])
             out.append(table(header, rows, title=f"{op['name']}: {op['what']}",
                              classes=["book-bench"], numeric_from=1))
-        out.append(_paragraph("Command: ", data["command"], "book-bench-command"))
-        out.append(_machine(script, data))
-        return out
+        return [*out, command_line("Command: ", data["command"]), _machine(script, data)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
