@@ -3,33 +3,21 @@
 
     python -m benchmarks.instructions              every loop and operation (about 7 minutes)
     python -m benchmarks.instructions --quick      a smoke run: asyncio and aio, call_soon, few operations
-    python -m benchmarks.instructions --reference  the book's benchmarks/results/instructions.json and .md
     python -m benchmarks.instructions --loops uv,uvloop --ops timer_cancel
 
-benchmarks/micro.py times the same operations in nanoseconds with pyperf.
-On a shared two-core machine those times move by a quarter from one run to
-the next; an instruction count does not (callgrind counts the instructions
-the program executes, whatever else the machine is doing).  It is not a
-time: a cache miss costs no more than an add.  But when two loops run the
-same Python code around a different core, the difference in instructions per
-operation is the difference in work, and it is the same on every run.
-
-Per loop and operation: instructions per operation, from two runs of the
-operation under callgrind (N and N + DELTA operations) so that start-up and
-import cancel out.  The rows are the loops of benchmarks/peers/echo_server.py's
-LOOPS, and one variant: ``uv/timer-per-handle``, tinyloop.uv built with a
-uv_timer_t per timer (uvloop's design; benchmarks/uv_variants.py) instead
-of one over a heap kept in C (ours): the comparison chapters/libuv.md makes.
-A run writes benchmarks/results/local/instructions.json and .md.
+benchmarks/micro.py times these operations (its functions, and timer_fire)
+with pyperf; on a shared two-core machine those times move by a quarter
+between runs, and an instruction count does not.  It is not a time (a cache
+miss counts as one instruction), but where two loops run the same Python
+around a different core, the difference in instructions is the difference
+in work.  Per loop and operation: callgrind's total ("Collected"; no
+profile written) for N and N + DELTA operations, the difference over DELTA,
+so start-up and import cancel out.  The rows are benchmarks/peers/echo_server.py's
+LOOPS and ``uv/timer-per-handle``, tinyloop.uv with a uv_timer_t per timer
+(uvloop's design; benchmarks/uv_variants.py) instead of one heap in C.  A
+loop that does not import, or no valgrind, gives a row that says so.
+Writes instructions.json and .md by the harness's output rule.
 """
-
-# Rules this file keeps:
-#   * The operations are micro.py's functions, imported; one more,
-#     timer_fire, schedules timers that are due at once and runs them.
-#   * Only callgrind's total ("Collected") is read; the profile is not
-#     written (--callgrind-out-file=/dev/null).
-#   * A loop that does not import here, or a machine without valgrind,
-#     gives a row that says so instead of a number.
 
 from __future__ import annotations
 

@@ -4,36 +4,22 @@
     python -m benchmarks.memory                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
     python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
     python -m benchmarks.memory --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
-    python -m benchmarks.memory --render         rewrite the table from the saved JSON (--reference: the book's)
 
-For each server and each count N, the server is started fresh, answers one
-request on a connection of its own (so what the first request allocates,
-once, is not counted), and its resident memory is read: the RSS at 0.  Then
-the client opens connections up to each N in turn, sends one ``GET /`` on
-every one and reads every answer (so each connection is all set up in the
-server: its transport, protocol and parser, its buffers), keeps them open
-and silent, and reads the server's RSS again once it has settled.  The
-bytes a connection costs is the slope of RSS against N (a least-squares
-line through the counts), not RSS / N: the interpreter's own memory is in
-every point and drops out of the slope.
-
-The rows are the Part III and Part IV stages (``aio``, ``uv``) and the
-Protocol peers on stdlib asyncio and uvloop, so the table says what moving
-the loop to libuv saved per connection, and how that compares with uvloop.
-Writes memory.json and memory.md by the harness's output rule.
+Per server: a fresh process answers one request on a connection of its own
+(what the first request allocates once is not counted), then the client
+(tinyloop.testing.Crowd) opens connections up to each N in turn, sends
+``GET /`` on each and reads every answer (so each is all set up: transport,
+protocol, parser, buffers), keeps them silent, and reads the server's VmRSS
+(/proc/PID/status) once it settled.  A connection's bytes are the
+least-squares slope of RSS against N, not RSS / N: the interpreter's own
+memory is in every point and drops out.  The descriptor limit is raised for
+this process and the server up to the hard limit; a count that does not fit
+is left out with a note.  Writes memory.json and memory.md by the
+harness's output rule.
 """
-
-# Rules this file keeps:
-#   * RSS is the kernel's VmRSS (/proc/PID/status, ServerProcess.rss_bytes);
-#     the connections come from tinyloop.testing.Crowd, one thread and
-#     selectors, in this process.
-#   * The descriptor limit is raised for this process and for the server
-#     (ServerProcess(nofile=...)), up to the hard limit; a count that does
-#     not fit under it is left out, with a note in the table.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -143,16 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", help=f"comma-separated stages and peers (default: {','.join(SERVERS)})")
     parser.add_argument("--counts", help=f"comma-separated connection counts (default: {','.join(map(str, COUNTS))}; "
                                          f"--quick {','.join(map(str, QUICK_COUNTS))}; 0 is always measured)")
-    parser.add_argument("--render", action="store_true",
-                        help="only rewrite the table from the JSON (--out's, or with --reference the book's)")
     args = parser.parse_args(argv)
-    # --render --reference re-renders the book's table: a rendering, not a measurement.
-    out = output.RESULTS / "memory.json" if args.render and args.reference else output.json_path(
-        parser, args, "memory.json")
-    if args.render:
-        table = output.write_text(render(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
-        print(f"wrote {output.relative(table)}")
-        return 0
+    out = output.json_path(parser, args, "memory.json")
     every_stage = [stage.name for stage in stages.STAGES]
     names = choose_names(args.servers, every_stage + [peer.name for peer in servers.PEERS], "server", list(SERVERS))
     counts = sorted({0, *(int(n) for n in args.counts.split(","))} if args.counts
