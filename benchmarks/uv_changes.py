@@ -284,7 +284,7 @@ def conclusion(data: dict) -> str:
     rows = [row for row in data["rows"] if row["load"] == "wrk" and row.get("cpu_us")]
     if not rows:
         return "uv_changes: nothing measured"
-    return "wrk, server CPU µs per request by step: " + ", ".join(
+    return "uv_changes: wrk, server CPU µs per request by step: " + ", ".join(
         f"{row['step']} {row['cpu_us']['median']:.1f}" for row in rows)
 
 
