@@ -115,17 +115,13 @@ class PeernameSyscallLoop(Loop):
         super()._accept_plain(protocol_factory, conn, {}, server)
 
 
-class NagleTransport(selector_events._SelectorSocketTransport):
+class NagleLoop(Loop):
     """TCP_NODELAY left off: Nagle's algorithm may hold a small write back."""
 
-    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
-        super().__init__(loop, sock, protocol, waiter, extra, server)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
-
-
-class NagleLoop(Loop):
     def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
-        return NagleTransport(self, sock, protocol, waiter, extra, server)
+        transport = super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)  # before connection_made, a callback
+        return transport
 
 
 class CheckedCallSoonLoop(Loop):
@@ -306,7 +302,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("aio/buffered-write", BufferedWriteLoop, "protocol", _first_line(BufferedWriteTransport)),
     Recipe("aio/task-per-connection", TaskPerConnectionLoop, "protocol", _first_line(TaskPerConnectionLoop)),
     Recipe("aio/getpeername", PeernameSyscallLoop, "protocol", _first_line(PeernameSyscallLoop)),
-    Recipe("aio/nagle", NagleLoop, "protocol", _first_line(NagleTransport)),
+    Recipe("aio/nagle", NagleLoop, "protocol", _first_line(NagleLoop)),
     Recipe("aio/lean-select", LeanSelectLoop, "protocol", "selectors' epoll select() without its bookkeeping"),
     Recipe("aio-streams/checked-call-soon", CheckedCallSoonLoop, "streams", _first_line(CheckedCallSoonLoop)),
     Recipe("aio-streams/super-init", SuperInitLoop, "streams", _first_line(SuperInitHandle)),

@@ -154,3 +154,19 @@ def test_the_committed_table_is_rendered_from_the_committed_json_alone() -> None
     results = ROOT / "benchmarks" / "results"
     data = json.loads((results / "aio_changes.json").read_text(encoding="utf-8"))
     assert aio_changes.render(data) == (results / "aio_changes.txt").read_text(encoding="utf-8")
+
+
+def test_the_nagle_variant_leaves_nodelay_off_and_the_loop_turns_it_on() -> None:
+    for loop_class, expected in ((aio_changes.NagleLoop, 0), (aio_changes.Loop, 1)):
+        loop = loop_class()
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            theirs = socket.create_connection(listener.getsockname())
+            ours, _ = listener.accept()
+        try:
+            transport = loop._make_socket_transport(ours, aio_changes.asyncio.Protocol())
+            assert bool(ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)) == bool(expected)
+            transport.abort()
+            loop.run_until_complete(aio_changes.asyncio.sleep(0))
+        finally:
+            loop.close()
+            theirs.close()
