@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -113,13 +112,12 @@ def without_hook_sites(method: Callable[..., Any], owner: type) -> Callable[...,
     ast.increment_lineno(wrapper, method.__code__.co_firstlineno - 1)
     code = compile(ast.fix_missing_locations(wrapper), inspect.getsourcefile(method) or "<hookless>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
-    [class_code] = [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    [function_code] = [c for c in class_code.co_consts if isinstance(c, types.CodeType)]
-    closure = tuple(types.CellType(owner) for name in function_code.co_freevars if name == "__class__")
-    if len(closure) != len(function_code.co_freevars):
-        raise ValueError(f"{method.__qualname__} closes over {function_code.co_freevars}")
-    return types.FunctionType(function_code, method.__globals__, method.__name__, method.__defaults__,
-                              closure or None)
+    namespace: dict[str, Any] = {}
+    exec(code, method.__globals__, namespace)  # defines _Owner and the method, in the method's module
+    function = vars(namespace["_Owner"])[method.__name__]
+    for cell in function.__closure__ or ():  # __class__, the one a method can close over
+        cell.cell_contents = owner
+    return function
 
 
 class NoHookSites(SelectorEventLoop):
