@@ -281,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     client_note = prepare_client()
     if args.list:
         print(f"client  echo_client       {'skipped: ' + client_note if client_note else 'ready'}")
-        for name in names:
-            print(f"peer    {name:<16}  {'skipped: ' + skipped[name] if name in skipped else 'ready'}")
+        for server in candidates:
+            print(server.status(skipped.get(server.name)))
         return 0
     if client_note:
         raise SystemExit(f"echo: the load generator is not ready: {client_note}")
@@ -310,8 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline=baseline,
         client=display(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
         .replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
-        servers=[{"name": s.name, "kind": s.kind, "summary": s.summary, "command": s.display(),
-                  "env": s.env or None, "skipped": skipped.get(s.name)} for s in candidates],
+        servers=[server.entry(skipped.get(server.name)) for server in candidates],
         runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
     experiment.finish(data, out, format_text(data), conclusion(data), keep_copy=True)
     return 0

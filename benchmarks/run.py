@@ -221,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
     if args.list:
         for server in candidates:
-            note = skipped.get(server.name)
-            print(f"{server.kind:<5}  {server.name:<16}  {'skipped: ' + note if note else 'ready'}")
+            print(server.status(skipped.get(server.name)))
         for load in loads.LOADS:
             state = "ready" if shutil.which(load.tool) else f"skipped: {load.tool} is not installed"
             print(f"load   {load.name:<16}  {state}  ({load.title})")
@@ -259,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  Path("PERCENTILES.csv") if load.tool == "ab" else None)),
                 # Only a pipelined load says so: the other loads' entries stay as they were.
                 **({"pipeline": load.pipeline} if load.pipeline > 1 else {})} for load in chosen],
-        servers=[{"name": server.name, "kind": server.kind, "summary": server.summary,
-                  "chapter": server.chapter, "command": server.display(),
-                  "env": server.env or None, "skipped": skipped.get(server.name)} for server in candidates],
+        servers=[server.entry(skipped.get(server.name)) for server in candidates],
         runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
     if not args.no_plot:  # before finish, whose conclusion is the last line printed
         png = args.plot or args.out.with_suffix(".png")

@@ -50,6 +50,15 @@ class Server:
         """Its command as a reader would type it (``python`` for this interpreter)."""
         return display(self.argv)
 
+    def entry(self, skipped: str | None) -> dict:
+        """Its entry in an experiment's JSON ``servers``; ``skipped``: None, or why it did not run."""
+        return {"name": self.name, "kind": self.kind, "summary": self.summary, "chapter": self.chapter,
+                "command": self.display(), "env": self.env or None, "skipped": skipped}
+
+    def status(self, skipped: str | None) -> str:
+        """Its line in ``--list``: kind, name, and whether it can run here."""
+        return f"{self.kind:<5}  {self.name:<16}  {'skipped: ' + skipped if skipped else 'ready'}"
+
 
 @dataclass(frozen=True)
 class Peer:
