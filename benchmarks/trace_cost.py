@@ -2,7 +2,7 @@
 """What do the instrument hooks cost, off and on, on tinyloop.aio and tinyloop.uv?
 
     python -m benchmarks.trace_cost                every loop and variant, counted (a few minutes)
-    python -m benchmarks.trace_cost --quick        a tenth of the operations, for a look
+    python -m benchmarks.trace_cost --quick        a tenth of the operations, "no hooks" and "off" only
     python -m benchmarks.trace_cost --reference    maintainers: the book's benchmarks/results/trace_cost.*
 
 Counted in CPU instructions under valgrind's callgrind, as benchmarks/instructions.py
@@ -269,7 +269,7 @@ def render(data: dict[str, Any]) -> str:
              f"{'per callback':>13} {'vs no hooks':>12}"]
     for loop_name in data["loops"]:
         counts = data["counts"][loop_name]
-        for variant in VARIANTS:
+        for variant in data["variants"]:
             cells = []
             for workload in ("http", "callbacks"):
                 value, base = counts[variant].get(workload), counts["no hooks"].get(workload)
@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("trace_cost needs valgrind (Debian: apt-get install valgrind)")
     loops = [name for name in args.loops.split(",") if name]
     repeat = args.repeat or 1
+    variants = VARIANTS[:2] if args.quick else VARIANTS  # --quick: the baseline and the shipped loop
     settings = {w: (s // 10, d // 10) if args.quick else (s, d) for w, (s, d) in SETTINGS.items()}
     if "uv" in loops:
         print("building tinyloop.uv with and without hook sites ...", flush=True)
@@ -323,13 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     clock = experiment.Clock()
     data = experiment.document("trace_cost", argv, clock, settings={
         "quick": args.quick, "repeat": repeat, **{w: {"n": s, "delta": d} for w, (s, d) in settings.items()}})
-    data.update(valgrind=version_line(["valgrind", "--version"]), loops=loops, variants=list(VARIANTS),
+    data.update(valgrind=version_line(["valgrind", "--version"]), loops=loops, variants=list(variants),
                 counts={}, spread={})
     pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
     try:
         figures = {(loop_name, variant, workload): [count(pool, loop_name, variant, workload, *settings[workload])
                                                     for _ in range(repeat)]
-                   for loop_name in loops for variant in VARIANTS for workload in ("http", "callbacks")}
+                   for loop_name in loops for variant in variants for workload in ("http", "callbacks")}
         for (loop_name, variant, workload), repeats in figures.items():
             row = data["counts"].setdefault(loop_name, {}).setdefault(variant, {})
             try:
