@@ -131,6 +131,7 @@ def _socket_extra(sock: socket.socket, extra: dict[str, Any] | None) -> dict[str
 
 
 if hasattr(selectors, "EpollSelector"):
+    _EPOLLIN, _EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
     _NOT_ONLY_IN = ~select.EPOLLIN    # a bit beside EPOLLIN: writable, or an error or hang-up
     _NOT_ONLY_OUT = ~select.EPOLLOUT  # a bit beside EPOLLOUT: readable, or an error or hang-up
 
@@ -159,13 +160,22 @@ if hasattr(selectors, "EpollSelector"):
                 timeout = math.ceil(timeout * 1e3) * 1e-3  # epoll's milliseconds, rounded up
             keys = self._fd_to_key
             try:
-                fd_events = self._selector.poll(timeout, max(len(keys), 1))
+                # (``or 1``, not max(): on 3.11 a max() call costs more than the rest of this line)
+                fd_events = self._selector.poll(timeout, len(keys) or 1)
             except InterruptedError:  # a signal: the loop looks at its queue and comes back
                 return []
             ready = []
             for fd, event in fd_events:
                 key = keys.get(fd)
-                if key is not None:
+                if key is None:
+                    continue
+                # epoll reports only what a descriptor was registered for, plus
+                # errors and hang-ups: a lone EPOLLIN or EPOLLOUT needs no mask.
+                if event == _EPOLLIN:
+                    ready.append((key, EVENT_READ))
+                elif event == _EPOLLOUT:
+                    ready.append((key, EVENT_WRITE))
+                else:
                     events = ((EVENT_WRITE if event & _NOT_ONLY_IN else 0)
                               | (EVENT_READ if event & _NOT_ONLY_OUT else 0))
                     ready.append((key, events & key.events))
