@@ -290,12 +290,8 @@ def conclusion(data: dict) -> str:
 
 # -- The profile ----------------------------------------------------------------------------------
 
-# Discussion: cProfile records Python frames and Python's calls to built-ins;
-# a Cython method is neither.  So the time tinyloop.uv spends in C between
-# two callbacks (uv_run, epoll_wait, read, writev) is charged to the Python
-# frame under it, Part II's run_forever, and on uv that frame's own time is
-# the C loop.  (A C method that a callback calls, transport.write, is
-# charged to that callback.)  On aio it stays a few lines of Python.
+# cProfile sees no Cython method: on uv, the own time of Part II's run_forever, which
+# calls the C loop, is the C loop's (uv_run, epoll_wait, read, writev); on aio, a few lines.
 C_LOOP = "the loop in C: tinyloop.uv, libuv, syscalls"
 
 # What the profile counts per request (on uv, recv and send are called from C and count 0).
