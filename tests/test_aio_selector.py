@@ -89,6 +89,30 @@ def test_a_descriptor_unregistered_before_select_is_not_reported(pair) -> None:
         selector.close()
 
 
+def test_a_descriptor_closed_before_it_was_unregistered_is_not_reported(pair) -> None:
+    # epoll watches the open file, not the number: closed while a duplicate
+    # keeps the file open, the descriptor stays in epoll's list after
+    # unregister() (whose EPOLL_CTL_DEL fails with EBADF, ignored), and epoll
+    # goes on reporting its old number, which no key has any more.
+    a, b = pair
+    b.send(b"x")
+    duplicate = a.dup()
+    fd = a.fileno()
+    ours, theirs = selector_events._EpollSelector(), selectors.EpollSelector()
+    try:
+        for selector in (ours, theirs):
+            selector.register(fd, selectors.EVENT_READ, "a")
+        a.close()
+        for selector in (ours, theirs):
+            selector.unregister(fd)
+        assert answers(theirs) == answers(ours) == []
+        assert [fd for fd, _ in ours._selector.poll(0)] == [fd], "epoll still reports the old number"
+    finally:
+        ours.close()
+        theirs.close()
+        duplicate.close()
+
+
 @pytest.mark.parametrize("timeout", [0, -1, 0.0004])
 def test_a_short_or_negative_timeout_returns_without_a_ready_descriptor(pair, timeout) -> None:
     a, _ = pair

@@ -166,8 +166,9 @@ if hasattr(selectors, "EpollSelector"):
                 return []
             ready = []
             for fd, event in fd_events:
-                key = keys.get(fd)
-                if key is None:
+                try:
+                    key = keys[fd]
+                except KeyError:  # closed without unregistering, and still in epoll's list
                     continue
                 # epoll reports only what a descriptor was registered for, plus
                 # errors and hang-ups: a lone EPOLLIN or EPOLLOUT needs no mask.
