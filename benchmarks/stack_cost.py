@@ -17,7 +17,7 @@ and, for scale, a chain of D plain function calls.  pyperf times each
 real-time priority where allowed, calibration, warm-ups, the garbage
 collector off while timed): the median of its values with their min-max.
 ``--profile`` runs the two stages' servers under cProfile and ``ab -k -n
-2000 -c 10``, as benchmarks/fairness.py does.
+2000 -c 10`` (benchmarks/harness/stage_profile.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import time
 from benchmarks.harness import experiment, output, pyperf_runs
 from benchmarks.harness.process import realtime_self
 from benchmarks.harness.render import align, describe_machine
+from benchmarks.harness.stage_profile import profile_stage
 from benchmarks.harness.summary import summarize
 from tinyloop.callbacks.loop import Loop
 from tinyloop.generators.scheduler import Scheduler
@@ -182,8 +183,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "stack_cost.json")
     if args.profile:
-        from benchmarks import fairness
-        text = "\n".join(fairness.profile_stage(stage, 2000) for stage in ("generators", "yieldfrom"))
+        text = "\n".join(profile_stage(stage, 2000) for stage in ("generators", "yieldfrom"))
         print(text, end="")
         print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
         return 0
