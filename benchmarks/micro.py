@@ -153,7 +153,7 @@ def _timed(loops: int, op: str, loop: str) -> float:
     return OPERATIONS[op][0](loops, factory_for(loop))
 
 
-# pyperf_runs' table, the same in every worker: each (operation, loop) the reactor can run.
+# pyperf_runs' table, the same in every worker: every (operation, loop), the reactor's where it can run.
 TIMINGS = [pyperf_runs.Timing(f"{op}[{loop}]", _timed, (op, loop))
            for op, loop in benchmarks(list(LOOP_NAMES), list(OPERATIONS))]
 

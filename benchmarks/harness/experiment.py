@@ -124,13 +124,9 @@ class Clock:
 
 def interleave(cells: Sequence, repeat: int, measure: Callable[..., dict],
                label: Callable[..., str], show: Callable[[dict], str]) -> list[dict]:
-    """Run ``measure(cell)`` for every cell, ``repeat`` times, interleaved; return the records.
-
-    Repetition 1 runs every cell, then repetition 2 does it again: whatever
-    drifts on the machine spreads over every cell instead of landing on one.
-    Each record gets ``rep``; a progress line per run shows ``label(cell)``
-    and, for an ``"ok"`` record, ``show(record)``, else its status and note.
-    """
+    """Run ``measure(cell)`` for every cell, ``repeat`` times, interleaved (drift on the machine spreads
+    over every cell); returns the records, each with its ``rep``.  A progress line per run shows
+    ``label(cell)`` and ``show(record)`` for an ``"ok"`` record, else its status and note."""
     records: list[dict] = []
     total = len(cells) * repeat
     for rep in range(1, repeat + 1):
@@ -229,11 +225,8 @@ def finish(data: dict, out: Path, text: str, conclusion: str, *, extra: dict[Pat
 
 def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:
     """Run a load generator; ``(exit code, or None past the wall-clock ``limit`` in seconds, its output)``.
-
-    Past the limit it is stopped by :func:`interrupt`.  It runs in its own
-    session, so a Ctrl-C at the terminal reaches the harness, which then
-    kills it: no tool outlives the harness.
-    """
+    Past the limit :func:`interrupt` stops it; it runs in its own session, so a Ctrl-C reaches the
+    harness, which kills it."""
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:

@@ -1,11 +1,6 @@
 # benchmarks/harness/render.py
-"""One renderer: an experiment's ``(header, rows)`` as aligned text or as Markdown.
-
-An experiment builds its table once, as a header and rows of strings (the
-book's directives in docs/_ext take the same pair and make docutils tables
-and charts of it); these functions lay it out.  Standard library only and no
-I/O: the book imports this while it builds.
-"""
+"""One renderer: an experiment's ``(header, rows)`` of strings as aligned text or Markdown (the
+book's directives take the same pair), and the caption line.  Standard library only, no I/O."""
 
 from __future__ import annotations
 
@@ -55,13 +50,9 @@ def markdown(header: list[str], rows: list[list[str]], numeric_from: int = 1) ->
 
 
 def describe_machine(data: dict) -> str:
-    """One line saying where and how the numbers were measured (for captions).
-
-    ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython 3.11.2; server on CPU 0, load on
-    CPU 1; median of 3; load average 1.2; 2026-01-31"``: from the JSON's
-    ``machine``, ``pinning``, ``settings`` and ``load_average`` (any may be
-    missing).  ``machine`` may also be a line of text (an older file's).
-    """
+    """Where and how the numbers were measured, for captions: ``"AMD EPYC, 2 CPUs, Linux 6.1, CPython
+    3.11.2; server on CPU 0, load on CPU 1; median of 3; load average 1.2; 2026-01-31"``, from the
+    JSON's ``machine`` (or an older file's line of text), ``pinning``, ``settings``, ``load_average``."""
     pinning = data.get("pinning") or {}
     settings = data.get("settings") or {}
     where = (f"server on CPU {pinning.get('server_cpus')}, load on CPU {pinning.get('load_cpus')}"
