@@ -645,9 +645,9 @@ def test_the_batching_row_is_told_as_the_committed_run_shows_it() -> None:
 
 def test_the_echo_prose_agrees_with_the_committed_run() -> None:
     # asyncio.md and libuv.md: at 1 KiB the C loops separate from the Python
-    # ones, in CPU per message (near the C floor's, below asyncio's and
-    # aio's) and in messages/s, because every server set the pace (busy
-    # close to all of each second); uv-protocol and uvloop-protocol are within
+    # ones, in CPU per message (below asyncio's and aio's, and nearer the C
+    # floor's than asyncio's) and in messages/s, because every server set the
+    # pace (busy close to all of each second); uv-protocol and uvloop-protocol are within
     # a few percent of each other.
     one_kib = json.loads((RESULTS / "echo.json").read_text(encoding="utf-8"))["results"]["1024"]
     cpu = {name: row["cpu_us_per_msg"] for name, row in one_kib.items()}
@@ -655,7 +655,7 @@ def test_the_echo_prose_agrees_with_the_committed_run() -> None:
     for c_loop in ("uv-protocol", "uvloop-protocol"):
         for python_loop in ("aio-protocol", "asyncio-protocol"):
             assert cpu[c_loop] < cpu[python_loop] and rate[c_loop] > rate[python_loop], (c_loop, python_loop)
-        assert abs(cpu[c_loop] - cpu["c-epoll"]) / cpu["c-epoll"] < 0.15, f"{c_loop} is not near the floor"
+        assert cpu[c_loop] - cpu["c-epoll"] < cpu["asyncio-protocol"] - cpu[c_loop], f"{c_loop} is nearer asyncio"
     assert abs(cpu["uv-protocol"] - cpu["uvloop-protocol"]) / cpu["uvloop-protocol"] < 0.05
     assert all(row["server_busy"] > 0.8 for row in one_kib.values()), "a server did not set the pace"
 
