@@ -38,10 +38,7 @@ from benchmarks.harness.render import DASH, machine_line, markdown as table_line
 from benchmarks.harness.strace import Strace, parse_strace_summary, strace_problem
 from benchmarks.loads import Settings
 
-# Strace, parse_strace_summary and strace_problem are the harness's, named here too for
-# benchmarks/uv_changes.py and the tests.
-__all__ = ["DEPTH_LOADS", "GROUPS", "Strace", "main", "markdown", "measure", "parse_strace_summary",
-           "per_request", "strace_problem"]
+__all__ = ["DEPTH_LOADS", "GROUPS", "main", "markdown", "measure", "per_request"]
 
 # Pipelining depth -> the harness load that sends it (benchmarks/loads.py).
 DEPTH_LOADS = {1: "wrk", 24: "wrk-pipeline"}

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from benchmarks import echo, loads, micro, servers, syscalls, uv_variants
 from benchmarks import run as http_run
-from benchmarks.harness import experiment, output, pyperf_runs, variants
+from benchmarks.harness import experiment, output, pyperf_runs, strace, variants
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
@@ -374,7 +374,7 @@ def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path
     try:
         if app == "echo":
             echo_client(echo_settings.warmup)
-        with syscalls.Strace(process.pid, ["-c"], summary):
+        with strace.Strace(process.pid, ["-c"], summary):
             if app == "echo":
                 requests = echo_client(duration)
             else:
@@ -386,7 +386,7 @@ def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path
         return {"note": str(error)}
     finally:
         process.stop()
-    calls = syscalls.parse_strace_summary(summary.read_text()) if summary.exists() else {}
+    calls = strace.parse_strace_summary(summary.read_text()) if summary.exists() else {}
     if not requests or not calls:
         return {"note": "no request answered, or strace counted no call"}
     return {"requests": requests, "calls": calls, "per_request": syscalls.per_request(calls, requests)}

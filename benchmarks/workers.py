@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
+from benchmarks.harness.layout import cpu_list, taskset
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import warm_up
 from benchmarks.harness.render import markdown as table
@@ -121,8 +122,8 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
                     "load_cpu": layout.load_cpu, "status": "error", "note": None, "rps": None, "p50_ms": None,
                     "p99_ms": None, "completed": None, "failed": None, "seconds": None, "server_cpu_s": None,
                     "worker_cpu_s": None, "wrk_cpu_s": None}
-    server_prefix = ["taskset", "-c", ",".join(map(str, layout.server_cpus))] if layout.server_cpus else []
-    load_prefix = ["taskset", "-c", str(layout.load_cpu)] if layout.load_cpu is not None else []
+    server_prefix = taskset(cpu_list(layout.server_cpus))
+    load_prefix = taskset(None if layout.load_cpu is None else str(layout.load_cpu))
     try:
         process = servers.launch(server, server_prefix)
     except RuntimeError as error:

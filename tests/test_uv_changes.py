@@ -171,9 +171,9 @@ def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
 @needs_wrk
 @pytest.mark.timeout(120 + BUILD_ALLOWANCE)
 def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path, variant_builds: None) -> None:
-    from benchmarks import syscalls
+    from benchmarks.harness import strace
 
-    problem = syscalls.strace_problem()
+    problem = strace.strace_problem()
     if problem:
         pytest.skip(problem)
     command = [sys.executable, *SCRIPT, "--syscalls", "uv/no-batching,uv", "--loads", "wrk,echo-10k", "--quick",

@@ -132,8 +132,8 @@ def _socket_extra(sock: socket.socket, extra: dict[str, Any] | None) -> dict[str
 
 if hasattr(selectors, "EpollSelector"):
     _EPOLLIN, _EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
-    _NOT_ONLY_IN = ~select.EPOLLIN    # a bit beside EPOLLIN: writable, or an error or hang-up
-    _NOT_ONLY_OUT = ~select.EPOLLOUT  # a bit beside EPOLLOUT: readable, or an error or hang-up
+    _NOT_ONLY_IN = ~_EPOLLIN    # a bit beside EPOLLIN: writable, or an error or hang-up
+    _NOT_ONLY_OUT = ~_EPOLLOUT  # a bit beside EPOLLOUT: readable, or an error or hang-up
 
     class _EpollSelector(selectors.EpollSelector):
         """selectors' epoll selector with a shorter select(): the loop's default on Linux.
