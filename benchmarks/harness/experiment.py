@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import output
 from benchmarks.harness.machine import display, fingerprint
@@ -22,8 +25,8 @@ from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
 from tinyloop import serving
 
-__all__ = ["SCHEMA", "Clock", "document", "finish", "fold", "interleave", "interrupt", "least", "parser", "pinning",
-           "run_tool", "runnable", "settings", "stop_on_sigterm"]
+__all__ = ["SCHEMA", "Clock", "conclude", "document", "finish", "fold", "interleave", "interrupt", "least", "parser",
+           "pinning", "prepared", "require", "run_tool", "runnable", "sentence", "settings", "stop_on_sigterm"]
 
 SCHEMA = 1  # every experiment's JSON carries it; the book's directives and benchmarks.report read it
 
@@ -71,19 +74,48 @@ def pinning(args: argparse.Namespace) -> dict:
     return choose_pinning(args.no_pin, realtime=not args.no_realtime)
 
 
-def settings(parser: argparse.ArgumentParser, args: argparse.Namespace, defaults: dict[str, float],
-             quick: dict[str, float], least: dict[str, float] | None = None) -> dict[str, float]:
-    """Each key of ``defaults``: the option of that name where the command line gives it, else
-    ``quick``'s value with ``--quick``, else the default.  A value under its ``least`` (default:
-    any positive value) is refused through ``parser.error`` (exit 2)."""
-    base = quick if args.quick else defaults
-    chosen = {key: base[key] if getattr(args, key, None) is None else getattr(args, key) for key in base}
-    for key, value in chosen.items():
-        floor = (least or {}).get(key)
-        if value < (floor or 0) or value <= 0:
+def settings(parser: argparse.ArgumentParser, args: argparse.Namespace, defaults: dict,
+             quick: dict, least: dict[str, float] | None = None) -> dict:
+    """Each key of ``defaults``: the option of that name (``-`` read as ``_``) where the command line
+    gives it, else ``quick``'s value (where it has one) with ``--quick``, else the default.  A number
+    under its ``least`` (default: any positive number) is refused through ``parser.error`` (exit 2)."""
+    chosen = {}
+    for key, default in defaults.items():
+        given = getattr(args, key.replace("-", "_"), None)
+        chosen[key] = given if given is not None else quick.get(key, default) if args.quick else default
+        value, floor = chosen[key], (least or {}).get(key)
+        if type(value) in (int, float) and (value < floor if floor is not None else value <= 0):
             parser.error(f"--{key.replace('_', '-')} must be {'positive' if floor is None else f'at least {floor:g}'}"
                          f", got {value:g}")
     return chosen
+
+
+def require(name: str, *tools: str) -> None:
+    """Exit (SystemExit, naming experiment ``name``) unless every command of ``tools`` is on PATH."""
+    if missing := [tool for tool in tools if shutil.which(tool) is None]:
+        packages = " ".join(dict.fromkeys(_PACKAGES.get(tool, tool) for tool in missing))
+        raise SystemExit(f"{name}: {' and '.join(missing)} not found; install them (Debian: apt-get install "
+                         f"{packages}) or run `bash scripts/setup.sh`")
+
+
+_PACKAGES = {"ab": "apache2-utils", "taskset": "util-linux", "chrt": "util-linux"}  # Debian's, where not the name
+
+
+def prepared(candidates: Sequence, prepare: Callable[[Any], str | None],
+             name: str | None = None) -> tuple[list, dict[str, str]]:
+    """``(ready, skipped)``: ``prepare(candidate)`` says None (ready) or why not for each of ``candidates``
+    (named by ``.name``, or names); ``skipped`` is {name: why}, each printed as a skip line.  With
+    ``name`` (the experiment's), exits (SystemExit) when none is ready."""
+    ready, skipped = [], {}
+    for candidate in candidates:
+        if note := prepare(candidate):
+            skipped[getattr(candidate, "name", candidate)] = note
+            print(f"skip {getattr(candidate, 'name', candidate)}: {note}", flush=True)
+        else:
+            ready.append(candidate)
+    if name and not ready:
+        raise SystemExit(f"{name}: nothing can run here")
+    return ready, skipped
 
 
 def runnable(candidates: Sequence, skipped: dict[str, str], name: str) -> list:
@@ -108,6 +140,11 @@ def least(figures: dict[str, float | None], baseline: str | None, digits: int, a
     best = min(pool, key=measured.__getitem__)
     against = f", {baseline} {measured[baseline]:.{digits}f}" if baseline in measured else ""
     return f"{best} {measured[best]:.{digits}f}{unit}{against}"
+
+
+def sentence(head: str, parts: Sequence[str], empty: str | None = None, sep: str = ", ") -> str:
+    """A conclusion: ``"HEAD: part, part"``; without parts ``empty`` (default ``"HEAD: nothing measured"``)."""
+    return f"{head}: {sep.join(parts)}" if parts else (empty or f"{head}: nothing measured")
 
 
 class Clock:
@@ -184,15 +221,17 @@ def fold(records: Iterable[dict], group: str, row: str, figures: Sequence[str], 
     return out
 
 
-def document(name: str, argv: Sequence[str], clock: Clock, *, settings: dict,
-             pinning: dict | None = None, tools: dict | None = None) -> dict:
-    """The head every experiment's JSON starts with.
+def document(name: str, argv: Sequence[str] | None, clock: Clock, *, settings: dict,
+             pinning: dict | None = None, tools: dict | None = None, **fields: Any) -> dict:
+    """The head every experiment's JSON starts with, then the experiment's own ``fields``.
 
-    ``schema``, ``date`` (ISO 8601, UTC), ``command`` (as a reader types it),
-    ``machine`` (the fingerprint), ``tools`` (version lines), ``pinning``
-    (without the command prefixes), ``settings`` (with ``noise``), and
-    ``load_average`` [at start, now]: the other work on a shared machine.
+    ``schema``, ``date`` (ISO 8601, UTC), ``command`` (as a reader types it;
+    ``argv`` None: this process's), ``machine`` (the fingerprint), ``tools``
+    (version lines), ``pinning`` (without the command prefixes), ``settings``
+    (with ``noise``), and ``load_average`` [at start, now]: the other work on
+    a shared machine.
     """
+    argv = sys.argv[1:] if argv is None else argv
     load = [clock.load, os.getloadavg()[0]] if clock.load is not None else None
     return {
         "schema": SCHEMA,
@@ -203,6 +242,7 @@ def document(name: str, argv: Sequence[str], clock: Clock, *, settings: dict,
         "pinning": {key: value for key, value in (pinning or {}).items() if not key.endswith("_prefix")},
         "settings": {**settings, "noise": NOISE},
         "load_average": [round(value, 2) for value in load] if load else None,
+        **fields,
     }
 
 
@@ -221,6 +261,19 @@ def finish(data: dict, out: Path, text: str, conclusion: str, *, extra: dict[Pat
     if out.parent.resolve() == output.RESULTS.resolve():
         print(f"this is the book's reference now: commit {', '.join(output.relative(p) for p in written)}")
     print(conclusion, flush=True)
+
+
+def conclude(data: dict, out: Path, clock: Clock | None, render: Callable[[dict], str],
+             conclusion: Callable[[dict], str], suffix: str | None = ".txt", *, keep_copy: bool = False) -> int:
+    """The end of a run: ``elapsed_s`` from ``clock`` (None: as ``data`` has it), then :func:`finish` with
+    ``render(data)`` printed and written beside ``out`` with ``suffix`` (None: not written) and
+    ``conclusion(data)`` last; returns 0, the command's exit status."""
+    if clock is not None:
+        data["elapsed_s"] = clock.elapsed()
+    text = render(data)
+    finish(data, out, text, conclusion(data), extra={out.with_suffix(suffix): text} if suffix else None,
+           keep_copy=keep_copy)
+    return 0
 
 
 def run_tool(argv: Sequence[str], limit: float) -> tuple[int | None, str]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness.machine import ROOT
 
-__all__ = ["LOCAL", "RESULTS", "add_arguments", "json_path", "minutes", "relative", "write_json", "write_text"]
+__all__ = ["LOCAL", "RESULTS", "add_arguments", "json_path", "minutes", "print_and_write", "relative", "rerender",
+           "write_json", "write_text"]
 
 RESULTS = ROOT / "benchmarks" / "results"   # the book's reference results, committed
 LOCAL = RESULTS / "local"                   # every other run's, ignored by git
@@ -61,6 +63,21 @@ def write_text(text: str, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def print_and_write(text: str, path: Path) -> int:
+    """Print ``text`` (a profile, a count: a run's side product), write it to ``path``, say where;
+    returns 0, the command's exit status."""
+    print(text, end="" if text.endswith("\n") else "\n")
+    print(f"wrote {relative(write_text(text, path))}")
+    return 0
+
+
+def rerender(out: Path, render: Callable[[dict], str], suffix: str = ".md") -> int:
+    """Measure nothing: write ``render`` of the JSON at ``out`` again, beside it with ``suffix``;
+    returns 0.  Raises OSError (no such file) or ValueError (not JSON) as reading it does."""
+    print(f"wrote {relative(write_text(render(json.loads(out.read_text(encoding='utf-8'))), out.with_suffix(suffix)))}")
+    return 0
 
 
 def relative(path: Path) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["DASH", "align", "cell", "describe_machine", "machine_line", "markdown", "number", "spread_cell"]
+__all__ = ["DASH", "align", "cell", "describe_machine", "footer", "machine_line", "markdown", "median_cell", "number",
+           "quick_caption", "spread_cell"]
 
 DASH = "—"
 
@@ -28,6 +29,13 @@ def spread_cell(low_high: Iterable[float] | None, noisy: bool, digits: int = 0) 
         return DASH
     low, high = low_high
     return f"{number(low, digits)}–{number(high, digits)}" + (" noisy" if noisy else "")
+
+
+def median_cell(summary: dict | None, digits: int = 0, missing: str = "failed") -> str:
+    """``{"median", "min", "max"}`` (summary.median_range's) as ``"7.0 (6.5–7.4)"``; ``missing`` without."""
+    if not summary or summary.get("median") is None:
+        return missing
+    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}–{summary['max']:.{digits}f})"
 
 
 def align(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -67,6 +75,20 @@ def describe_machine(data: dict) -> str:
     if isinstance(load, list) and load:
         how += f"; load average {max(load):.1f} (a shared machine)"
     return f"{machine_line(data)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
+
+
+def quick_caption(data: dict) -> list[str]:
+    """A Markdown table's first lines for a ``--quick`` run (``data["settings"]["quick"]``): that it is a
+    smoke run, not a measurement, and a blank line; ``[]`` for a full run."""
+    if not (data.get("settings") or {}).get("quick"):
+        return []
+    return ["*A `--quick` smoke run: too short and too few runs to compare by. The book's figures come "
+            "from the full run (`--reference`).*", ""]
+
+
+def footer(data: dict) -> str:
+    """A table's last line: ``"Command: `python -m benchmarks.NAME ...`; "`` and :func:`describe_machine`."""
+    return f"Command: `{data.get('command')}`; {describe_machine(data)}."
 
 
 def machine_line(data: dict) -> str:

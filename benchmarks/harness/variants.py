@@ -27,15 +27,18 @@ from benchmarks.harness.machine import display
 __all__ = ["add_arguments", "pyperf_settings", "run_load", "write_profile"]
 
 
-def add_arguments(parser: argparse.ArgumentParser, servers: Sequence[str], profile: str, profiled: str) -> None:
+def add_arguments(parser: argparse.ArgumentParser, servers: Sequence[str], profile: str, profiled: str,
+                  timings: bool = True) -> None:
     """The options every change -> cost experiment takes: ``servers`` are what ``--serve`` may
     run, ``profile`` is ``--profile``'s default (a comma list of them), ``profiled`` says what
-    it does (``"... under wrk, by layer, into profile_uv.txt"``)."""
-    default = " ".join(pyperf_runs.DEFAULT)
-    parser.add_argument("--pyperf", default=default,
-                        help=f"pyperf's options for the per-operation timings (default {default!r})")
-    parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
-    parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
+    it does (``"... under wrk, by layer, into profile_uv.txt"``); ``timings``: also the
+    per-operation pyperf timings' ``--pyperf``, ``--no-micro`` and ``--no-servers``."""
+    if timings:
+        default = " ".join(pyperf_runs.DEFAULT)
+        parser.add_argument("--pyperf", default=default,
+                            help=f"pyperf's options for the per-operation timings (default {default!r})")
+        parser.add_argument("--no-micro", action="store_true", help="skip the per-operation timings")
+        parser.add_argument("--no-servers", action="store_true", help="skip the server runs (per-operation only)")
     parser.add_argument("--profile", nargs="?", const=profile, metavar="SERVERS",
                         help=f"instead: profile these servers {profiled}, beside the JSON (default {profile})")
     parser.add_argument("--serve", choices=list(servers), help="instead: run one server (as the runs do)")
