@@ -60,7 +60,7 @@ def test_postgres_starts_answers_through_asyncpg_and_is_removed() -> None:
             return row["id"], row["value"], count
 
         assert asyncio.run(query()) == (7, "value 7", 10)
-        assert pg.cpu_seconds() > 0, "the postmaster and its backends have used some CPU"
+        assert services.process_tree_cpu(pg.pid) > 0, "the postmaster and its backends have used some CPU"
     finally:
         manager.__exit__(None, None, None)
     assert not os.path.exists(pg.directory), "the data directory is removed at exit"
@@ -100,7 +100,7 @@ def test_nginx_proxies_to_its_upstream_and_stops(upstream: int) -> None:
     try:
         assert proxy.version.startswith("nginx version"), proxy.version
         for _ in range(3):  # the second and third reuse the upstream keep-alive connection
-            with urllib.request.urlopen(f"{proxy.url}items/3", timeout=10) as response:
+            with urllib.request.urlopen(f"http://127.0.0.1:{proxy.port}/items/3", timeout=10) as response:
                 assert response.status == 200
                 assert response.read() == b"upstream saw /items/3"
     finally:
@@ -110,8 +110,7 @@ def test_nginx_proxies_to_its_upstream_and_stops(upstream: int) -> None:
 
 
 def test_missing_binary_raises_service_missing_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services.shutil, "which", lambda name: None)
-    monkeypatch.setattr(services.os.path, "isfile", lambda path: False)
+    monkeypatch.setattr(services.shutil, "which", lambda name, path=None: None)
     with pytest.raises(services.ServiceMissing, match="nginx-light"):
         with services.nginx([1]):
             pass

@@ -2,16 +2,9 @@
 """The applications of "Async Python is not faster" (Cal Paterson, 2020), rebuilt for the book.
 
 One endpoint, ``GET /row -> 200 {"id": 123, "value": "value 123"}``: one indexed SELECT of a random
-key in 1..rows of services.postgres()'s ``items``, as JSON.  Only the server, the framework, the
-driver and the loop change between the rows of APPS:
-
-    gunicorn-falcon         gunicorn's sync workers, Falcon (WSGI), a psycopg 3 connection pool
-    uvicorn-starlette-LOOP  uvicorn + Starlette (ASGI), an asyncpg pool, on each loop of LOOPS
-    aiohttp-LOOP            aiohttp's own server, an asyncpg pool, on each loop, N forked workers
-
-The loops are benchmarks/peers/echo_server.py's LOOPS.  Every pool opens inside its worker, after
-the fork (two processes must never share a connection).  A command needs only its arguments and
-NOTFASTER_DSN, NOTFASTER_ROWS, so the harness, the test and a reader start the same one:
+key of services.postgres()'s ``items``.  The rows of APPS change only the server (gunicorn's sync
+workers, uvicorn, aiohttp's own), the framework, the driver and (async) the loop.  Every pool opens
+in its worker, after the fork.  A command needs only its arguments, NOTFASTER_DSN and NOTFASTER_ROWS:
 
     python -m benchmarks.realworld.notfaster_apps aiohttp --loop aio --workers 2 --port 8001
 """
@@ -25,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import traceback
 from dataclasses import dataclass
 
 from benchmarks.harness.machine import ROOT
@@ -37,10 +31,8 @@ PATH = "/row"
 # Each driver's placeholder: psycopg's %s (PEP 249 "format"), asyncpg's PostgreSQL-native $1.
 QUERY_PSYCOPG = "SELECT id, value FROM items WHERE id = %s"
 QUERY_ASYNCPG = "SELECT id, value FROM items WHERE id = $1"
-# Pool sizes per worker process, (min, max) connections: the article's maxima (psycopg2 1-4 per
-# sync worker, aiopg's 10 per async one).  A sync worker only ever uses one; an async worker's
-# maximum is how many of its queries may wait on PostgreSQL at once.  The async pool opens full,
-# so that no measured request pays for a connect.
+# (min, max) connections per worker process: the article's (psycopg2 1-4 per sync worker, aiopg's
+# 10 per async one); the async pool opens full (the chapter says why).
 SYNC_POOL = (1, 4)
 ASYNC_POOL = (10, 10)
 
@@ -182,8 +174,6 @@ def serve_aiohttp(loop_name: str, workers: int, port: int) -> None:
             except KeyboardInterrupt:
                 pass
             except BaseException:
-                import traceback
-
                 traceback.print_exc()
                 status = 1
             finally:

@@ -1,25 +1,18 @@
 # benchmarks/realworld/notfaster_bench.py
 """"Async Python is not faster", measured: nginx -> a Python app -> PostgreSQL.
 
-    python -m benchmarks.realworld.notfaster_bench --quick      a plumbing run, about two minutes
-    python -m benchmarks.realworld.notfaster_bench --reference  the book's run (benchmarks/results/notfaster.*)
+    python -m benchmarks.realworld.notfaster_bench [--quick] [--reference]
     python -m benchmarks.realworld.notfaster_bench --cpus-load 3 --cpus-proxy 2 --cpus-app 0-1 --cpus-db 2
     python -m benchmarks.realworld.notfaster_bench --apps gunicorn-falcon,aiohttp-aio --list
-    python -m benchmarks.realworld.notfaster_bench --render     the .md again from the .json
 
-Every configuration of notfaster_apps.APPS (servers x frameworks x loops) behind nginx, in front of
-one PostgreSQL, under ``wrk -t1 -c 100 --latency`` on GET /row.  The worker count is chosen as the
-article chose it: 1, 2, 3... until req/s falls, at most 2 x the app's cores + 1 (gunicorn's rule of
-thumb).  Then the measure: repetitions interleaved, a fresh app and nginx per run, warmed up first;
-req/s, p50 and p99 (ms) sorted by p99 as the article's table is, and the CPU time per request of
-the app alone and of app + nginx + PostgreSQL.  Writes benchmarks/results/local/notfaster.json and
-.md (``--reference``: the book's benchmarks/results/), one entry per core layout (``--cpus-*``).
+Every configuration of notfaster_apps.APPS behind nginx, in front of one PostgreSQL, under ``wrk -t1
+-c 100 --latency`` on GET /row, at the worker count the article's search picks; one JSON entry and
+table per core layout (``--cpus-*``).  chapters/realworld/notfaster.md describes the method.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
 import shlex
@@ -36,7 +29,7 @@ from mirakuru import HTTPExecutor
 from benchmarks import loads
 from benchmarks.harness import experiment, output
 from benchmarks.harness.layout import Layout, cpu_list, cpu_set, taskset, usable_cpus
-from benchmarks.harness.machine import ROOT, fingerprint, version_line
+from benchmarks.harness.machine import ROOT, package_version, version_line
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.render import DASH, markdown, number
 from benchmarks.harness.summary import NOISE
@@ -183,21 +176,15 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
 def versions(pg: services.Service, nginx_version: str) -> dict[str, str | None]:
     """Every program and library version the figures depend on (None: absent)."""
     wrk = version_line(["wrk", "-v"]) or ""  # "wrk debian/4.1.0-3+b2 [epoll] Copyright (C) 2012 Will Glozer"
-    found: dict[str, str | None] = {"postgresql": pg.version, "nginx": nginx_version,
-                                    "wrk": wrk.partition(" Copyright")[0].strip() or None}
-    for library in LIBRARIES:
-        try:
-            found[library] = importlib.metadata.version(library)
-        except importlib.metadata.PackageNotFoundError:
-            found[library] = None
-    return found
+    return {"postgresql": pg.version, "nginx": nginx_version, "wrk": wrk.partition(" Copyright")[0].strip() or None,
+            **{library: package_version(library) for library in LIBRARIES}}
 
 
-def run(apps: Sequence[App], layout: Layout, settings: dict) -> dict:
+def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str]) -> dict:
     """Search every app's worker count, then measure them all, interleaved; return the layout's entry.
 
-    PostgreSQL is started once and shared: the "real database" every row talks to.  Raises
-    ServiceMissing (before anything starts) when nginx, PostgreSQL or wrk is not installed.
+    One PostgreSQL, started once, serves every row.  Raises ServiceMissing (before anything
+    starts) when nginx, PostgreSQL or wrk is not installed.
     """
     skipped = {app.name: app.missing() for app in apps if app.missing() is not None}
     runnable = experiment.runnable(apps, skipped, "notfaster")
@@ -227,18 +214,12 @@ def run(apps: Sequence[App], layout: Layout, settings: dict) -> dict:
     runs = {app.name: [record for record in records if record["app"] == app.name] for app in runnable}
     rows = [summarize(app, searched[app.name][0], runs[app.name], searched[app.name][1]) for app in runnable]
     rows.sort(key=lambda row: (row["p99_ms"] is None, row["p99_ms"] or 0.0))
-    return {
-        "date": clock.date.isoformat(timespec="seconds"),
-        "seconds": round(clock.elapsed()),
-        "load_average": None if clock.load is None else [round(clock.load, 2), round(os.getloadavg()[0], 2)],
-        "layout": dict(layout.cpus),
-        "settings": {**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
-        "machine": fingerprint(),
-        "versions": found_versions,
-        "rows": rows,
-        "skipped": skipped,
-        "runs": [record for app in runnable for record in [*searched[app.name][1], *runs[app.name]]],
-    }
+    entry = experiment.document("realworld.notfaster_bench", argv, clock, settings={
+        **settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL})
+    entry.update(seconds=round(clock.elapsed()), layout=dict(layout.cpus), versions=found_versions, rows=rows,
+                 skipped=skipped,
+                 runs=[record for app in runnable for record in [*searched[app.name][1], *runs[app.name]]])
+    return entry
 
 
 def render_markdown(data: dict) -> str:
@@ -302,20 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     defaults = default_layout().cpus
     parser = experiment.parser("realworld.notfaster_bench", __doc__, repeat=DEFAULTS["repeat"], pin=False,
                                results="notfaster.json")
-    parser.add_argument("--render", action="store_true", help="only write the .md again from the JSON")
     parser.add_argument("--list", action="store_true", help="list the configurations and whether each can run")
     parser.add_argument("--apps", help="comma list of configurations (default all)")
-    Layout.add_arguments(parser, PARTS, defaults)
-    parser.add_argument("--duration", type=float, help=f"wrk's seconds per run ({DEFAULTS['duration']:g})")
-    parser.add_argument("--probe", type=float, help=f"wrk's seconds per search probe ({DEFAULTS['probe']:g})")
-    parser.add_argument("--rows", type=int, help=f"rows in the table ({DEFAULTS['rows']:,})")
     parser.add_argument("--max-workers", type=int, help="most workers the search tries (2 x app cores + 1)")
+    Layout.add_arguments(parser, PARTS, defaults)
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "notfaster.json")
-    if args.render:
-        path = output.write_text(render_markdown(json.loads(out.read_text())), out.with_suffix(".md"))
-        print(f"wrote {output.relative(path)}")
-        return 0
     known = {app.name: app for app in APPS}
     apps = [known[name] for name in choose_names(args.apps, list(known), "configuration", list(known))]
     if args.list:
@@ -325,16 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     layout = Layout.from_arguments(args, defaults)
     settings = {**DEFAULTS, "max_workers": 2 * layout.cores("app") + 1, "quick": args.quick,
                 **(QUICK if args.quick else {})}
-    given = {name: getattr(args, name) for name in ("duration", "probe", "repeat", "rows", "max_workers")}
-    settings.update({name: value for name, value in given.items() if value is not None})
-    if layout.load and hasattr(os, "sched_setaffinity"):
+    settings.update({name: value for name in ("repeat", "max_workers") if (value := getattr(args, name)) is not None})
+    if layout.load:
         os.sched_setaffinity(0, cpu_set(layout.load))  # the harness mostly waits: off the cores it measures
     try:
-        entry = run(apps, layout, settings)
+        entry = run(apps, layout, settings, argv)
     except services.ServiceMissing as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 1
-    entry["command"] = "python -m benchmarks.realworld.notfaster_bench " + shlex.join(argv)
     data = {"schema": SCHEMA, "layouts": {}}
     if out.exists():  # one file, one entry per layout: keep the others
         with contextlib.suppress(ValueError, KeyError):

@@ -1,17 +1,15 @@
 # benchmarks/realworld/services.py
-"""The real services Part V's experiments run beside the Python servers: PostgreSQL and nginx.
+"""PostgreSQL and nginx, the real services beside Part V's Python servers.
 
-    with postgres(rows=1000) as pg:        # initdb, start, create bench.items
+    with postgres(rows=1000) as pg:      # initdb, start, create bench.items
         ... asyncpg.create_pool(pg.dsn) ...
-    with nginx([app_port]) as proxy:       # generated nginx.conf, one upstream
+    with nginx([app_port]) as proxy:     # a generated nginx.conf, one upstream
         ... wrk {proxy.url} ...
 
-Nothing is mocked: the binaries are the system's (scripts/setup.sh installs them), and a missing
-one raises ServiceMissing naming the package, which a caller turns into a skipped row.  A service
-listens on 127.0.0.1 only and writes only into its own temporary directory.  mirakuru's executors
-start it, wait (bounded) until it is ready and stop it, then kill every process it started; the
-directory goes too, however the ``with`` block exits.  ``cpus`` pins a service and its children
-(a taskset(1) list).
+The system's binaries (scripts/setup.sh installs them); a missing one raises ServiceMissing naming
+the package.  A service listens on 127.0.0.1 and writes only into its own temporary directory, which
+goes at exit.  mirakuru's executors start it, wait until it is ready and stop it (then kill every
+process it started).  ``cpus`` pins a service and its children (a taskset(1) list).
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from mirakuru import Executor, TCPExecutor
 from mirakuru.exceptions import ExecutorError
 
 from benchmarks.harness.layout import taskset
+from benchmarks.harness.machine import version_line
 from benchmarks.harness.process import pid_cpu_seconds
 
 __all__ = ["Service", "ServiceMissing", "free_port", "nginx", "nginx_version", "postgres",
@@ -53,7 +52,7 @@ class ServiceMissing(RuntimeError):
 
 @dataclass
 class Service:
-    """A running service on 127.0.0.1:``port``; ``pid`` is its first process, the others its children."""
+    """A running service on 127.0.0.1:``port``; ``pid`` is its first process."""
 
     port: int
     pid: int
@@ -66,15 +65,6 @@ class Service:
         """``postgresql://postgres@127.0.0.1:PORT/bench``, for asyncpg or psycopg."""
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
 
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT/``."""
-        return f"http://127.0.0.1:{self.port}/"
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds used so far by the service's processes, reaped ones included (process_tree_cpu)."""
-        return process_tree_cpu(self.pid)
-
 
 def free_port() -> int:
     """A TCP port nothing listens on now on 127.0.0.1 (bind to port 0, read it back, close)."""
@@ -86,11 +76,9 @@ def free_port() -> int:
 def process_tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) spent by ``pid`` and all its descendants, live or reaped; 0.0 if gone.
 
-    Each live process adds its own CPU time and the cutime + cstime of the children it has reaped
-    (proc(5)), so a backend that exited is counted once, in its parent's figure.  Own time comes from
-    the process's CPU-time clock (harness.process.pid_cpu_seconds): /proc's utime and stime are whole
-    10 ms ticks per process, and would sum ten backends of 8 ms each to 0.  Sample it before and after
-    a run and subtract.
+    Each live process adds its own CPU time (harness.process.pid_cpu_seconds: /proc's 10 ms ticks
+    would sum ten backends of 8 ms each to 0) and the cutime + cstime of the children it reaped
+    (proc(5)), so a backend that exited counts once, in its parent.  Subtract two samples.
     """
     try:
         root = psutil.Process(pid)
@@ -119,9 +107,7 @@ def tail(path: Path, lines: int = 20) -> str:
 def running(executor: Executor, log: Path, what: str) -> Iterator[Executor]:
     """Start ``executor``, wait until it is ready, yield it; at exit stop it and kill what it started.
 
-    Raises RuntimeError, with the end of ``log``, when the process exits first or is not ready within
-    the executor's timeout.  At exit: its stop signal to its process group, up to that timeout, then
-    SIGKILL to every process it started (mirakuru marks them in their environment).
+    Raises RuntimeError, with the end of ``log``, when it exits first or is not ready in time.
     """
     try:
         try:
@@ -135,16 +121,9 @@ def running(executor: Executor, log: Path, what: str) -> Iterator[Executor]:
         executor.kill()
 
 
-# Discussion: postgres refuses to run as root: a server a client can make
-# run code must not hold every privilege.  When the harness is root (a
-# container, CI), the server runs as the "postgres" account the package
-# created, else "nobody"; Popen's user/group switch between fork and exec,
-# as `runuser` would.  The service's directory is handed to that user.
-
-
 def _account(names: Sequence[str]) -> tuple[pwd.struct_passwd | None, dict]:
-    """The first of ``names`` that exists, to run a service as, and the Popen keyword arguments that
-    run a child as it; ``(None, {})`` when we are not root."""
+    """As root, the first of ``names`` that exists and the Popen arguments that run a child as it;
+    ``(None, {})`` when we are not root.  (postgres refuses to run as root; so do nginx's workers.)"""
     if os.geteuid() != 0:
         return None, {}
     for name in names:
@@ -155,16 +134,11 @@ def _account(names: Sequence[str]) -> tuple[pwd.struct_passwd | None, dict]:
 
 
 def _postgres_bindir() -> Path:
-    """initdb's and postgres's directory: PATH's initdb (through symlinks), ``pg_config --bindir``, or
-    Debian's /usr/lib/postgresql/N/bin, newest first.  Raises ServiceMissing when none has both."""
+    """initdb's and postgres's directory: PATH's initdb (through symlinks), else Debian's
+    /usr/lib/postgresql/N/bin, newest first.  Raises ServiceMissing when none has both."""
     candidates = [Path(initdb).resolve().parent] if (initdb := shutil.which("initdb")) else []
-    if pg_config := shutil.which("pg_config"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10)
-            candidates.append(Path(done.stdout.strip()))
     versions = sorted(glob("/usr/lib/postgresql/*/bin"), key=lambda p: [int(n) for n in re.findall(r"\d+", p)])
-    candidates += [Path(p) for p in reversed(versions)]
-    for directory in candidates:
+    for directory in [*candidates, *map(Path, reversed(versions))]:
         if (directory / "initdb").is_file() and (directory / "postgres").is_file():
             return directory
     raise ServiceMissing("initdb and postgres were not found; install PostgreSQL (Debian/Ubuntu: "
@@ -189,12 +163,11 @@ def postgres(cpus: str | None = None, *, rows: int = 1000,
              settings: dict[str, str] | None = None) -> Iterator[Service]:
     """A throwaway PostgreSQL server with a table ``items`` of ``rows`` rows; stopped and removed at exit.
 
-    ``cpus``: a taskset(1) list for the server and every backend it forks.  ``rows``: ids 1..rows in
+    ``cpus``: a taskset(1) list for the server and its backends.  ``rows``: ids 1..rows in
     ``items(id int primary key, value text)`` of the database ``bench``, values ``"value ID"``.
     ``settings``: extra server settings (``{"max_connections": "200"}``).  Raises ServiceMissing
-    when initdb or postgres is not installed, RuntimeError (with the server's log) when it does not
-    start.  Sources: initdb(1), postgres(1), "Shutting Down the Server" in the PostgreSQL
-    documentation (SIGINT is the fast shutdown).
+    when PostgreSQL is not installed, RuntimeError (with its log) when it does not start.  Sources:
+    initdb(1), postgres(1), "Shutting Down the Server" (SIGINT is the fast shutdown).
     """
     bindir = _postgres_bindir()
     account, as_account = _account(("postgres", "nobody"))
@@ -210,9 +183,8 @@ def postgres(cpus: str | None = None, *, rows: int = 1000,
         if initdb.returncode != 0:
             raise RuntimeError(f"initdb failed ({initdb.returncode}):\n{initdb.stdout}{initdb.stderr}")
         port = free_port()
-        # Discussion: fsync=off.  The data is thrown away at exit; what the
-        # handlers measure is the loop and the driver, not a flush to the
-        # shared machine's disk on every commit.  Never with data you keep.
+        # fsync=off: the data is thrown away at exit, and the handlers measure the loop and the
+        # driver, not a flush to the shared machine's disk on every commit.
         options = {"listen_addresses": "127.0.0.1", "fsync": "off", **(settings or {})}
         argv = [*taskset(cpus), str(bindir / "postgres"), "-D", str(data), "-k", str(directory),
                 "-p", str(port), *[word for name, value in options.items() for word in ("-c", f"{name}={value}")]]
@@ -228,36 +200,32 @@ def postgres(cpus: str | None = None, *, rows: int = 1000,
                 connection.execute("INSERT INTO items SELECT g, 'value ' || g FROM generate_series(1, %s) AS g",
                                    (int(rows),))
                 connection.execute("ANALYZE items")
-            version = subprocess.run([bindir / "postgres", "-V"], capture_output=True, text=True, timeout=10)
-            yield Service(port, server.process.pid, version.stdout.strip(), str(directory), int(rows))
+            version = version_line([str(bindir / "postgres"), "-V"]) or "postgres"
+            yield Service(port, server.process.pid, version, str(directory), int(rows))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def _nginx_binary() -> str:
-    for path in (shutil.which("nginx"), "/usr/sbin/nginx", "/usr/local/sbin/nginx", "/opt/homebrew/bin/nginx"):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/opt/homebrew/bin"])
+    if binary := shutil.which("nginx", path=path):
+        return binary
     raise ServiceMissing("nginx was not found; install nginx (Debian/Ubuntu: apt-get install nginx-light; "
                          "Fedora: dnf install nginx; macOS: brew install nginx)")
 
 
 def nginx_version(binary: str | None = None) -> str:
-    """``nginx -v``'s line, "nginx version: nginx/1.22.1", of ``binary`` (default: the nginx found here).
-
-    Raises ServiceMissing when there is none.
-    """
-    out = subprocess.run([binary or _nginx_binary(), "-v"], capture_output=True, text=True, timeout=10)
-    return (out.stderr or out.stdout).strip()  # nginx writes it to standard error
+    """``nginx -v``'s line, "nginx version: nginx/1.22.1", of ``binary`` (default: the nginx found
+    here).  Raises ServiceMissing when there is none."""
+    return version_line([binary or _nginx_binary(), "-v"]) or "nginx"
 
 
 def nginx_conf(directory: Path, port: int, upstream_ports: Sequence[int], workers: int,
                account: pwd.struct_passwd | None) -> str:
     """nginx.conf for one server on 127.0.0.1:``port`` proxying to the upstreams on 127.0.0.1.
 
-    Every path nginx writes is inside ``directory`` (the packaged temp paths may not be writable).
-    The upstream keeps idle connections open (``keepalive``), which needs HTTP/1.1 and an empty
-    Connection header toward it (ngx_http_upstream_module's documentation).
+    Every path nginx writes is inside ``directory``.  The upstream keeps idle connections open
+    (``keepalive``: HTTP/1.1 and an empty Connection header toward it; ngx_http_upstream_module).
     """
     user = f"user {account.pw_name} {grp.getgrgid(account.pw_gid).gr_name};" if account else ""
     servers = "\n".join(f"        server 127.0.0.1:{p};" for p in upstream_ports)
@@ -295,10 +263,9 @@ http {{
 def nginx(upstream_ports: Sequence[int], workers: int = 1, cpus: str | None = None) -> Iterator[Service]:
     """nginx as a reverse proxy in front of ``upstream_ports`` on 127.0.0.1, on a free port; stopped at exit.
 
-    ``workers``: its worker processes.  ``cpus``: a taskset(1) list for the master and its workers.
-    It runs in the foreground (``daemon off``) as our child.  Raises ServiceMissing when nginx is not
-    installed, RuntimeError (with its error log) when it does not start.  Source: nginx(8) ("-p",
-    "-c", "-e"; SIGTERM is the fast shutdown), the ngx_core_module documentation.
+    ``workers``: its worker processes.  ``cpus``: a taskset(1) list for all of them.  It runs in
+    the foreground (``daemon off``) as our child.  Raises ServiceMissing when nginx is not
+    installed, RuntimeError (with its error log) when it does not start.  Source: nginx(8).
     """
     binary = _nginx_binary()
     version = nginx_version(binary)
@@ -310,8 +277,8 @@ def nginx(upstream_ports: Sequence[int], workers: int = 1, cpus: str | None = No
         if account is not None:
             os.chmod(directory, 0o755)  # the workers write their temp paths
         argv = [*taskset(cpus), binary, "-p", str(directory), "-c", str(conf)]
-        # "-e" (1.19.5 and newer) names the log used before the configuration is read.
-        if [int(n) for n in re.findall(r"\d+", version.partition("/")[2])[:3]] >= [1, 19, 5]:
+        # -e (nginx 1.19.5 and newer) names the log used before the configuration is read.
+        if [int(n) for n in re.findall(r"\d+", version)[:3]] >= [1, 19, 5]:
             argv += ["-e", str(log)]
         with open(log, "ab") as out, running(TCPExecutor(
                 argv, "127.0.0.1", port, timeout=TIMEOUT, stdin=subprocess.DEVNULL, stdout=out,

@@ -1,17 +1,14 @@
 # benchmarks/realworld/tornado_app.py
-"""The application of the Tornado article (a 2017 post that measured tornado on its own IOLoop, on
-asyncio and on uvloop), rebuilt for tornado 6 and run on any asyncio loop:
+"""The Tornado article's application (a 2017 post: tornado on its own IOLoop, on asyncio, on
+uvloop), rebuilt for tornado 6 and run on any loop of benchmarks/peers/echo_server.py's LOOPS:
 
     GET /hello        a short string, no I/O: the framework and the loop alone
     GET /upstream     the body of GET / on a local upstream server, fetched with AsyncHTTPClient
     GET /db           one row of items read and updated in a transaction, through an asyncpg pool
     GET /db-connect   the same on a connection opened for this request: the article's "short connection"
 
-Only the loop changes between rows: picked by name from benchmarks/peers/echo_server.py's LOOPS and
-handed to asyncio.Runner (tornado 6's IOLoop is a face on whatever asyncio loop runs).  The pool and
-the HTTP client are made inside the running loop, which their sockets belong to.  Run by hand as the
-harness runs it; it prints ``tinyloop: serving tornado-LOOP on http://127.0.0.1:PORT/`` when it
-listens, and stops cleanly on SIGTERM or Ctrl-C:
+It prints ``tinyloop: serving tornado-LOOP on http://127.0.0.1:PORT/`` when it listens and stops
+on SIGTERM or Ctrl-C; the harness runs it as a reader would:
 
     python -m benchmarks.realworld.tornado_app --loop aio --port 8001 \\
         --dsn postgresql://postgres@127.0.0.1:5432/bench --rows 1000 --upstream http://127.0.0.1:8002/
@@ -160,18 +157,6 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         log(f"{name}: stopped")
 # marker: tornado-loop end
-
-
-def versions() -> dict[str, str]:
-    """The versions of the libraries this app runs on, for the results' header."""
-    import importlib.metadata as metadata
-
-    found = {"tornado": tornado.version, "asyncpg": asyncpg.__version__}
-    try:
-        found["uvloop"] = metadata.version("uvloop")
-    except metadata.PackageNotFoundError:
-        pass
-    return found
 
 
 if __name__ == "__main__":

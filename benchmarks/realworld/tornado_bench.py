@@ -1,26 +1,18 @@
 # benchmarks/realworld/tornado_bench.py
-"""The Tornado article's measurement, on every loop: each handler under ab and wrk.
+"""The Tornado article's measurement, on every loop: each handler of tornado_app.py under ab and wrk.
 
-    python -m benchmarks.realworld.tornado_bench             a full run, about 10 min (--reference: the book's)
-    python -m benchmarks.realworld.tornado_bench --quick     a plumbing run: tiny loads, once
-    python -m benchmarks.realworld.tornado_bench --cpus-server 0 --cpus-load 1 --cpus-db 1
-    python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db
-    python -m benchmarks.realworld.tornado_bench --render --reference   the book's table again, from its JSON
+    python -m benchmarks.realworld.tornado_bench [--quick] [--reference]
+    python -m benchmarks.realworld.tornado_bench --loops aio,uvloop --handlers hello,db --tools wrk
 
-handlers x tools (``ab -k -c 100``, ``wrk -t1 -c 100``) x loops, the loop innermost so that the runs
-one comparison needs sit next to each other in time; a fresh benchmarks/realworld/tornado_app.py per
-run, warmed up, loaded once, stopped; PostgreSQL (services.py) and an upstream (tinyloop's epoll
-stage) started once.  Reports req/s, p50/p99 latency, and the CPU time per request of the app, of
-the database (the postmaster and all its backends) and of the upstream, each counted apart.  The
-default layout on two cores: the app alone on the first, everything else on the second.  Writes
-benchmarks/results/local/tornado.json and .md; ``--reference`` the book's benchmarks/results/.
+handlers x tools (``ab -k -c 100``, ``wrk -t1 -c 100``) x loops, the loop innermost; a fresh app per
+run, warmed up, loaded once; PostgreSQL and an upstream (tinyloop's epoll stage) started once.  The
+CPU per request of the app, of PostgreSQL and of the upstream are counted apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import re
 import shutil
@@ -28,16 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import loads, servers
+from benchmarks import loads
 from benchmarks.harness import experiment, output
 from benchmarks.harness.layout import Layout, cpu_set, usable_cpus
+from benchmarks.harness.machine import package_version, version_line
 from benchmarks.harness.process import choose_names, launch
 from benchmarks.harness.render import markdown as table, number
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import loop_missing
-from benchmarks.realworld.tornado_app import HANDLERS, LOOPS, versions
+from benchmarks.realworld.tornado_app import HANDLERS, LOOPS
 
-TOOLS = ("ab", "wrk")
+TOOLS = {"ab": ["ab", "-V"], "wrk": ["wrk", "-v"]}  # each tool and its version command
 CONCURRENCY = 100
 ROWS = 10_000  # rows in items: 100 clients rarely draw the same id
 REQUESTS = {"hello": 5000, "upstream": 2000, "db": 2000, "db-connect": 500}  # ab's -n: about 2-5 s each
@@ -53,8 +46,7 @@ PARTS = {"server": "the tornado app", "load": "ab and wrk (and this harness)", "
 
 
 def default_cpus() -> dict[str, str | None]:
-    """With two or more usable cores and taskset: the app (the part compared) on the first, the rest on
-    the second; else unpinned."""
+    """On two cores or more (with taskset): the app on the first, the rest on the second; else unpinned."""
     cpus = usable_cpus()
     first, second = (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 and shutil.which("taskset") else (None, None)
     return {"server": first, "load": second, "db": second, "upstream": second}
@@ -83,40 +75,36 @@ def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, la
 
     Returns the run's record: ``status`` ``"ok"``, ``"timeout"`` or ``"error"`` (``note`` says why);
     the three ``*_cpu_us_per_req`` are CPU µs per completed request of the app process, of PostgreSQL
-    (the postmaster and every backend, reaped ones included) and of the upstream.
+    (services.process_tree_cpu) and of the upstream.
     """
     handler, tool, loop = cell
-    record: dict = {"loop": loop, "handler": handler, "tool": tool, "status": "error", "note": None,
-                    **dict.fromkeys(("rps", "p50_ms", "p99_ms", "completed", "failed", "seconds",
-                                     "app_cpu_us_per_req", "db_cpu_us_per_req", "upstream_cpu_us_per_req"))}
+    record: dict = {"loop": loop, "handler": handler, "tool": tool, "status": "error", "note": None}
     argv = [sys.executable, "-m", "benchmarks.realworld.tornado_app", "--loop", loop, "--port", "0", "--rows",
             str(ROWS), "--upstream", f"http://127.0.0.1:{upstream.port}/", *(["--dsn", pg.dsn] if pg else [])]
     try:
         app = launch(f"tornado-{loop}", argv, prefix=layout.prefix("server"), timeout=30)
     except RuntimeError as error:
-        record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[-3:])
-        return record
+        return {**record, "note": "did not start: " + " | ".join(str(error).strip().splitlines()[-3:])}
     try:
         path = HANDLERS[handler]
         if (failure := warm_up(app.port, path, base["warmup"], settings.socket_timeout)) is not None:
             return {**record, "note": failure}
         pids = {"app": app.pid, "upstream": upstream.pid, **({"db": pg.pid} if pg else {})}
         before = {name: services.process_tree_cpu(pid) for name, pid in pids.items()}
-        load = loads.get("ab-keepalive" if tool == "ab" else "wrk")  # -k -c 100 / -t1 -c 100
         settings.requests["ab-keepalive"] = base["requests"][handler]
-        result, _, text = loads.run(load, f"http://127.0.0.1:{app.port}{path}", settings, workdir,
-                                    layout.prefix("load"))
+        result, _, text = loads.run(loads.get("ab-keepalive" if tool == "ab" else "wrk"),
+                                    f"http://127.0.0.1:{app.port}{path}", settings, workdir, layout.prefix("load"))
         if result.completed:
             record.update({f"{name}_cpu_us_per_req": (services.process_tree_cpu(pid) - before[name]) * 1e6
                            / result.completed for name, pid in pids.items()})
         record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                       completed=result.completed, failed=result.failed, seconds=result.seconds)
-        tail = (text.strip().splitlines()[-1:] or ["no output"])[0]
         if app.proc.poll() is not None:
             record["note"] = f"the app exited with code {app.proc.returncode} during the run"
         elif result.timed_out or result.completed == 0:
             record.update(status="timeout", note=result.error or "no response")
         elif result.completed is None:
+            tail = (text.strip().splitlines()[-1:] or ["no output"])[0]
             record["note"] = result.error or f"could not read the tool's output: {tail}"
         else:
             record.update(status="ok", note=f"{result.failed} failed requests" if result.failed else None)
@@ -126,14 +114,12 @@ def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, la
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per (handler, tool, loop), in run order: the harness's fold of its runs (medians of the
-    ``ok`` runs, ``spread`` {figure: [min, max]}, ``noisy`` on req/s, ``failed`` summed, ``note``)."""
+    """One row per (handler, tool, loop), in run order: the harness's fold of its runs."""
     cases = ({**run, "case": f"{run['handler']} {run['tool']}"} for run in runs)
     folded = experiment.fold(cases, "case", "loop", FIGURES, deciding=("rps",), ratios=())
-    rows = {(run["handler"], run["tool"], run["loop"]): None for run in runs}
     return [{"handler": handler, "tool": tool, "loop": loop,
              **{name: value for name, value in folded[f"{handler} {tool}"][loop].items() if name != "ratio"}}
-            for handler, tool, loop in rows]
+            for handler, tool, loop in dict.fromkeys((run["handler"], run["tool"], run["loop"]) for run in runs)]
 
 
 def short_version(name: str, line: str) -> str:
@@ -201,20 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loops", help=f"comma-separated, from {', '.join(LOOPS)} (default: all)")
     parser.add_argument("--handlers", help=f"comma-separated, from {', '.join(HANDLERS)} (default: all)")
     parser.add_argument("--tools", help="ab, wrk or both (default: both)")
-    parser.add_argument("--duration", type=float, help="wrk's seconds per run (default 5)")
     Layout.add_arguments(parser, PARTS, default_cpus())
-    parser.add_argument("--render", action="store_true",
-                        help="measure nothing: write the .md again from the JSON (--out's, or --reference's)")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "tornado.json")
-    if args.render:
-        path = output.write_text(markdown(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
-        print(f"wrote {output.relative(path)}")
-        return 0
     base = QUICK if args.quick else DEFAULTS
     repeat = args.repeat or base["repeat"]
-    settings = loads.Settings(requests={"ab-keepalive": 0}, duration=args.duration or base["duration"],
-                              socket_timeout=5.0, run_timeout=120.0)
+    settings = loads.Settings(requests={}, duration=base["duration"], socket_timeout=5.0, run_timeout=120.0)
     loops = choose_names(args.loops, list(LOOPS), "loop", list(LOOPS))
     handlers = choose_names(args.handlers, list(HANDLERS), "handler", list(HANDLERS))
     tools = choose_names(args.tools, list(TOOLS), "tool", list(TOOLS))
@@ -227,12 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skip {name}: {reason}", flush=True)
     layout = Layout.from_arguments(args, default_cpus())
     clock, pg = experiment.Clock(), None
-    # The harness mostly waits: off the app's core while it runs; the caller (a test) gets its cores back.
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with contextlib.ExitStack() as stack:  # stops, in reverse order, whatever started
-        if layout.load and affinity is not None:
+        if layout.load:  # the harness mostly waits: off the app's core; the caller gets its cores back
+            stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
             os.sched_setaffinity(0, cpu_set(layout.load))
-            stack.callback(os.sched_setaffinity, 0, affinity)
         if db_handlers := [h for h in handlers if h.startswith("db")]:
             try:
                 pg = stack.enter_context(services.postgres(layout.db, rows=ROWS, settings=PG_SETTINGS))
@@ -251,15 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             cells, repeat, lambda cell: measure(cell, base, settings, layout, pg, upstream, workdir),
             lambda cell: f"{HANDLERS[cell[0]]:<11} {cell[1]:<3} {cell[2]:<7}",
             lambda r: f"{number(r['rps'], 0):>8} req/s app {number(r['app_cpu_us_per_req'], 0)} µs/req")
-    tool_versions = servers.tool_versions()
     data = experiment.document(
-        "realworld.tornado_bench", argv, clock, tools={tool: tool_versions[tool] for tool in tools},
+        "realworld.tornado_bench", argv, clock, tools={tool: version_line(TOOLS[tool]) for tool in tools},
         settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
                   "ab_requests": {h: base["requests"][h] for h in handlers}, "concurrency": CONCURRENCY,
                   "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
                   "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
                   "order": "repetition, handler, tool, then loop innermost; a fresh app per run"})
-    data.update(versions={"python": data["machine"]["python"], **versions(),
+    data.update(versions={"python": data["machine"]["python"],
+                          **{name: package_version(name) for name in ("tornado", "asyncpg", "uvloop")},
                           "postgres": pg.version if pg else None, **data["tools"]},
                 layout={"app": layout.server, "load": layout.load, "database": layout.db,
                         "upstream": layout.upstream},
