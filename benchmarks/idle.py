@@ -1,31 +1,29 @@
 # benchmarks/idle.py
 """What do idle connections cost?  O(n) scans against O(ready), measured.
 
-    python -m benchmarks.idle                               every readiness stage at 0, 250, 1000, 4000 idle
-    python -m benchmarks.idle --quick                       poll and epoll at 0 and 250 idle: a look
+    python -m benchmarks.idle                      every readiness stage at 0, 250, 1000, 4000 idle
+    python -m benchmarks.idle --quick              poll and epoll at 0 and 250 idle: a look
     python -m benchmarks.idle --stages poll,epoll --counts 0,2000 --repeat 1
 
 Per stage and count N: a fresh server, N idle keep-alive connections (each
-answered once, then silent), then ``ab -k -c 10`` beside them.  select(2)
-and poll(2) hand the kernel every descriptor on every wait, epoll(7) only
-the ready ones: the server's CPU per request says what the idle ones cost.
-Also recorded: req/s and p99 (ab's), the server's descriptors with the idle
-connections open (proof that they were) and how many were still open after
-the load, and where ``perf`` may count (root, or perf_event_paranoid <= 1)
-the wait calls per request.  select cannot watch descriptors from FD_SETSIZE
-(1024) on, so it is measured up to SELECT_CAP idle connections, and its row
-says so.  Writes idle.json and idle.txt by the harness's output rule; the
-book shows the reference through ``{bench-idle}``.
+answered once, then silent; tinyloop.testing.Crowd), then ``ab -k -c 10``
+beside them.  select(2) and poll(2) hand the kernel every descriptor on
+every wait, epoll(7) only the ready ones: the server's CPU per request says
+what the idle ones cost.  Also recorded: ab's req/s and p99, the server's
+descriptors with the idle connections open and after the load (proof that
+they were), and, where ``perf`` may count, the wait calls per request.
+select cannot watch descriptors from FD_SETSIZE (1024) on, so it is
+measured up to SELECT_CAP idle connections, and its row says so.  Writes
+idle.json and idle.txt by the harness's output rule; the book shows the
+reference through ``{bench-idle}``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,21 +33,25 @@ from pathlib import Path
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output, render as render_table
 from benchmarks.harness.machine import display
-from benchmarks.harness.process import cpu_seconds, raise_nofile
+from benchmarks.harness.process import choose_names, cpu_seconds, raise_nofile
 from benchmarks.harness.summary import slope
 from benchmarks.loads import Load, Settings
 from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.raw.select_server import FD_SETSIZE
-from tinyloop.testing import ServerProcess, recv_response
+from tinyloop.testing import Crowd, ServerProcess
 
 __all__ = ["COUNTS", "LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
 
 SCHEMA = experiment.SCHEMA
 STAGES = ("select", "poll", "epoll", "epoll-et", "kqueue")
 COUNTS = (0, 250, 1000, 4000)
-DEFAULTS = {"requests": 20000, "repeat": 3, "warmup": 200, "timeout": 5.0, "run_timeout": 60.0}
+FULL = {"stages": STAGES, "counts": COUNTS, "requests": 20000, "repeat": 3}
 QUICK = {"stages": ("poll", "epoll"), "counts": (0, 250), "requests": 2000, "repeat": 1}
+WARMUP = 200            # GET / on one connection before the idle ones
+TIMEOUT = 5.0           # seconds ab and perf wait on a silent peer
+RUN_TIMEOUT = 60.0      # wall-clock seconds for one ab run
+SETUP_TIMEOUT = 60.0    # seconds to open the idle connections, and to have them all answered
 
 # The busy clients: ten keep-alive connections, one request in flight on each.
 LOAD = Load("ab-keepalive-10", "ab", 10, True, "ab -k -c 10, keep-alive, beside N idle connections",
@@ -59,12 +61,6 @@ LOAD = Load("ab-keepalive-10", "ab", 10, True, "ab -k -c 10, keep-alive, beside 
 # connections it holds 0-2 (standard streams), the listener and ab's ten,
 # and closed warm-up connections may not be reused at once: leave room.
 SELECT_CAP = FD_SETSIZE - 24
-
-# How many idle connections to connect before reading their answers: well
-# under the listen backlog (tinyloop.serving.BACKLOG), so no SYN is dropped.
-BATCH = 200
-
-IDLE_REQUEST = b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n"
 
 # The figures a summary takes the median of, and how the table shows each.
 FIGURES = {"cpu": ("cpu_us_per_req", "CPU µs/req", "{:.0f}"),
@@ -93,11 +89,9 @@ def counts_for(stage: str, counts: list[int]) -> dict[int, int | None]:
     return out
 
 
-# --- the idle clients ---------------------------------------------------------
-
 def _settled_fd_count(process: ServerProcess, timeout: float = 2.0) -> int:
-    """The server's descriptor count once it has stopped changing (or after ``timeout`` s): a
-    connect() returns before the server has accepted, so at once a busy machine shows a few short."""
+    """The server's descriptor count once it has stopped changing (or after ``timeout`` s): the
+    warm-up's closed connection may still be open on a busy machine."""
     deadline = time.monotonic() + timeout
     count, same = process.fd_count(), 0
     while same < 3 and time.monotonic() < deadline:
@@ -108,217 +102,137 @@ def _settled_fd_count(process: ServerProcess, timeout: float = 2.0) -> int:
     return count
 
 
-def open_idle(address: tuple[str, int], count: int, timeout: float) -> list[socket.socket]:
-    """Open ``count`` connections to ``address``, each with one answered ``GET /``; return them open.
-
-    Raises ``OSError`` (a ``ConnectionError`` if the server closes one,
-    ``TimeoutError`` if it does not answer within ``timeout`` seconds) or
-    ``RuntimeError`` for a wrong answer, having closed every socket it opened.
-    """
-    socks: list[socket.socket] = []
-    try:
-        while len(socks) < count:
-            batch = []
-            for _ in range(min(BATCH, count - len(socks))):
-                sock = socket.create_connection(address, timeout=timeout)
-                socks.append(sock)
-                batch.append(sock)
-                sock.sendall(IDLE_REQUEST)
-            for sock in batch:
-                status, _, body = recv_response(sock)
-                if status != 200 or body != HELLO:
-                    raise RuntimeError(f"GET / on an idle connection answered {status} {body[:40]!r}")
-    except BaseException:
-        close_all(socks)
-        raise
-    return socks
-
-
-def still_open(socks: list[socket.socket]) -> int:
-    """How many of ``socks`` the server has neither closed nor written to (a poll with no wait)."""
+def still_open(crowd: Crowd) -> int:
+    """How many of ``crowd``'s connections the server has neither closed nor written to (polled, no wait)."""
     poller = select.poll()  # not select(): our own descriptors pass 1024
-    for sock in socks:
+    for sock in crowd.sockets:
         poller.register(sock, select.POLLIN | select.POLLRDHUP)
-    return len(socks) - len(poller.poll(0))
+    return len(crowd) - len(poller.poll(0))
 
-
-def close_all(socks: list[socket.socket]) -> None:
-    for sock in socks:
-        sock.close()
-    socks.clear()
-
-
-def raise_fd_limit(count: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE so that ``count`` idle clients fit; return it.
-
-    The servers are started from here and inherit the limit, and they hold
-    as many descriptors as we do.  Raises ``SystemExit`` if the hard limit
-    is too low (``ulimit -Hn``, or /etc/security/limits.conf).
-    """
-    wanted = count + 256  # the idle clients, ab's, the harness's own files
-    soft = raise_nofile(wanted)
-    if soft < wanted:
-        raise SystemExit(f"idle: {count} idle connections need {wanted} open files, and the hard "
-                         f"limit is lower: lower --counts or raise it (ulimit -Hn)")
-    return soft
-
-
-# --- counting wait calls ------------------------------------------------------
 
 class WaitCounter:
-    """Count process ``pid``'s wait system calls (WAIT_CALLS) with ``perf stat``, from ``start()`` to ``stop()``.
+    """``perf stat`` counting process ``pid``'s wait system calls (WAIT_CALLS) over a ``with`` block.
 
-    perf attaches with its counters off and turns them on and off when told
-    through its control pipe (``--control``, perf-stat(1)), so the count
-    covers exactly the load.  ``stop()`` returns the count, or None when perf
-    could not count (absent, not allowed, no tracepoints), ``reason`` then
-    saying why.  Tracing makes every system call a little dearer, for every
-    stage alike.  The pipes are polled, not select()ed: past 1024 idle clients
-    their descriptors are too.
+    perf attaches with its counters off (``-D -1``) and turns them on and off
+    when told on its standard input, acknowledging on its standard output
+    (``--control fd:0,1``, perf-stat(1)), so the count covers exactly the
+    block.  After it, ``count`` is the total, or None when perf could not
+    count (absent, not allowed, no tracepoints), ``reason`` then saying why.
+    Tracing makes every system call a little dearer, for every stage alike.
     """
 
-    def __init__(self, pid: int, timeout: float = 5.0) -> None:
-        self.reason: str | None = None
+    def __init__(self, pid: int, timeout: float) -> None:
         self.timeout = timeout
-        self._proc: subprocess.Popen[str] | None = None
-        if shutil.which("perf") is None:
-            self.reason = "perf is not installed"
-            return
-        ctl_r, self._ctl = os.pipe()
-        self._ack, ack_w = os.pipe()
+        self.count: int | None = None
+        self.reason: str | None = None
         events = ",".join(f"syscalls:sys_enter_{name}" for name in WAIT_CALLS)
-        argv = ["perf", "stat", "-x,", "-D", "-1", "--control", f"fd:{ctl_r},{ack_w}", "-e", events, "-p", str(pid)]
+        argv = ["perf", "stat", "-x,", "-D", "-1", "--control", "fd:0,1", "-e", events, "-p", str(pid)]
+        self._proc: subprocess.Popen[bytes] | None = None
         try:
-            self._proc = subprocess.Popen(argv, pass_fds=(ctl_r, ack_w), stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
         except OSError as error:
             self.reason = f"perf did not start: {error}"
-            os.close(self._ctl)
-            os.close(self._ack)
-        finally:
-            os.close(ctl_r)
-            os.close(ack_w)
 
-    def _command(self, word: str) -> bool:
+    def __enter__(self) -> WaitCounter:
+        if self._proc is not None and not self._tell(b"enable"):
+            self.reason = "perf did not start counting: " + self._stop()[-200:]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is None:
+            return
+        self._tell(b"disable")
+        text = self._stop()
+        counts = [int(line.split(",")[0]) for line in text.splitlines() if re.match(r"\d+,.*syscalls:", line)]
+        if counts:
+            self.count = sum(counts)
+        else:
+            self.reason = "perf counted nothing: " + (text.strip().splitlines() or ["no output"])[-1][:200]
+
+    def _tell(self, word: bytes) -> bool:
         """Send ``word`` to perf; True once it acknowledged within the time-out."""
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
         try:
-            os.write(self._ctl, word.encode() + b"\n")
-            poller = select.poll()
-            poller.register(self._ack, select.POLLIN)
-            return bool(poller.poll(self.timeout * 1000)) and os.read(self._ack, 16).startswith(b"ack")
+            self._proc.stdin.write(word + b"\n")
+            self._proc.stdin.flush()
+            poller = select.poll()  # not select(): past 1024 idle clients the pipes' descriptors are too
+            poller.register(self._proc.stdout, select.POLLIN)
+            return bool(poller.poll(self.timeout * 1000)) and self._proc.stdout.read1(16).startswith(b"ack")
         except OSError:
             return False
 
-    def start(self) -> None:
-        if self._proc is not None and not self._command("enable"):
-            self.reason = "perf did not start counting: " + self._finish()[:200]
-
-    def stop(self) -> int | None:
-        if self._proc is None or self.reason:
-            self._finish()
-            return None
-        self._command("disable")
-        err = self._finish()
-        counts = [int(line.split(",")[0]) for line in err.splitlines()
-                  if re.match(r"\d+,", line) and "syscalls:sys_enter_" in line]
-        if not counts:
-            self.reason = "perf counted nothing: " + (err.strip().splitlines() or ["no output"])[-1][:200]
-            return None
-        return sum(counts)
-
-    def _finish(self) -> str:
-        """Stop perf (on SIGINT it prints its counts), close the pipes; perf's standard error."""
-        if self._proc is None:
-            return ""
+    def _stop(self) -> str:
+        """Stop perf (on SIGINT it prints its counts); what it wrote on its standard error."""
         proc, self._proc = self._proc, None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+        assert proc is not None
+        proc.send_signal(signal.SIGINT)
         try:
-            _, err = proc.communicate(timeout=self.timeout)
+            return proc.communicate(timeout=self.timeout)[1].decode(errors="replace")
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
-        os.close(self._ctl)
-        os.close(self._ack)
-        return err or ""
+            return proc.communicate()[1].decode(errors="replace")
 
 
-# --- one run ------------------------------------------------------------------
-
-def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: Path,
-            warmup: int, count_waits: bool) -> dict:
+def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: Path) -> dict:
     """One run: ``stage``'s server, ``idle`` idle connections, then ab's load.
 
     Returns the run's record; ``status`` is ``"ok"``, ``"timeout"`` or
     ``"error"`` (the server did not start, refused or dropped an idle
     connection, or died), with a ``note``.
     """
-    record: dict = {"stage": stage, "idle": idle, "status": "error", "note": None,
-                    "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
-                    "cpu_s": None, "cpu_us_per_req": None, "waits": None, "waits_per_req": None, "waits_note": None,
-                    "server_fds": None, "server_fds_after": None, "idle_still_open": None,
-                    "backend": None, "setup_s": None}
+    record: dict = {"stage": stage, "idle": idle, "status": "error", **dict.fromkeys((
+        "note", "rps", "p50_ms", "p99_ms", "completed", "failed", "cpu_s", "cpu_us_per_req", "waits",
+        "waits_per_req", "waits_note", "server_fds", "server_fds_after", "idle_still_open", "backend",
+        "setup_s"))}
     started = time.monotonic()
     process, failure = servers.start(servers.stage_server(stages.get(stage)), pinning["server_prefix"],
-                                     warmup, settings.socket_timeout)
-    if failure is not None:
+                                     WARMUP, TIMEOUT)
+    if process is None:
         record["status"], record["note"] = failure
         return record
-    idle_socks: list[socket.socket] = []
-    counter = None
+    crowd = Crowd(process.address, timeout=SETUP_TIMEOUT)
     try:
         try:
-            idle_socks = open_idle(process.address, idle, settings.socket_timeout)
-        except (OSError, RuntimeError) as error:
+            crowd.open(idle)
+            if wrong := [answer for answer in crowd.ask() if answer != (200, HELLO)]:
+                raise RuntimeError(f"{len(wrong)} answered {wrong[0][0]} {wrong[0][1][:40]!r}")
+        except (OSError, RuntimeError) as error:  # TimeoutError is an OSError
             record["note"] = f"opening {idle} idle connections: {type(error).__name__}: {error}"
             return record
         record["setup_s"] = round(time.monotonic() - started, 2)
         record["server_fds"] = _settled_fd_count(process)
-        if count_waits:
-            counter = WaitCounter(process.pid, settings.socket_timeout)
-            counter.start()
-        before = cpu_seconds(process)
-        try:
-            result, _, output = loads.run(LOAD, f"http://{process.host}:{process.port}/", settings,
-                                          workdir, pinning["load_prefix"])
-        finally:
+        with WaitCounter(process.pid, TIMEOUT) as counter:
+            before = cpu_seconds(process)
+            result, _, text = loads.run(LOAD, f"http://{process.host}:{process.port}/", settings,
+                                        workdir, pinning["load_prefix"])
             after = cpu_seconds(process)
-            if counter is not None:
-                record["waits"] = counter.stop()
-                if counter.reason:
-                    record["waits_note"] = counter.reason
-        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
-                      completed=result.completed, failed=result.failed)
+        record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
+                      failed=result.failed, waits=counter.count, waits_note=counter.reason)
         exit_code = process.proc.poll() if process.proc else None
         if exit_code is None:
             record["server_fds_after"] = process.fd_count()
-            record["idle_still_open"] = still_open(idle_socks)
+            record["idle_still_open"] = still_open(crowd)
         if before is not None and after is not None and result.completed:
             record["cpu_s"] = round(after - before, 6)
             record["cpu_us_per_req"] = (after - before) * 1e6 / result.completed
-            if record["waits"] is not None:
-                record["waits_per_req"] = record["waits"] / result.completed
+            if counter.count is not None:
+                record["waits_per_req"] = counter.count / result.completed
         if exit_code is not None:
             record["note"] = f"the server exited with code {exit_code} during the run"
         elif result.completed is None:
-            tail = output.strip().splitlines()[-1:] or ["no output"]
-            record["note"] = result.error or f"could not read ab's output: {tail[0]}"
+            tail = (text.strip().splitlines() or ["no output"])[-1]
+            record["note"] = result.error or f"could not read ab's output: {tail}"
         elif result.timed_out or not result.completed:
-            record["status"] = "timeout"
-            record["note"] = result.error or "no response"
+            record["status"], record["note"] = "timeout", result.error or "no response"
         elif record["idle_still_open"] != idle:
             record["note"] = f"the server closed {idle - record['idle_still_open']} idle connections"
         else:
             record["status"] = "ok"
         return record
     finally:
-        try:
-            if counter is not None:
-                counter.stop()  # nothing to do once stopped; stops perf if the load raised
-        finally:
-            process.stop()
-            close_all(idle_socks)  # the server has closed its ends; now ours
+        process.stop()
+        crowd.close()  # after the server: its ends close first, so TIME_WAIT holds none of our ports
         # What the server said it runs on ("kqueue: using kqueue emulated on epoll").
         record["backend"] = next((line.partition(": using ")[2].strip() for line in process.stderr_lines
                                   if ": using " in line), None)
@@ -337,8 +251,6 @@ def conclusion(data: dict) -> str:
     return ("CPU µs per request, fewest -> most idle connections: " + ", ".join(parts)) if parts else \
         "idle connections: too few counts measured to compare"
 
-
-# --- the table ----------------------------------------------------------------
 
 def _row_label(data: dict, stage: str) -> str:
     backend = next((run["backend"] for run in data["runs"] if run["stage"] == stage and run["backend"]), None)
@@ -427,59 +339,50 @@ def render(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-# --- the whole run ------------------------------------------------------------
-
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("idle", __doc__, repeat=DEFAULTS["repeat"], aliases=("--json",))
+    parser = experiment.parser("idle", __doc__, repeat=FULL["repeat"])
     parser.add_argument("--stages", help=f"comma list (default {','.join(STAGES)}; --quick poll,epoll)")
     parser.add_argument("--counts", help=f"idle connections, comma list (default {','.join(map(str, COUNTS))}; "
                                          "--quick 0,250)")
-    parser.add_argument("--requests", type=int, help=f"ab's -n per run (default {DEFAULTS['requests']})")
-    parser.add_argument("--warmup", type=int, default=DEFAULTS["warmup"],
-                        help="GET / on one connection before the idle ones")
-    parser.add_argument("--timeout", type=float, default=DEFAULTS["timeout"],
-                        help="seconds any client waits on a silent server")
-    parser.add_argument("--run-timeout", type=float, default=DEFAULTS["run_timeout"],
-                        help="wall-clock limit on one ab run, seconds")
-    parser.add_argument("--no-perf", action="store_true", help="do not count wait system calls with perf")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "idle.json")
-    base = QUICK if args.quick else {"stages": STAGES, "counts": COUNTS, **DEFAULTS}
+    base = QUICK if args.quick else FULL
+    chosen = choose_names(args.stages, list(STAGES), "stage", list(base["stages"]))
     try:
-        chosen = [stages.get(name.strip()).name for name in (args.stages or ",".join(base["stages"])).split(",")
-                  if name.strip()]
-        counts = sorted({int(n) for n in (args.counts or ",".join(map(str, base["counts"]))).split(",") if n.strip()})
-    except (KeyError, ValueError) as error:
-        parser.error(str(error))
-    requests, repeat = args.requests or base["requests"], args.repeat or base["repeat"]
-    if not chosen or not counts or min(counts) < 0 or min(requests, repeat, args.warmup) < 1:
-        parser.error("--stages and --counts need a stage and a count >= 0; --requests, --repeat, --warmup >= 1")
+        counts = sorted({int(n) for n in args.counts.split(",") if n.strip()} if args.counts
+                        else base["counts"])
+    except ValueError as error:
+        parser.error(f"--counts: {error}")
+    repeat = experiment.settings(parser, args, {"repeat": FULL["repeat"]}, {"repeat": 1})["repeat"]
+    if not chosen or not counts or min(counts) < 0:
+        parser.error("--stages and --counts need a stage and a count >= 0")
     if shutil.which("ab") is None:
         raise SystemExit("idle: ab not found; install ApacheBench (Debian: apache2-utils)")
-    limit = raise_fd_limit(max(counts))
+    need = max(counts) + 256  # the idle clients, ab's, the harness's own files; the servers inherit the limit
+    if (limit := raise_nofile(need)) < need:
+        raise SystemExit(f"idle: {max(counts)} idle connections need {need} open files, and the hard "
+                         f"limit is lower: lower --counts or raise it (ulimit -Hn)")
     pinning = experiment.pinning(args)
-    settings = Settings(requests={LOAD.name: requests}, duration=0.0,
-                        socket_timeout=args.timeout, run_timeout=args.run_timeout)
+    settings = Settings(requests={LOAD.name: base["requests"]}, duration=0.0,
+                        socket_timeout=TIMEOUT, run_timeout=RUN_TIMEOUT)
     cells = [(stage, measured) for stage in chosen
              for measured in dict.fromkeys(counts_for(stage, counts).values()) if measured is not None]
     clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-idle-") as workdir:
         runs = experiment.interleave(
-            cells, repeat,
-            lambda cell: measure(*cell, settings, pinning, Path(workdir), args.warmup, not args.no_perf),
+            cells, repeat, lambda cell: measure(*cell, settings, pinning, Path(workdir)),
             lambda cell: f"{cell[0]:<8} {cell[1]:>5} idle",
             lambda r: f"fds {r['server_fds']}, cpu {r['cpu_us_per_req']:.0f} µs/req, {r['rps']:.0f} req/s")
     data = experiment.document(
         "idle", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
         tools={"ab": servers.tool_versions()["ab"]},
-        settings={"stages": chosen, "counts": counts, "requests": requests, "repeat": repeat,
-                  "warmup_requests": args.warmup, "quick": args.quick,
+        settings={"stages": chosen, "counts": counts, "requests": base["requests"], "repeat": repeat,
+                  "warmup_requests": WARMUP, "quick": args.quick,
                   "select_cap": SELECT_CAP, "fd_setsize": FD_SETSIZE, "rlimit_nofile": limit,
-                  "socket_timeout_s": args.timeout, "run_timeout_s": args.run_timeout,
+                  "socket_timeout_s": TIMEOUT, "run_timeout_s": RUN_TIMEOUT,
                   "waits_counted": any(run["waits"] is not None for run in runs),
-                  "waits_note": "--no-perf" if args.no_perf else next(
-                      (run["waits_note"] for run in runs if run.get("waits_note")), None)})
-    # The harness's fold: medians of every figure by stage and idle count; CPU µs/req decides noise.
+                  "waits_note": next((run["waits_note"] for run in runs if run.get("waits_note")), None)})
+    # Medians of every figure by stage and idle count; CPU µs/req decides noise.
     results = experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
                               deciding=("cpu_us_per_req",))
     data.update(load_command=display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),

@@ -24,7 +24,6 @@ from test_docs import BUILD_TIMEOUT, page_text, sphinx_build
 ROOT = Path(__file__).resolve().parent.parent
 
 IDLE = 30
-REQUESTS = 200
 STAGES = ["select", "poll", "epoll"]
 
 
@@ -38,10 +37,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     if shutil.which("ab") is None:
         pytest.skip("ApacheBench (ab) is not installed")
     out = tmp_path_factory.mktemp("idle")
-    command = [sys.executable, "-m", "benchmarks.idle", "--stages", ",".join(STAGES),
-               "--counts", f"0,{IDLE}", "--requests", str(REQUESTS), "--repeat", "1", "--warmup", "5",
-               "--timeout", "3", "--run-timeout", "15",
-               "--out", str(out / "idle.json")]
+    command = [sys.executable, "-m", "benchmarks.idle", "--quick", "--stages", ",".join(STAGES),
+               "--counts", f"0,{IDLE}", "--out", str(out / "idle.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("CPU µs per request, fewest -> most idle")
@@ -55,7 +52,7 @@ def test_every_run_succeeds_and_answers_every_request(run: tuple[dict, str]) -> 
     assert [(r["stage"], r["idle"]) for r in data["runs"]] == [(s, n) for s in STAGES for n in (0, IDLE)]
     for record in data["runs"]:
         assert record["status"] == "ok", record
-        assert record["completed"] == REQUESTS and record["failed"] == 0, record
+        assert record["completed"] == idle.QUICK["requests"] and record["failed"] == 0, record
         assert record["cpu_us_per_req"] > 0 and record["rps"] > 0 and record["p99_ms"] > 0, record
 
 

@@ -381,18 +381,20 @@ IDLE = 1000
 # load's answers and its start and end (time.monotonic), and exits when stdin closes.
 _HOLD_IDLE = """
 import sys, time
-from benchmarks.idle import open_idle, raise_fd_limit, close_all
+from benchmarks.harness.process import raise_nofile
+from tinyloop.testing import Crowd
 from tinyloop.trace.command import scripted_load
 port, count = int(sys.argv[1]), int(sys.argv[2])
-raise_fd_limit(count + 64)
-socks = open_idle(("127.0.0.1", port), count, 10.0)
-print(len(socks), flush=True)
+raise_nofile(count + 320)
+crowd = Crowd(("127.0.0.1", port), timeout=10.0)
+crowd.open(count)
+print(sum(status == 200 for status, _ in crowd.ask()), flush=True)
 time.sleep(0.2)
 start = time.monotonic()
 ok = scripted_load("127.0.0.1", port, 10, 2)
 print(ok, start, time.monotonic(), flush=True)
 sys.stdin.read()
-close_all(socks)
+crowd.close()
 """
 
 
