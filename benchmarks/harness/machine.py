@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.harness.layout import usable_cpus
+
 __all__ = ["ROOT", "display", "fingerprint", "package_version", "version_line"]
 
 # The repository's root: commands are written relative to it.
@@ -24,35 +26,29 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def fingerprint() -> dict[str, object]:
-    """What the numbers were measured on: CPU, cores, memory, OS, kernel, Python."""
-    model = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
-    memory = None
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(f.readline().split()[1])  # "MemTotal:  16384000 kB"
-            memory = round(kib / 1024 / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """What the numbers were measured on: CPU, cores, memory (GiB), OS, kernel, Python."""
+    model = _proc_line("/proc/cpuinfo", "model name")  # "model name\t: AMD EPYC 7B13"
+    kib = _proc_line("/proc/meminfo", "MemTotal")  # "MemTotal:  16384000 kB"
     return {
         "cpu_model": model or platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
-        "cpus_usable": usable,
-        "memory_gib": memory,
+        "cpus_usable": len(usable_cpus()),
+        "memory_gib": round(int(kib.split()[0]) / 1024 / 1024, 1) if kib else None,
         "os": platform.platform(),
         "system": platform.system(),
         "kernel": platform.release(),
         "machine": platform.machine(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
     }
+
+
+def _proc_line(path: str, key: str) -> str | None:
+    """What follows ``key``'s colon on the first line of ``path`` that starts with it; None if none."""
+    try:
+        with open(path) as f:
+            return next((line.partition(":")[2].strip() for line in f if line.startswith(key)), None)
+    except OSError:
+        return None
 
 
 def version_line(argv: list[str]) -> str | None:

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from benchmarks.harness.layout import usable_cpus
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -45,13 +46,13 @@ def choose_pinning(disabled: bool, realtime: bool = False) -> dict[str, object]:
     """Pin the server to one CPU and the load generator (and this process) to another, when we can;
     with ``realtime``, both at real-time priority where allowed (:func:`realtime_prefix`).  Returns
     the JSON's ``pinning`` entry, with ``server_prefix``/``load_prefix`` to put before each command."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = usable_cpus()
     rt, rt_note = realtime_prefix() if realtime and not disabled else ([], "not asked for")
     off = {"enabled": False, "server_prefix": rt, "load_prefix": rt, "realtime": rt_note}
     if disabled:
         return {**off, "reason": "--no-pin"}
     if len(cpus) < 2:
-        return {**off, "reason": f"{len(cpus) or 'an unknown number of'} usable CPU(s): nothing to separate"}
+        return {**off, "reason": f"{len(cpus)} usable CPU: nothing to separate"}
     if shutil.which("taskset") is None:
         print("note: taskset (util-linux) is not installed: server and load generator run unpinned")
         return {**off, "reason": "taskset is not installed"}
@@ -91,21 +92,18 @@ def cpu_seconds(process: ServerProcess) -> float | None:
     if seconds is not None:
         return seconds
     try:
-        return process.cpu_seconds()
+        return process.cpu_seconds()  # /proc/PID/stat's 10 ms ticks
     except (OSError, ValueError, IndexError):
         return None
 
 
 def pid_cpu_seconds(pid: int) -> float | None:
-    """Process ``pid``'s own user + system CPU time, all its threads, in nanoseconds' precision;
-    None where the platform does not give it (the caller falls back to /proc's ticks)."""
-    # /proc/PID/stat counts 10 ms ticks, coarse for a run of a few hundred ms.  Linux gives every
-    # process a CPU-time clock others may read: clock_getcpuclockid(3)'s id is (~pid << 3) | 2
-    # (CPUCLOCK_SCHED, process-wide; the kernel's posix-cpu-timers.c).
-    if sys.platform != "linux":
-        return None
+    """Process ``pid``'s user + system CPU time, all its threads, in seconds to the nanosecond;
+    None if the kernel does not give it (not Linux, no such process)."""
+    # Linux gives every process a CPU-time clock others may read: clock_getcpuclockid(3)'s id is
+    # (~pid << 3) | 2 (CPUCLOCK_SCHED, process-wide; the kernel's posix-cpu-timers.c).
     try:
-        return time.clock_gettime((~pid << 3) | 2)
+        return time.clock_gettime((~pid << 3) | 2) if sys.platform == "linux" else None
     except (OSError, OverflowError):
         return None
 
@@ -138,14 +136,13 @@ def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[st
 def realtime_self(cpu: int | None = None) -> str:
     """Pin this process (and the workers it starts, which inherit it) to ``cpu`` (default its first
     usable CPU), at the lowest real-time priority where allowed (sched(7)); returns the JSON's note."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus:
+    if not hasattr(os, "sched_setaffinity"):
         return "unpinned: no sched_setaffinity here"
-    cpu = cpus[0] if cpu is None else cpu
+    cpu = usable_cpus()[0] if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except (OSError, AttributeError) as error:
+    except OSError as error:
         return f"on CPU {cpu}; not at real-time priority ({error})"
     return f"on CPU {cpu}, SCHED_FIFO priority 1"
 

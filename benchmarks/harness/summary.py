@@ -29,17 +29,17 @@ def is_noisy(low_high: list[float] | tuple[float, float] | None) -> bool:
     return low_high is not None and low_high[0] > 0 and low_high[1] > low_high[0] * (1 + NOISE)
 
 
-def median_range(values: Iterable[float | None]) -> dict | None:
-    """``{"median", "min", "max"}`` of the values that are not None; None if there are none."""
-    present = [value for value in values if value is not None]
-    return {"median": statistics.median(present), "min": min(present), "max": max(present)} if present else None
-
-
 def summarize(values: Iterable[float | None]) -> dict | None:
-    """``{"median", "min", "max", "noisy"}`` of the values that are not None; None if none."""
+    """``{"median", "min", "max", "noisy"}`` of the values that are not None; None if there are none."""
     present = [value for value in values if value is not None]
-    found = median_range(present)
-    return None if found is None else {**found, "noisy": len(present) >= 2 and is_noisy([found["min"], found["max"]])}
+    if not present:
+        return None
+    low, high = min(present), max(present)
+    return {"median": statistics.median(present), "min": low, "max": high,
+            "noisy": len(present) >= 2 and is_noisy([low, high])}
+
+
+median_range = summarize  # its old name, until aio_changes and uv_changes take summarize
 
 
 def slope(points: Iterable[tuple[float, float]]) -> float | None:

@@ -1,21 +1,13 @@
-"""What the change -> cost experiments (aio_changes, uv_changes) share around their variants.
-
-    add_arguments(parser, ...)   --pyperf, --no-micro, --no-servers, --profile, --serve, --port
-    pyperf_settings(args, pinning)   pyperf's options and the CPU its workers go on
-    run_load(load, settings, port, pinning)   one load on a server that is up (a profiled one)
-    write_profile(text, name, argv, path)     a profile's text, its command and load, written
-
-An experiment of this kind serves each variant from its own module
-(``python -m benchmarks.NAME --serve VARIANT --port 0``, under cProfile with
-``--profile-to``), times it under the harness's loads, and times what acts on
-one call by pyperf (benchmarks/harness/pyperf_runs.py).
+# benchmarks/harness/variants.py
+"""What the change -> cost experiments (aio_changes, uv_changes) share: each serves a variant from
+its own module (``python -m benchmarks.NAME --serve VARIANT --port 0``, under cProfile with
+``--profile-to``), times it under the harness's loads, and what acts on one call by pyperf.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,10 +60,7 @@ def run_load(load: loads.Load, settings: loads.Settings, port: int, pinning: dic
 
 
 def write_profile(text: str, name: str, argv: Sequence[str], path: Path) -> int:
-    """Print the profiles' ``text`` followed by the command (``python -m benchmarks.NAME ARGV``)
-    and the load average now, write it to ``path``; returns 0 (the command's exit status)."""
+    """:func:`output.print_and_write` of the profiles' ``text``, followed by the command (``python -m
+    benchmarks.NAME ARGV``) and the load average now; returns 0 (the command's exit status)."""
     command = display(["python", "-m", f"benchmarks.{name}", *argv])
-    text += f"\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n"
-    print(text, end="")
-    print(f"wrote {output.relative(output.write_text(text, path))}", file=sys.stderr)
-    return 0
+    return output.print_and_write(f"{text}\n{command}\nload average {os.getloadavg()[0]:.2f} at the end\n", path)
