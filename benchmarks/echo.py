@@ -7,16 +7,13 @@
     python -m benchmarks.echo --list           what can run here, and why not the rest
     python -m benchmarks.echo --reference      maintainers: the book's benchmarks/results/echo.json
 
-Ten connections (--connections), each sending one message and waiting for its whole echo before
-the next, from a C client (peers/c/echo_client.c), to one program on every Python loop
-(peers/echo_server.py --loop --api) and Go, Node and C peers, a fresh server per run.  Per server
-and size: messages/s, MiB/s, CPU µs per message, server busy, p50/p99 round trip, ratios to
-asyncio-protocol, spread; benchmarks/README.md says how to read them.
+A C client (peers/c/echo_client.c) against one program on every Python loop
+(peers/echo_server.py --loop --api) and Go, Node and C peers; benchmarks/README.md says what
+each figure is and how to read it.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import sys
@@ -29,45 +26,36 @@ from benchmarks.harness import experiment, output, render
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.peers.echo_server import APIS, LOOPS, loop_factory
-from benchmarks.servers import BUILD, PEER_DIR, Peer, Server
+from benchmarks.servers import BUILD, PEER_DIR, Server
 
 SCHEMA = experiment.SCHEMA
 REFERENCE = output.RESULTS / "echo.json"   # the book's, committed; only --reference writes it
 LOCAL = output.LOCAL / "echo.json"         # a user's run: ignored by git
-BASELINE = "asyncio-protocol"
+BASELINE = servers.BASELINE
 SIZES_KIB = (1, 10, 100)
 CONNECTIONS = 10
 DEFAULTS = {"duration": 1.5, "warmup": 0.5, "repeat": 3, "timeout": 5.0}
 QUICK = {"duration": 0.3, "warmup": 0.1, "repeat": 1, "timeout": 2.0}
 
 
-def _importable(loop: str) -> str | None:
-    """None when ``loop``'s factory imports (not only its package), else why not."""
+_API = {"protocol": "an asyncio.Protocol", "streams": "start_server streams"}
+
+
+def _loop_peer(loop: str, api: str) -> Server:
+    """peers/echo_server.py on ``loop`` with ``api``; skipped unless the loop's factory imports."""
     module = LOOPS[loop].partition(":")[0]
-    try:
-        importlib.import_module(module)
-        loop_factory(loop)
-    except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
-        return f"Python module {module} does not import ({type(error).__name__}: {error})"
-    return None
+    return servers.python_peer(f"{loop}-{api}", f"{_API[api]} on {loop}", "echo_server.py", "--loop", loop,
+                               "--api", api, needs=None if loop == "asyncio" else f"module:{module}",
+                               setup=partial(servers.import_note, f"Python module {module}", partial(loop_factory, loop)))
 
 
 # The rows: every loop of echo_server.LOOPS with each API, then the peers.
-_API = {"protocol": "an asyncio.Protocol", "streams": "start_server streams"}
-PEERS: tuple[Peer, ...] = (
-    *(Peer(f"{loop}-{api}", f"{_API[api]} on {loop}",
-           None if loop == "asyncio" else f"module:{factory.partition(':')[0]}",
-           argv=(sys.executable, str(PEER_DIR / "echo_server.py"), "--loop", loop, "--api", api, "--port", "0"),
-           setup=partial(_importable, loop))
-      for loop, factory in LOOPS.items() for api in APIS),
-    Peer("go", "Go, a goroutine per connection, GOMAXPROCS=1", "go", argv=(str(BUILD / "echo-go"), "-port", "0"),
-         env={"GOMAXPROCS": "1"},
-         setup=lambda: servers.build_go(BUILD / "echo-go", "./echo", [PEER_DIR / "go" / "echo" / "main.go"])),
-    Peer("node", "Node.js net, socket.pipe(socket)", "node",
-         argv=("node", str(PEER_DIR / "node" / "echo.js"), "--port", "0")),
-    Peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "cc",
-         argv=(str(BUILD / "echo_floor"), "--port", "0"),
-         setup=lambda: servers.build_c(BUILD / "echo_floor", PEER_DIR / "c" / "echo_floor.c")),
+PEERS: tuple[Server, ...] = (
+    *(_loop_peer(loop, api) for loop in LOOPS for api in APIS),
+    servers.go_peer("go", "Go, a goroutine per connection", "echo-go", "./echo"),
+    servers.peer("node", "Node.js net, socket.pipe(socket)", "node", str(PEER_DIR / "node" / "echo.js"),
+                 "--port", "0", needs="node"),
+    servers.c_peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "echo_floor"),
 )
 _PEERS = {peer.name: peer for peer in PEERS}
 
@@ -116,33 +104,31 @@ def parse_client(text: str) -> dict[str, float] | None:
     return None
 
 
-def measure(server: Server, size: int, settings: Settings, pinning: dict, client: Path = CLIENT) -> dict:
+def measure(server: Server, size: int, settings: Settings, pinning: dict) -> dict:
     """Start ``server``, warm it up, put the echo load on it for ``settings.duration``, stop it;
     returns the run's record, ``status`` ``"ok"``, ``"timeout"`` (no echo for ``settings.timeout``
     seconds) or ``"error"`` (no start, a death, a failed connection, a wrong byte), and a ``note``."""
     record: dict = {"server": server.name, "size": size, "status": "error", "note": None,
-                    "messages": None, "seconds": None, "errors": None, "cpu_s": None,
-                    **{figure: None for figure in FIGURES}}
+                    **dict.fromkeys(("messages", "seconds", "errors", "cpu_s", *FIGURES))}
     process, failure = servers.start(server, pinning["server_prefix"])
     if failure is not None:
         record["status"], record["note"] = failure
         return record
 
-    def client_run(seconds: float) -> tuple[int | None, str]:
-        argv = [*pinning["load_prefix"], *client_command(process.port, size, seconds, settings, client)]
-        return experiment.run_tool(argv, seconds + settings.timeout + 10)
+    def client_run(seconds: float) -> tuple[dict[str, float] | None, int | None, str]:
+        argv = [*pinning["load_prefix"], *client_command(process.port, size, seconds, settings)]
+        code, text = experiment.run_tool(argv, seconds + settings.timeout + 10)
+        return parse_client(text) if code == 0 else None, code, text
 
     try:
-        code, text = client_run(settings.warmup)
-        warm = parse_client(text) if code == 0 else None
+        warm, _, text = client_run(settings.warmup)
         if warm is None or not warm["messages"]:
             record["status"] = "timeout" if warm is not None else "error"
             record["note"] = f"warm-up: no echo ({text.strip().splitlines()[-1:] or 'no output'})"
             return record
         before = cpu_seconds(process)
-        code, text = client_run(settings.duration)
+        result, code, text = client_run(settings.duration)
         after = cpu_seconds(process)
-        result = parse_client(text) if code == 0 else None
         if result is None:
             tail = text.strip().splitlines()[-1:] or ["no output"]
             record["note"] = ("the client ran past its wall-clock limit" if code is None
@@ -198,7 +184,6 @@ def table(data: dict, size: int) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` for one message size (bytes), in the run's server order; a failed or skipped
     row says so in its figures' place, ``*`` marks a partial one.  ``KeyError``: no such size."""
     by_server = data["results"][str(size)]
-    ratios = data.get("baseline") is not None
     rows = []
     for entry in data["servers"]:
         name, row = entry["name"], by_server.get(entry["name"])
@@ -207,7 +192,7 @@ def table(data: dict, size: int) -> tuple[list[str], list[list[str]]]:
                 rows.append([name, "skipped" if entry.get("skipped") else row["status"],
                              *[render.DASH] * (len(HEADER) - 2)])
             continue
-        ratio = row["ratio"] if ratios else {}
+        ratio = row["ratio"] if data.get("baseline") is not None else {}
         busy = row.get("server_busy")
         rows.append([name + ("*" if row["status"] == "partial" else ""),
                      render.cell(row["msgs_per_s"], 0, ratio.get("msgs_per_s")), render.number(row["mib_per_s"], 1),
@@ -239,29 +224,25 @@ def conclusion(data: dict) -> str:
     if not data["results"]:
         return "echo: nothing measured"
     size = min(data["results"], key=int)
-    rows = {name: row.get("cpu_us_per_msg") for name, row in data["results"][size].items()}
-    least = experiment.least(rows, data.get("baseline"), 1)
+    least = experiment.least({name: row.get("cpu_us_per_msg") for name, row in data["results"][size].items()},
+                             data.get("baseline"), 1)
     return f"echo {_size_label(int(size))}: " + (f"least server CPU per message: {least}" if least
                                                  else "nothing measured")
 
 
-def _sizes(argument: str | None) -> list[int]:
-    """``"1,10,100"`` (KiB) -> bytes; None -> the announcement's three sizes."""
-    if argument is None:
-        return [kib * 1024 for kib in SIZES_KIB]
-    try:
-        sizes = [int(float(part) * 1024) for part in argument.split(",") if part.strip()]
-    except ValueError:
-        raise SystemExit(f"echo: --sizes takes KiB as a comma list, like 1,10,100; got {argument!r}") from None
+def _sizes(argument: str) -> list[int]:
+    """``"1,10,100"`` (KiB) -> bytes, for argparse."""
+    sizes = [int(float(part) * 1024) for part in argument.split(",") if part.strip()]
     if not sizes or min(sizes) < 1:
-        raise SystemExit("echo: --sizes must name at least one size of 1 byte or more")
+        raise ValueError(argument)
     return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("echo", __doc__, repeat=DEFAULTS["repeat"])
     parser.add_argument("--servers", help=f"comma list, 'all' (default) or 'none': {', '.join(_PEERS)}")
-    parser.add_argument("--sizes", help="message sizes in KiB, comma list (default 1,10,100)")
+    parser.add_argument("--sizes", type=_sizes, default=[kib * 1024 for kib in SIZES_KIB],
+                        help="message sizes in KiB, comma list (default 1,10,100)")
     parser.add_argument("--duration", type=float, help=f"seconds per run (default {DEFAULTS['duration']:g})")
     parser.add_argument("--warmup", type=float, help=f"seconds of unmeasured echo first (default {DEFAULTS['warmup']:g})")
     parser.add_argument("--connections", type=int, default=CONNECTIONS,
@@ -275,24 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.connections <= 1024:
         parser.error(f"--connections must be 1 to 1024, got {args.connections}")
     settings, repeat = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections), int(pick["repeat"])
-    names = choose_names(args.servers, list(_PEERS), "server", list(_PEERS))
-    candidates = [_PEERS[name].server() for name in names]
-    skipped = {name: note for name in names if (note := _PEERS[name].prepare())}
+    candidates = [_PEERS[name] for name in choose_names(args.servers, list(_PEERS), "server", list(_PEERS))]
+    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
     client_note = prepare_client()
     if args.list:
         print(f"client  echo_client       {'skipped: ' + client_note if client_note else 'ready'}")
-        for server in candidates:
-            print(server.status(skipped.get(server.name)))
+        print(*(server.status(skipped.get(server.name)) for server in candidates), sep="\n")
         return 0
     if client_note:
         raise SystemExit(f"echo: the load generator is not ready: {client_note}")
     ready = experiment.runnable(candidates, skipped, "echo")
-    sizes = _sizes(args.sizes)
     pinning = experiment.pinning(args)
     width = max(len(server.name) for server in ready)
     clock = experiment.Clock()
     records = experiment.interleave(
-        [(size, server) for size in sizes for server in ready], repeat,
+        [(size, server) for size in args.sizes for server in ready], repeat,
         lambda cell: measure(cell[1], cell[0], settings, pinning),
         lambda cell: f"{cell[1].name:<{width}} {_size_label(cell[0]):>7}",
         lambda r: f"{r['msgs_per_s']:.0f} msg/s, cpu {r['cpu_us_per_msg'] or 0:.1f} µs/msg, "
@@ -303,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         tools={**servers.tool_versions(), "echo_client": "benchmarks/peers/c/echo_client.c"},
         settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
                   "warmup_s": settings.warmup, "timeout_s": settings.timeout,
-                  "connections": settings.connections, "sizes": sizes, "cpu_source": CPU_SOURCE,
+                  "connections": settings.connections, "sizes": args.sizes, "cpu_source": CPU_SOURCE,
                   "order": "interleaved: each repetition runs every size on every server; a fresh server "
                            "process per run, warmed up first; figures are medians over repetitions"})
     data.update(

@@ -1,10 +1,10 @@
 # benchmarks/loads.py
 """The loads put on every server, each tool's command, and how to read what it prints.
 
-A tool never hangs the harness: ab's -s and wrk's --timeout, under a wall-clock limit (run_tool).
+A tool never hangs the harness: ab's -s and wrk's --timeout, under a wall-clock limit (run).
 wrk reports through its Lua done() hook (wrk_json.lua, which pipeline.lua loads too) as one line
-of JSON; ab has no machine-readable report, so its text is read (its percentiles from -e's CSV).
-A figure the output lacks stays None.  Units: requests/s, milliseconds, requests.
+of JSON.  ab writes only its percentiles machine-readably (-e's CSV), so the rest of its report
+is read from its text.  A figure the output lacks stays None.  Units: requests/s, ms, requests.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks.harness.experiment import run_tool
 
 __all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
-           "parse_ab_csv", "parse_wrk", "run"]
+           "parse_wrk", "run"]
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ LOADS: tuple[Load, ...] = (
          "pays its system calls once per 24 requests", pipeline=24, default=False),
 )
 
-# The wrk script that pipelines (see its header): DEPTH requests per write.
-PIPELINE_SCRIPT = Path(__file__).resolve().parent / "pipeline.lua"
+PIPELINE_SCRIPT = Path(__file__).resolve().parent / "pipeline.lua"  # DEPTH requests per write
 JSON_SCRIPT = Path(__file__).resolve().parent / "wrk_json.lua"  # done(): wrk's figures as JSON
+WRK_JSON_MARK = "tinyloop-wrk-json: "  # starts the line wrk_json.lua's done() prints
 
 _BY_NAME = {load.name: load for load in LOADS}
 
@@ -85,26 +85,23 @@ class Settings:
 
 def command(load: Load, url: str, settings: Settings, csv_path: Path | None = None) -> list[str]:
     """The tool's argument list for ``load`` against ``url`` (ending in ``/``).  ab gets ``-r`` (a
-    receive error is a failed request, not the end), ``-q`` and ``-e csv_path`` (percentiles in µs)."""
+    receive error is a failed request, not the end), ``-q`` and ``-e csv_path`` (percentiles in ms)."""
     timeout = f"{settings.socket_timeout:g}"
     if load.tool == "ab":
         return ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]), "-c", str(load.concurrency),
                 *(["-k"] if load.keepalive else []), *(["-e", str(csv_path)] if csv_path is not None else []), url]
-    if load.tool == "wrk":
-        argv = ["wrk", "-t1", "-c", str(load.concurrency), "-d", f"{settings.duration:g}s",
-                "--timeout", f"{timeout}s", "--latency"]
-        if load.pipeline > 1:
-            # The script's own arguments follow ``--`` (wrk hands them to init()).
-            return argv + ["-s", str(PIPELINE_SCRIPT), url, "--", str(load.pipeline)]
-        return argv + ["-s", str(JSON_SCRIPT), url]
-    raise ValueError(f"unknown tool {load.tool!r}")
+    argv = ["wrk", "-t1", "-c", str(load.concurrency), "-d", f"{settings.duration:g}s", "--timeout", f"{timeout}s",
+            "--latency"]
+    if load.pipeline > 1:  # the script's own arguments follow ``--`` (wrk hands them to init())
+        return [*argv, "-s", str(PIPELINE_SCRIPT), url, "--", str(load.pipeline)]
+    return [*argv, "-s", str(JSON_SCRIPT), url]
 
 
 @dataclass
 class Measurement:
     """What one run of a tool reported: ``completed`` responses, ``failed`` requests (ab: failed +
-    non-2xx; wrk: socket errors + non-2xx/3xx), ``rps``, ``p50_ms``/``p99_ms``; ``timed_out`` when
-    the tool or the wall-clock limit gave up, ``error`` the tool's complaint.  Missing figures: None."""
+    non-2xx; wrk: socket errors + non-2xx/3xx), ``rps``, ``p50_ms``/``p99_ms``, ``seconds``;
+    ``timed_out`` when the tool or the wall-clock limit gave up, ``error`` the tool's complaint."""
 
     completed: int | None = None
     failed: int | None = None
@@ -114,77 +111,46 @@ class Measurement:
     seconds: float | None = None
     timed_out: bool = False
     error: str | None = None
-    exit_code: int | None = None
 
 
-_AB_FIELDS = {
-    "completed": re.compile(r"^Complete requests:\s+(\d+)", re.M),
-    "failed": re.compile(r"^Failed requests:\s+(\d+)", re.M),
-    "non_2xx": re.compile(r"^Non-2xx responses:\s+(\d+)", re.M),
-    "rps": re.compile(r"^Requests per second:\s+([\d.]+)", re.M),
-    "seconds": re.compile(r"^Time taken for tests:\s+([\d.]+) seconds", re.M),
-}
-# "  50%      3" in the text table: whole milliseconds.
-_AB_PERCENT = re.compile(r"^\s*(\d+)%\s+(\d+)", re.M)
-# ab's complaints when it gives up: "apr_pollset_poll: The timeout specified has expired (70007)".
+# The lines of ab's report read here ("Complete requests:      2000"), and its complaints when it
+# gives up ("apr_pollset_poll: The timeout specified has expired (70007)").
+_AB_FIELD = re.compile(r"^(Complete requests|Failed requests|Non-2xx responses|Requests per second"
+                       r"|Time taken for tests):\s+([\d.]+)", re.M)
 _AB_ERROR = re.compile(r"^(?:.*?\.\.\.)?(apr_\w+(?:\(\))?: .*|ab: .*|Total of \d+ requests completed)$", re.M)
 
 
 def parse_ab(text: str, csv_text: str | None = None) -> Measurement:
-    """Read ab's standard output (and the ``-e`` CSV, if given) into a :class:`Measurement`:
-    percentiles from the CSV, else from the text in whole ms; ``failed`` adds "Non-2xx responses"
-    to "Failed requests" (ab counts a 404 as a success)."""
-    found = {key: float(match.group(1)) for key, pattern in _AB_FIELDS.items() if (match := pattern.search(text))}
-    result = Measurement(rps=found.get("rps"), seconds=found.get("seconds"))
-    if "completed" in found:
-        result.completed = int(found["completed"])
-    if "failed" in found or "non_2xx" in found:
-        result.failed = int(found.get("failed", 0) + found.get("non_2xx", 0))
-    percentiles = (parse_ab_csv(csv_text) if csv_text else {}) or {
-        int(p): float(ms) for p, ms in _AB_PERCENT.findall(text)}
-    if result.completed:  # with nothing completed ab's percentiles are zeros
-        result.p50_ms, result.p99_ms = percentiles.get(50), percentiles.get(99)
+    """Read ab's standard output and its ``-e`` CSV (``"Percentage served,Time in ms"``, then ``P,MS``
+    lines), if it wrote one, into a :class:`Measurement`; ``failed`` adds "Non-2xx responses" to
+    "Failed requests" (ab counts a 404 as a success)."""
+    found = {key: float(value) for key, value in _AB_FIELD.findall(text)}
+    result = Measurement(rps=found.get("Requests per second"), seconds=found.get("Time taken for tests"))
+    if "Complete requests" in found:
+        result.completed = int(found["Complete requests"])
+    if "Failed requests" in found or "Non-2xx responses" in found:
+        result.failed = int(found.get("Failed requests", 0) + found.get("Non-2xx responses", 0))
+    if result.completed and csv_text:  # with nothing completed ab's percentiles are zeros
+        percentiles = dict(line.split(",") for line in csv_text.splitlines()[1:] if "," in line)
+        result.p50_ms, result.p99_ms = float(percentiles["50"]), float(percentiles["99"])
     if errors := _AB_ERROR.findall(text):
         result.error = "; ".join(errors)
         result.timed_out = any("timeout" in error.lower() for error in errors)
     return result
 
 
-def parse_ab_csv(text: str) -> dict[int, float]:
-    """ab's ``-e`` file (``"Percentage served,Time in ms"`` then ``"P,MS"`` lines) -> {P: MS}."""
-    out: dict[int, float] = {}
-    for line in text.splitlines()[1:]:
-        percent, _, ms = line.partition(",")
-        try:
-            out[int(percent)] = float(ms)
-        except ValueError:
-            continue
-    return out
-
-
-# The line benchmarks/wrk_json.lua's done() prints after wrk's own report.
-WRK_JSON_MARK = "tinyloop-wrk-json: "
-
-
 def parse_wrk(text: str) -> Measurement:
     """Read wrk's output, through wrk_json.lua's JSON line, into a :class:`Measurement` (an empty one
     without the line): ``rps`` over wrk's own run time; percentiles in ms, None when nothing
     completed; ``failed`` every socket error plus the non-2xx/3xx responses."""
-    result = Measurement()
     line = next((line for line in text.splitlines() if line.startswith(WRK_JSON_MARK)), None)
     if line is None:
-        return result
+        return Measurement()
     report = json.loads(line[len(WRK_JSON_MARK):])
-    errors, latency = report["errors"], report["latency_us"]
-    result.completed = report["requests"]
-    result.seconds = report["duration_us"] / 1e6
-    if result.seconds:
-        result.rps = result.completed / result.seconds
-    if result.completed:
-        result.p50_ms, result.p99_ms = latency["50"] / 1000, latency["99"] / 1000
-    result.failed = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"] + errors["status"]
-    result.timed_out = errors["timeout"] > 0 and not result.completed
-    return result
+    completed, seconds, errors = report["requests"], report["duration_us"] / 1e6, report["errors"]
+    p50, p99 = (report["latency_us"][p] / 1000 if completed else None for p in ("50", "99"))
+    return Measurement(completed=completed, failed=sum(errors.values()), rps=completed / seconds if seconds else None,
+                       p50_ms=p50, p99_ms=p99, seconds=seconds, timed_out=errors["timeout"] > 0 and not completed)
 
 
 def run(load: Load, url: str, settings: Settings, workdir: Path,
@@ -199,11 +165,11 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
     started = time.monotonic()
     code, output = run_tool(argv, limit)
     elapsed = time.monotonic() - started
-    csv_text = csv_path.read_text() if csv_path is not None and csv_path.exists() else None
-    if csv_path is not None:
+    if csv_path is None:
+        result = parse_wrk(output)
+    else:
+        result = parse_ab(output, csv_path.read_text() if csv_path.exists() else None)
         csv_path.unlink(missing_ok=True)
-    result = parse_ab(output, csv_text) if load.tool == "ab" else parse_wrk(output)
-    result.exit_code = code
     if load.pipeline > 1:
         # wrk 4.1 records one latency sample per batch, and with so few
         # samples its top percentile can come out as "0.00us": no figure.

@@ -1,10 +1,9 @@
 # benchmarks/report.py
 """The tables and plots of ``python -m benchmarks.run``'s JSON: the one reader the run, the book
-and ``python -m benchmarks.report [JSON] [--plot PNG] [--loads L] [--markdown MD]`` share.  Importing
-it does no I/O and loads neither matplotlib nor the project (the book imports it while it builds).
+and ``python -m benchmarks.report [JSON] [--loads L] [--markdown MD]`` share.  Importing it does
+no I/O and loads neither matplotlib nor the project (the book imports it while it builds).
 
-The JSON: the harness's head (schema 1, date, command, machine, tools, pinning, settings,
-load_average: benchmarks/harness/experiment.document), then::
+The JSON: the harness's head (benchmarks/harness/experiment.document), then::
 
     conclusion  the run in one line
     baseline    the server every ratio divides by ("asyncio-protocol"), or None
@@ -28,15 +27,13 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import render
-from benchmarks.harness.render import DASH, align, describe_machine
+from benchmarks.harness.output import LOCAL, RESULTS
+from benchmarks.harness.render import DASH, describe_machine
 from benchmarks.harness.summary import NOISE  # the one noise rule
 
-__all__ = ["FOOTNOTES", "NOISE", "SCHEMA", "describe_machine", "footnotes", "format_text", "load",
-           "markdown", "plot", "server_names", "spread", "table"]
+__all__ = ["FOOTNOTES", "describe_machine", "footnotes", "format_text", "load", "plot", "server_names", "table"]
 
 SCHEMA = 1
-DEFAULT_PATH = Path(__file__).resolve().parent / "results" / "latest.json"  # the reference run
-LOCAL_PATH = Path(__file__).resolve().parent / "results" / "local" / "latest.json"  # a user's run
 
 # The general notes under every table, keyed so the book can pick some.
 FOOTNOTES = {
@@ -57,6 +54,8 @@ FOOTNOTES = {
                "repetitions' req/s or CPU µs/req differ by more than 25% (the largest is over "
                "1.25 times the smallest), so the median is a weak figure: run again on a quieter "
                "machine before reading much into that row."),
+    "pipeline": ("With pipelining, wrk times a batch, not a request: p50 and p99 are the time "
+                 "from writing a batch to receiving its last answer (no figure where wrk printed 0)."),
 }
 
 # A server whose every run ended so has no figures, only this word in the table.
@@ -66,7 +65,7 @@ _FAILED = ("timeout", "starved", "error")
 def load(path: str | Path | None = None) -> dict:
     """Read a results JSON (default benchmarks/results/latest.json); raises ``FileNotFoundError`` if
     it is missing and ``ValueError`` if it is not a schema this module reads."""
-    data = json.loads(Path(path or DEFAULT_PATH).read_text(encoding="utf-8"))
+    data = json.loads(Path(path or RESULTS / "latest.json").read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a tinyloop benchmark JSON of schema {SCHEMA}")
     return data
@@ -78,8 +77,7 @@ def server_names(data: dict, load_name: str | None = None) -> list[str]:
     entries = data.get("servers", [])
     ordered = [e for e in entries if e.get("kind") == "stage"] + [e for e in entries if e.get("kind") != "stage"]
     results = data.get("results", {}).get(load_name, {}) if load_name else None
-    return [e["name"] for e in ordered
-            if results is None or e["name"] in results or e.get("skipped")]
+    return [e["name"] for e in ordered if results is None or e["name"] in results or e.get("skipped")]
 
 
 def _number(value: float | None, kind: str, ratio: float | None = None) -> str:
@@ -95,18 +93,9 @@ def _number(value: float | None, kind: str, ratio: float | None = None) -> str:
     return text if ratio is None else f"{text} ({ratio:.2f}×)"
 
 
-def _result(data: dict, load_name: str, server: str) -> dict:
-    return data.get("results", {}).get(load_name, {}).get(server) or {}
-
-
-def spread(data: dict, load_name: str, server: str, figure: str) -> tuple[float, float] | None:
-    """``(min, max)`` of ``figure`` over the server's ok repetitions in one load, or None."""
-    stored = (_result(data, load_name, server).get("spread") or {}).get(figure)
-    return None if stored is None else (stored[0], stored[1])
-
-
-def _range(data: dict, load_name: str, server: str, figure: str, kind: str) -> str | None:
-    low_high = spread(data, load_name, server, figure)
+def _range(summary: dict, figure: str, kind: str) -> str | None:
+    """``"400–600"``: ``figure``'s min–max over a summary's ok repetitions, or None."""
+    low_high = (summary.get("spread") or {}).get(figure)
     return None if low_high is None else f"{_number(low_high[0], kind)}–{_number(low_high[1], kind)}"
 
 
@@ -134,24 +123,24 @@ def table(data: dict, load_name: str, servers: list[str] | None = None, *,
                        f"the results have: {', '.join(server_names(data, load_name))}")
     rows = []
     for name in servers:
-        summary = results.get(name)
-        if summary is None or summary["status"] in _FAILED:
-            failed = DASH if summary is None or summary.get("failed") is None else str(summary["failed"])
-            rows.append([name, summary["status"] if summary else "skipped", DASH, DASH, DASH, DASH, failed])
+        summary = results.get(name) or {}
+        failed = DASH if summary.get("failed") is None else str(summary["failed"])
+        if summary.get("status", "skipped") in (*_FAILED, "skipped"):
+            rows.append([name, summary.get("status", "skipped"), DASH, DASH, DASH, DASH, failed])
             continue
         ratio = (summary.get("ratio") or {}) if ratios else {}
         cells = [_number(summary[key], kind, ratio.get(key))
                  for key, kind in (("rps", "rps"), ("p50_ms", "ms"), ("p99_ms", "ms"), ("cpu_us_per_req", "cpu"))]
         if summary["status"] == "partial":
             cells[0] = cells[0].replace(" ", "* ", 1) if " " in cells[0] else cells[0] + "*"
-        spread_text = _range(data, load_name, name, "rps", "rps")
-        cells.insert(1, DASH if spread_text is None else spread_text + (" noisy" if summary.get("noisy") else ""))
-        rows.append([name, *cells, DASH if summary.get("failed") is None else str(summary["failed"])])
+        spread = _range(summary, "rps", "rps")
+        cells.insert(1, DASH if spread is None else spread + (" noisy" if summary.get("noisy") else ""))
+        rows.append([name, *cells, failed])
     return ["server", "req/s", "min–max", "p50 ms", "p99 ms", "CPU µs/req", "failed"], rows
 
 
 def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> list[str]:
-    """The notes particular to one load's table: why each failed or skipped row is so."""
+    """The notes particular to one load's table: why each failed, skipped or noisy row is so."""
     results = data.get("results", {}).get(load_name, {})
     skipped = {e["name"]: e.get("skipped") for e in data.get("servers", [])}
     notes = []
@@ -164,47 +153,35 @@ def footnotes(data: dict, load_name: str, servers: list[str] | None = None) -> l
         if summary is not None and summary.get("noisy"):
             ranges = [f"{label} {text}" for figure, label, kind in (("rps", "req/s", "rps"),
                                                                       ("cpu_us_per_req", "CPU µs/req", "cpu"))
-                      if (text := _range(data, load_name, name, figure, kind))]
+                      if (text := _range(summary, figure, kind))]
             notes.append(f"{name}: noisy: its repetitions differ by more than {NOISE:.0%} ({', '.join(ranges)})")
     return notes
 
 
-def _tables(data: dict, load_names: list[str] | None) -> list[tuple[dict, list[str], list[list[str]]]]:
-    """``(load entry, header, rows)`` for each of ``load_names`` (None: every load) in the run's order."""
-    return [(entry, *table(data, entry["name"], ratios=data.get("baseline") is not None))
-            for entry in data.get("loads", []) if load_names is None or entry["name"] in load_names]
-
-
-def format_text(data: dict, load_names: list[str] | None = None) -> str:
-    """Every load's table for a terminal, each with its notes, then the general footnotes."""
-    out = [f"tinyloop benchmarks: {describe_machine(data)}"]
-    for entry, header, rows in _tables(data, load_names):
-        out += ["", f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", "", *align(header, rows)]
-        out += [f"  {note}" for note in footnotes(data, entry["name"])]
-    baseline = data.get("baseline")
+def format_text(data: dict, load_names: list[str] | None = None, *, markdown: bool = False) -> str:
+    """Every load's table (of ``load_names``, default all) with its command and notes, then the
+    general footnotes and the machine: aligned text for a terminal, or with ``markdown`` Markdown
+    (benchmarks/results/pipeline.md)."""
+    out, baseline = [], data.get("baseline")
+    entries = [entry for entry in data.get("loads", []) if load_names is None or entry["name"] in load_names]
+    for entry in entries:
+        header, rows = table(data, entry["name"], ratios=baseline is not None)
+        notes = footnotes(data, entry["name"])
+        if markdown:
+            out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows), "",
+                    f"Command: `{entry['command']}`", "", *(f"- {note}" for note in notes)]
+        else:
+            out += [f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", "", *render.align(header, rows),
+                    *(f"  {note}" for note in notes), ""]
     keys = (["ratio"] if baseline else []) + ["spread", "latency", "cpu", "failed"]
     if any(s.get("status") == "partial" for r in data.get("results", {}).values() for s in r.values()):
         keys.append("partial")
-    out += ["", *(f"- {FOOTNOTES[key]}" for key in keys)]
+    if any(entry.get("pipeline") for entry in entries):
+        keys.append("pipeline")
+    out += [f"- {FOOTNOTES[key]}" for key in keys]
     if not baseline:
         out.append("- No ratios: asyncio-protocol was not in this run.")
-    return "\n".join(out)
-
-
-def markdown(data: dict, load_names: list[str] | None = None) -> str:
-    """Loads' tables as Markdown (benchmarks/results/pipeline.md), each followed by its command and
-    notes, then the general footnotes it needs and the machine."""
-    out = []
-    for entry, header, rows in (tables := _tables(data, load_names)):
-        out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows)]
-        out += ["", f"Command: `{entry['command']}`", "", *(f"- {note}" for note in footnotes(data, entry["name"]))]
-    keys = (["ratio"] if data.get("baseline") else []) + ["latency", "cpu", "failed"]
-    out += [f"- {FOOTNOTES[key]}" for key in keys]
-    if any(entry.get("pipeline") for entry, _, _ in tables):
-        out.append("- With pipelining, wrk times a batch, not a request: p50 and p99 are the time "
-                   "from writing a batch to receiving its last answer (no figure where wrk printed 0).")
-    out += ["", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]
-    return "\n".join(out) + "\n"
+    return "\n".join([*out, "", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]) + "\n"
 
 
 # --- plots -----------------------------------------------------------------
@@ -265,24 +242,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="results file (default: your last run, benchmarks/results/local/latest.json, "
                              "else the book's reference run, benchmarks/results/latest.json)")
     parser.add_argument("--loads", type=lambda text: text.split(","), help="comma list of loads to print (default all)")
-    parser.add_argument("--plot", type=Path, help="also draw the plot into this PNG")
     parser.add_argument("--markdown", type=Path, help="also write the tables (of --loads) as Markdown here")
     args = parser.parse_args(argv)
-    path = args.json or (LOCAL_PATH if LOCAL_PATH.exists() else DEFAULT_PATH)
+    path = args.json or (LOCAL / "latest.json" if (LOCAL / "latest.json").exists() else RESULTS / "latest.json")
     try:
         data = load(path)
-    except FileNotFoundError:
-        print(f"report: {path} does not exist; run `bash scripts/benchmark.sh` first", file=sys.stderr)
-        return 1
-    except ValueError as error:
-        print(f"report: {error}", file=sys.stderr)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"report: {error}; run `bash scripts/benchmark.sh` first", file=sys.stderr)
         return 1
     print(f"results: {path}")
     print(format_text(data, args.loads))
-    if args.plot:
-        print(f"drew {plot(data, None, args.plot)}")
     if args.markdown:
-        args.markdown.write_text(markdown(data, args.loads), encoding="utf-8")
+        args.markdown.write_text(format_text(data, args.loads, markdown=True), encoding="utf-8")
         print(f"wrote {args.markdown}")
     return 0
 

@@ -8,8 +8,7 @@
     python -m benchmarks.run --loads wrk-pipeline   Japronto's load: 24 requests pipelined per write
 
 Writes benchmarks/results/local/latest.json (a timestamped copy under runs/) and latest.png, and
-prints a table per load (benchmarks/report.py, which also prints them again from a saved JSON).
-Each run: a fresh server, warmed up, loaded once, stopped; benchmarks/README.md has the rules.
+prints a table per load (benchmarks/report.py); benchmarks/README.md has the options and the rules.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from benchmarks.harness.output import RESULTS, relative
 from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.loads import Load, Settings
 from benchmarks.servers import Server
-from tinyloop import stages
 from tinyloop.testing import recv_response
 
 REFERENCE = RESULTS / "latest.json"     # the book's, committed; only --reference writes it
@@ -43,50 +41,34 @@ DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
          "timeout": 2.0, "run_timeout": 15.0, "warmup": 20}
 LEAST = {"duration": 1, "timeout": 0.1, "run_timeout": 1, "repeat": 1, "warmup": 1}
+AB_LOADS = ("ab-close", "ab-keepalive")
 
 
-def _requests(argument: str | None, base: dict[str, int]) -> dict[str, int]:
-    """``"5000"`` sets both ab loads; ``"ab-close=5000,ab-keepalive=20000"`` sets each."""
-    if argument is None:
-        return dict(base)
-    try:
-        given = ({name.strip(): int(value) for name, _, value in (part.partition("=") for part in argument.split(","))}
-                 if "=" in argument else dict.fromkeys(base, int(argument)))
-    except ValueError:
-        raise SystemExit(f"run.py: --requests: expected N or LOAD=N[,LOAD=N], got {argument!r}") from None
-    if unknown := set(given) - set(base):
-        raise SystemExit(f"run.py: --requests: {', '.join(map(repr, sorted(unknown)))} is not an ab load; "
-                         f"choose from: {', '.join(base)}")
-    if any(n < 1 for n in given.values()):
-        raise SystemExit("run.py: --requests must be at least 1")
-    return {**base, **given}
+def _requests(argument: str) -> dict[str, int]:
+    """``--requests``: ``"5000"`` sets both ab loads, ``"ab-close=5000,ab-keepalive=20000"`` each."""
+    pairs = [part.split("=") for part in argument.split(",")] if "=" in argument else [[n, argument] for n in AB_LOADS]
+    given = {name.strip(): int(value) for name, value in pairs}
+    if set(given) - set(AB_LOADS) or min(given.values()) < 1:
+        raise ValueError(argument)
+    return given
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = experiment.parser("run", __doc__, repeat=DEFAULTS["repeat"], results="NAME.json")
-    stage_names = ", ".join(stage.name for stage in stages.STAGES)
-    peer_names = ", ".join(peer.name for peer in servers.PEERS)
-    load_names = ", ".join(load.name for load in loads.LOADS if load.default)
-    extra_loads = ", ".join(load.name for load in loads.LOADS if not load.default)
-    parser.add_argument("--stages", help=f"comma list, 'all' or 'none' (default all: {stage_names})")
-    parser.add_argument("--peers", help=f"comma list, 'all' or 'none' (default all but stall: {peer_names})")
-    parser.add_argument("--loads", help=f"comma list, or 'all' (default: {load_names}; "
-                                        f"only when named, or with 'all': {extra_loads})")
-    parser.add_argument("--requests", help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M "
-                                           f"(default ab-close={DEFAULTS['ab-close']},"
-                                           f"ab-keepalive={DEFAULTS['ab-keepalive']})")
+    default_loads = ", ".join(load.name for load in loads.LOADS if load.default)
+    parser.add_argument("--stages", help="comma list, 'all' or 'none' (default all)")
+    parser.add_argument("--peers", help="comma list, 'all' or 'none' (default all but stall)")
+    parser.add_argument("--loads", help=f"comma list, or 'all' (default {default_loads})")
+    parser.add_argument("--requests", type=_requests, default={},
+                        help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M (default 5000, 20000)")
     parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
     parser.add_argument("--timeout", type=float,
-                        help="seconds a tool waits on a silent server: ab -s, wrk --timeout "
-                             f"(default {DEFAULTS['timeout']:g})")
+                        help=f"seconds ab (-s) and wrk (--timeout) wait on a silent server (default {DEFAULTS['timeout']:g})")
     parser.add_argument("--run-timeout", type=float,
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
-    parser.add_argument("--warmup", type=int,
-                        help="requests sent on one keep-alive connection before each load, not measured "
-                             f"(default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
-    parser.add_argument("--name", default="latest",
-                        help="the results' file name without .json (default latest; the book's pipelined "
-                             "table is --loads wrk-pipeline --name pipeline)")
+    parser.add_argument("--warmup", type=int, help="unmeasured requests on one keep-alive connection before each "
+                                                   f"load (default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
+    parser.add_argument("--name", default="latest", help="the results' file name without .json (default latest)")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
@@ -100,39 +82,35 @@ class Newcomer(threading.Thread):
 
     def __init__(self, address: tuple[str, int], delay: float, timeout: float) -> None:
         super().__init__(daemon=True)
-        self.address, self.delay, self.timeout = address, delay, timeout
+        self.address, self.delay = address, delay
         self.latency_ms: float | None = None
         self.answered_at: float | None = None
-        self._cancelled = threading.Event()
-        self._sock: socket.socket | None = None
+        self._over = threading.Event()
+        self._sock = socket.socket()
+        self._sock.settimeout(timeout)
 
     def run(self) -> None:
-        if self._cancelled.wait(self.delay):
-            return
-        try:
-            with socket.create_connection(self.address, timeout=self.timeout) as sock:
-                self._sock = sock
-                if self._cancelled.is_set():
-                    return  # the load ended while we connected
+        with self._sock:
+            if self._over.wait(self.delay):
+                return
+            try:
+                self._sock.connect(self.address)
                 sent = time.monotonic()
-                sock.sendall(b"GET / HTTP/1.1\r\nHost: newcomer\r\nConnection: close\r\n\r\n")
-                status, _, _ = recv_response(sock)
-                if status == 200:
+                self._sock.sendall(b"GET / HTTP/1.1\r\nHost: newcomer\r\nConnection: close\r\n\r\n")
+                if recv_response(self._sock)[0] == 200:
                     self.answered_at = time.monotonic()
                     self.latency_ms = (self.answered_at - sent) * 1000
-        except (OSError, ValueError, IndexError):
-            pass  # no answer: the caller sees answered_at is None
+            except (OSError, ValueError, IndexError):
+                pass  # no answer: the caller sees answered_at is None
 
     def finish(self) -> None:
-        """Stop waiting (the load is over) and return once the thread has ended."""
-        self._cancelled.set()
-        sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv
-            except OSError:
-                pass
-        self.join(self.timeout)
+        """Stop waiting (the load is over; shutdown wakes the thread's recv) and return once it ended."""
+        self._over.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected, or closed already
+        self.join(self._sock.gettimeout())
 
 
 def measure(server: Server, load: Load, settings: Settings, pinning: dict, workdir: Path,
@@ -141,22 +119,21 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
     run's record, its ``status`` ``"ok"``, ``"timeout"``, ``"starved"`` (:class:`Newcomer`) or
     ``"error"`` (report.py's docstring), ``note`` saying what happened."""
     record: dict = {"server": server.name, "load": load.name, "status": "error", "note": None,
-                    "rps": None, "p50_ms": None, "p99_ms": None, "completed": None, "failed": None,
-                    "cpu_s": None, "cpu_us_per_req": None, "seconds": None, "newcomer_ms": None}
+                    **dict.fromkeys(("rps", "p50_ms", "p99_ms", "completed", "failed", "cpu_s", "cpu_us_per_req",
+                                     "seconds", "newcomer_ms"))}
     process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
     if failure is not None:
         record["status"], record["note"] = failure
         return record
+    newcomer = None
     try:
-        url = f"http://{process.host}:{process.port}/"
-        newcomer = None
         if load.tool == "wrk":
-            newcomer = Newcomer(process.address, settings.duration / 2,
-                                settings.duration + settings.socket_timeout)
+            newcomer = Newcomer(process.address, settings.duration / 2, settings.duration + settings.socket_timeout)
             newcomer.start()
         before = cpu_seconds(process)
         try:
-            result, _, output = loads.run(load, url, settings, workdir, pinning["load_prefix"])
+            result, _, text = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
+                                        pinning["load_prefix"])
         finally:
             load_ended = time.monotonic()
             after = cpu_seconds(process)
@@ -168,14 +145,14 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
                       failed=result.failed, seconds=result.seconds, cpu_s=None if cpu is None else round(cpu, 6),
                       cpu_us_per_req=cpu * 1e6 / result.completed if cpu is not None and result.completed else None,
                       newcomer_ms=None if newcomer is None else newcomer.latency_ms)
-        tail = (output.strip().splitlines()[-1:] or ["no output"])[0]
+        tail = (text.strip().splitlines()[-1:] or ["no output"])[0]
         starved = newcomer is not None and (newcomer.answered_at is None or newcomer.answered_at > load_ended)
         record["status"], record["note"] = (
             ("error", f"the server exited with code {exit_code} during the run") if exit_code is not None
             else ("timeout", result.error) if result.timed_out
             else ("error", result.error or f"could not read the tool's output: {tail}") if result.completed is None
             else ("timeout", f"no response in the {result.seconds:.1f} s run") if result.completed == 0
-            else ("starved", f"a connection opened {newcomer.delay:g} s into the load got no answer "
+            else ("starved", f"a connection opened {settings.duration / 2:g} s into the load got no answer "
                              f"before it ended ({result.completed} requests went to the others)") if starved
             else ("ok", result.error))
         return record
@@ -211,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = output.json_path(parser, args, f"{args.name}.json")
     pick = experiment.settings(parser, args, DEFAULTS, QUICK, LEAST)
-    settings = Settings(requests=_requests(args.requests, {"ab-close": int(pick["ab-close"]),
-                                                           "ab-keepalive": int(pick["ab-keepalive"])}),
+    settings = Settings(requests={**{name: int(pick[name]) for name in AB_LOADS}, **args.requests},
                         duration=pick["duration"], socket_timeout=pick["timeout"], run_timeout=pick["run_timeout"])
     repeat, warmup = int(pick["repeat"]), int(pick["warmup"])
     candidates = servers.choose(args.stages, args.peers)
@@ -226,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             state = "ready" if shutil.which(load.tool) else f"skipped: {load.tool} is not installed"
             print(f"load   {load.name:<16}  {state}  ({load.title})")
         return 0
-    missing = sorted({load.tool for load in chosen if shutil.which(load.tool) is None})
-    if missing:
+    if missing := sorted({load.tool for load in chosen if shutil.which(load.tool) is None}):
         raise SystemExit(f"run: {' and '.join(missing)} not found; install ApacheBench (Debian: "
                          "apache2-utils) and wrk, or run `bash scripts/setup.sh`")
     ready = experiment.runnable(candidates, skipped, "run")

@@ -23,8 +23,8 @@ from benchmarks.harness.machine import display, package_version, version_line
 from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
-__all__ = ["BASELINE", "BUILD", "PEERS", "Peer", "Server", "build", "build_c", "build_go", "choose", "launch",
-           "peer_server", "prepare", "start", "stage_server", "tool_versions"]
+__all__ = ["BASELINE", "BUILD", "PEERS", "Server", "build_c", "c_peer", "choose", "go_peer", "import_note",
+           "launch", "peer", "peer_server", "prepare", "start", "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
 PEER_DIR = HERE / "peers"
@@ -36,8 +36,11 @@ BASELINE = "asyncio-protocol"
 
 @dataclass(frozen=True)
 class Server:
-    """Something to measure: ``kind`` is ``"stage"`` or ``"peer"``; ``argv``
-    starts it listening on a free port; ``env`` adds environment variables."""
+    """Something to measure: ``kind`` is ``"stage"``, ``"peer"`` or an experiment's own; ``argv``
+    starts it listening on a free port; ``env`` adds environment variables.  ``needs`` names what
+    must exist here, a Python module (``"module:uvloop"``) or a program on PATH (``"go"``);
+    ``setup`` (if any) builds or checks it: None when ready, else why not; ``default`` is false for
+    a peer only the harness's own tests ask for."""
 
     name: str
     kind: str
@@ -45,86 +48,86 @@ class Server:
     argv: tuple[str, ...]
     chapter: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-
-    def display(self) -> str:
-        """Its command as a reader would type it (``python`` for this interpreter)."""
-        return display(self.argv)
+    needs: str | None = None
+    setup: Callable[[], str | None] | None = None
+    default: bool = True
 
     def entry(self, skipped: str | None) -> dict:
         """Its entry in an experiment's JSON ``servers``; ``skipped``: None, or why it did not run."""
         return {"name": self.name, "kind": self.kind, "summary": self.summary, "chapter": self.chapter,
-                "command": self.display(), "env": self.env or None, "skipped": skipped}
+                "command": display(self.argv), "env": self.env or None, "skipped": skipped}
 
     def status(self, skipped: str | None) -> str:
         """Its line in ``--list``: kind, name, and whether it can run here."""
         return f"{self.kind:<5}  {self.name:<16}  {'skipped: ' + skipped if skipped else 'ready'}"
 
 
-@dataclass(frozen=True)
-class Peer:
-    """A peer's recipe.  ``needs`` names what must exist here: a Python module
-    (``"module:uvloop"``) or a program on PATH (``"go"``); ``default`` is false
-    for peers that only the harness's own tests ask for; ``argv`` and ``env``
-    start it; ``setup`` (if any) builds or checks it: None when ready, else why not."""
-
-    name: str
-    summary: str
-    needs: str | None = None
-    default: bool = True
-    argv: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    setup: Callable[[], str | None] | None = None
-
-    def server(self) -> Server:
-        return Server(self.name, "peer", self.summary, self.argv, env=self.env)
-
-    def prepare(self) -> str | None:
-        """None when the peer can start here (after its ``setup``), else a note saying why not."""
-        module = self.needs.partition("module:")[2] if self.needs else ""
-        if module and importlib.util.find_spec(module) is None:
-            return f"Python module {module} is not installed"
-        if self.needs and not module and shutil.which(self.needs) is None:
-            return f"{self.needs} is not on PATH"
-        return self.setup() if self.setup else None
+def peer(name: str, summary: str, *argv: str, **more: object) -> Server:
+    """A peer started by ``argv`` (which ends in ``--port 0``); ``more``: Server's other fields."""
+    return Server(name, "peer", summary, argv, **more)  # type: ignore[arg-type]
 
 
-def _python(script: str, *args: str) -> tuple[str, ...]:
+def python_peer(name: str, summary: str, script: str, *args: str, needs: str | None = None,
+                **more: object) -> Server:
     """``python benchmarks/peers/SCRIPT ARGS --port 0``."""
-    return (sys.executable, str(PEER_DIR / script), *args, "--port", "0")
+    return peer(name, summary, sys.executable, str(PEER_DIR / script), *args, "--port", "0", needs=needs, **more)
 
 
-def _asyncio(loop: str, api: str, summary: str) -> Peer:
-    return Peer(f"{loop}-{api}", summary, None if loop == "asyncio" else f"module:{loop}",
-                argv=_python("asyncio_server.py", "--loop", loop, "--api", api))
+def c_peer(name: str, summary: str, program: str) -> Server:
+    """benchmarks/peers/c/PROGRAM.c, built into benchmarks/build/PROGRAM by :func:`build_c`."""
+    binary = BUILD / program
+    return peer(name, summary, str(binary), "--port", "0", needs="cc",
+                setup=lambda: build_c(binary, PEER_DIR / "c" / f"{program}.c"))
 
 
-PEERS: tuple[Peer, ...] = (
+def go_peer(name: str, summary: str, binary: str, package: str) -> Server:
+    """Go ``package`` of benchmarks/peers/go, built into benchmarks/build/BINARY; GOMAXPROCS=1."""
+    path, sources = BUILD / binary, [PEER_DIR / "go" / package / "main.go"]
+    return peer(name, f"{summary}, GOMAXPROCS=1", str(path), "-port", "0", needs="go", env={"GOMAXPROCS": "1"},
+                setup=lambda: build_go(path, package, sources))
+
+
+def _asyncio(loop: str, api: str, summary: str) -> Server:
+    return python_peer(f"{loop}-{api}", summary, "asyncio_server.py", "--loop", loop, "--api", api,
+                       needs=None if loop == "asyncio" else f"module:{loop}")
+
+
+PEERS: tuple[Server, ...] = (
     _asyncio("asyncio", "protocol", "stdlib asyncio, Protocol callbacks (the baseline of every ratio)"),
     _asyncio("asyncio", "streams", "stdlib asyncio, start_server streams"),
     _asyncio("uvloop", "protocol", "the same Protocol code on uvloop"),
     _asyncio("uvloop", "streams", "the same streams code on uvloop"),
-    Peer("go-nethttp", "Go net/http, GOMAXPROCS=1", "go", argv=(str(BUILD / "go-nethttp"), "-port", "0"),
-         env={"GOMAXPROCS": "1"}, setup=lambda: build_go(BUILD / "go-nethttp", ".", [PEER_DIR / "go" / "main.go"])),
-    Peer("node-http", "Node.js http module", "node", argv=("node", str(PEER_DIR / "node" / "server.js"), "--port", "0")),
-    Peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "cc",
-         argv=(str(BUILD / "http_floor"), "--port", "0"),
-         setup=lambda: build_c(BUILD / "http_floor", PEER_DIR / "c" / "http_floor.c")),
-    Peer("stall", "serves one connection, then answers nothing (tests the time-outs)", default=False,
-         argv=_python("stall_server.py")),
+    go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
+    peer("node-http", "Node.js http module", "node", str(PEER_DIR / "node" / "server.js"), "--port", "0",
+         needs="node"),
+    c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
+    python_peer("stall", "serves one connection, then answers nothing (tests the time-outs)", "stall_server.py",
+                default=False),
 )
 
-_PEERS = {peer.name: peer for peer in PEERS}
+_PEERS = {server.name: server for server in PEERS}
+
+
+def import_note(module: str, load: Callable[[], object]) -> str | None:
+    """None when ``load()`` (an import) works, else ``"MODULE does not import (Error: its first line)"``."""
+    try:
+        load()
+    except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
+        first = str(error).splitlines()[0] if str(error) else ""
+        return f"{module} does not import ({type(error).__name__}: {first})"
+    return None
 
 
 def stage_server(stage: stages.Stage) -> Server:
     """The server for one row of ``tinyloop.stages.STAGES``."""
     argv = (sys.executable, "-m", "tinyloop", "serve", stage.name, "--host", "127.0.0.1", "--port", "0")
-    return Server(stage.name, "stage", stage.summary, argv, chapter=stage.chapter)
+    return Server(stage.name, "stage", stage.summary, argv, chapter=stage.chapter,
+                  setup=lambda: import_note(stage.module, lambda: stages.load(stage.name)))
 
 
 def peer_server(name: str) -> Server:
-    """The server for peer ``name``; raises ``KeyError`` for an unknown name."""
-    return _PEERS[name].server()
+    """The HTTP peer called ``name``; raises ``KeyError`` for an unknown name."""
+    return _PEERS[name]
 
 
 def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
@@ -132,23 +135,21 @@ def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
     stage, and every peer but those only the tests ask for), stages first; an unknown name exits
     with the choices (harness.process.choose_names)."""
     every_stage = [stage.name for stage in stages.STAGES]
+    peers = process.choose_names(peer_names, list(_PEERS), "peer", [p.name for p in PEERS if p.default])
     return ([stage_server(stages.get(name)) for name in process.choose_names(stage_names, every_stage, "stage",
                                                                              every_stage)]
-            + [peer_server(name) for name in process.choose_names(
-                peer_names, list(_PEERS), "peer", [peer.name for peer in PEERS if peer.default])])
+            + [_PEERS[name] for name in peers])
 
 
 def prepare(server: Server) -> str | None:
-    """Make ``server`` ready to start: None if it is (a stage's module imports; a peer's needs are
-    installed and its build succeeds), else a note saying why not."""
-    if server.kind != "stage":
-        return _PEERS[server.name].prepare()
-    try:
-        stages.load(server.name)
-    except Exception as error:  # noqa: BLE001 - any failure means "skip, and say why"
-        first = str(error).splitlines()[0] if str(error) else ""
-        return f"{stages.get(server.name).module} does not import ({type(error).__name__}: {first})"
-    return None
+    """Make ``server`` ready to start: None if it is (its needs are installed, its ``setup``, a
+    build or a stage's import, succeeds), else a note saying why not."""
+    module = (server.needs or "").partition("module:")[2]
+    if module and importlib.util.find_spec(module) is None:
+        return f"Python module {module} is not installed"
+    if server.needs and not module and shutil.which(server.needs) is None:
+        return f"{server.needs} is not on PATH"
+    return server.setup() if server.setup else None
 
 
 def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[str]], *,

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks import echo, micro
 from benchmarks.harness import output, process
-from benchmarks.servers import Peer, Server
+from benchmarks.servers import Server, peer
 from test_docs import BUILD_TIMEOUT, page_text, sphinx_build
 from tinyloop import stages
 
@@ -39,7 +39,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
         pytest.skip("no C compiler for the echo client and the C floor")
     out = tmp_path_factory.mktemp("echo") / "echo.json"
     patch = pytest.MonkeyPatch()
-    patch.setitem(echo._PEERS, MISSING, Peer(MISSING, "pretend", "module:tinyloop_no_such_loop"))
+    patch.setitem(echo._PEERS, MISSING, peer(MISSING, "pretend", needs="module:tinyloop_no_such_loop"))
     try:
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
