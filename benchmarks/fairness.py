@@ -3,27 +3,16 @@
 
     python -m benchmarks.fairness                   every server, with and without a compute load
     python -m benchmarks.fairness --quick           two servers, few requests: a look
-    python -m benchmarks.fairness --servers coroutines,threaded --requests 200 --repeat 5
     python -m benchmarks.fairness --profile callbacks,coroutines --reference     the book's profile.txt
 
-Per row: a fresh server (warmed up, stopped in ``finally``), ``--requests``
-fast ``GET /`` from ``--clients`` keep-alive clients, each pausing 1 to 10 ms
-(random.Random(seed): a rerun sends the same sequence), latency measured by
-the client from just before the send to the end of the answer.  In the rows
-with a background load one more client meanwhile asks ``GET
-/compute?ms=50`` again and again.  The servers:
-
-    threaded             a thread per connection (Part 0): the kernel preempts
-    coroutines           one thread, cooperative: a handler runs until it awaits
-    coroutines+thread    the same, each handler call run in a thread pool
-    coroutines+yield     the same, /compute giving the loop back every 1 ms
-
-The server runs on one CPU and the clients on the other, but not at
-real-time priority: under SCHED_FIFO the threaded server's waiting thread
-never got the core to ask for the GIL (p50 beside /compute 45 ms, not 4).
-Run it on a quiet machine.  ``--profile STAGES`` instead runs each stage
-under cProfile (CPU time, around ``serve()`` only) while ``ab -k -n 2000
--c 10`` loads it, and sums the time by layer into profile.txt.
+Per row: a fresh server, ``--requests`` fast ``GET /`` from CLIENTS
+keep-alive clients, each pausing 1 to 10 ms (seeded: a rerun sends the same
+sequence), latency measured by the client from just before the send to the
+end of the answer; in the rows with a background load one more client asks
+``GET /compute?ms=50`` again and again.  The server runs on one CPU and the
+clients on the other, but not at real-time priority: under SCHED_FIFO the
+threaded server's waiting thread never got the core to ask for the GIL (p50
+beside /compute 45 ms, not 4).  ``--profile``: benchmarks/harness/stage_profile.py.
 """
 
 from __future__ import annotations
@@ -43,12 +32,13 @@ from benchmarks.harness.stage_profile import profile_stage
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
 
-SCHEMA = experiment.SCHEMA
-QUICK = {"servers": ("threaded", "coroutines"), "requests": 40}
+QUICK = {"servers": ["threaded", "coroutines"], "requests": 40}
 FIGURES = ("requests", "p50_ms", "p99_ms", "max_ms", "computes")
 TIMEOUT = 10.0  # seconds any one request may take before the row fails
+CLIENTS, COMPUTE_MS, SEED = 4, 50, 1  # fast clients; the slow handler's CPU time; the pauses' seed
 
-# label -> (stage, environment)
+# label -> (stage, environment): a thread per connection (Part 0: the kernel preempts), and one
+# thread, cooperative, with /compute run inline, in a thread pool, or giving the loop back every 1 ms
 SERVERS: dict[str, tuple[str, dict[str, str]]] = {
     "threaded": ("threaded", {}),
     "coroutines": ("coroutines", {COMPUTE_ENV: "inline"}),
@@ -84,22 +74,17 @@ def _compute_client(address: tuple[str, int], path: str, stop: threading.Event, 
             done[0] += 1
 
 
-def measure(server: str, *, requests: int, clients: int, compute_ms: int | None, seed: int,
-            prefix: Sequence[str] = ()) -> dict:
-    """One run: start ``server``, run the fast clients (and the compute client), stop it.
-
-    Returns the run's record: ``server``, ``background`` ("none" or
-    "/compute?ms=N"), ``status`` ("ok", or "error" with a ``note``), and
-    FIGURES: fast requests answered, their p50/p99/max latency in ms, and
-    the /compute requests answered meanwhile.  ``prefix`` goes before the
-    server's command (the harness's pinning: ``taskset -c 0``).
-    """
+def measure(server: str, requests: int, compute_ms: int | None, prefix: Sequence[str] = ()) -> dict:
+    """One run: start ``server`` (``prefix`` before its command), warm it up, run the fast clients
+    (and the compute client), stop it.  Returns the run's record: ``server``, ``background``
+    ("none" or "/compute?ms=N"), ``status`` ("ok", or "error" with a ``note``), and FIGURES:
+    fast requests answered, their p50/p99/max latency in ms, /compute requests answered meanwhile."""
     stage, env = SERVERS[server]
     background = "none" if compute_ms is None else f"/compute?ms={compute_ms}"
     command = [*prefix, sys.executable, "-m", "tinyloop", "serve", stage, "--host", "127.0.0.1", "--port", "0"]
     with ServerProcess(stage, env=env, command=command) as proc:
         for _ in range(20):  # warm-up: imports, first connections, thread pool
-            _fast_client(proc.address, 1, seed, [])
+            _fast_client(proc.address, 1, SEED, [])
         stop = threading.Event()
         computes = [0]
         workers: list[threading.Thread] = []
@@ -108,10 +93,10 @@ def measure(server: str, *, requests: int, clients: int, compute_ms: int | None,
                                             args=(proc.address, background, stop, computes)))
             workers[0].start()
             time.sleep(0.1)  # the compute load is running before we measure
-        latencies: list[list[float]] = [[] for _ in range(clients)]
+        latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
         fast = [threading.Thread(target=_fast_client, daemon=True,
-                                 args=(proc.address, requests // clients, seed + i, latencies[i]))
-                for i in range(clients)]
+                                 args=(proc.address, requests // CLIENTS, SEED + i, latencies[i]))
+                for i in range(CLIENTS)]
         for thread in fast:
             thread.start()
         for thread in fast:
@@ -130,20 +115,16 @@ def measure(server: str, *, requests: int, clients: int, compute_ms: int | None,
 
 def fold(records: list[dict]) -> list[dict]:
     """One row per (server, background), in run order: the harness's fold (medians, min-max, noisy on p99)."""
-    folded = experiment.fold(records, "background", "server", FIGURES, deciding=("p99_ms",), ratios=())
-    rows = []
-    for record in records:
-        if record["rep"] == 1:
-            stage, env = SERVERS[record["server"]]
-            summary = folded[record["background"]][record["server"]]
-            rows.append({"server": record["server"], "stage": stage, "env": env, "background": record["background"],
-                         **{key: value for key, value in summary.items() if key != "ratio"}})
-    return rows
+    folded = experiment.fold(records, "server", "background", FIGURES, deciding=("p99_ms",), ratios=())
+    return [{"server": server, "stage": SERVERS[server][0], "env": SERVERS[server][1], "background": background,
+             **{key: value for key, value in summary.items() if key != "ratio"}}
+            for server, by_background in folded.items() for background, summary in by_background.items()]
 
 
 def table(data: dict) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` of ``data`` (this script's JSON), as the book's {bench-fairness} shows them."""
-    header = ["server", "background load", "requests", "p50 ms", "p99 ms", "p99 min–max", "max ms", "computes"]
+    header = ["server", "background load", "requests", "p50 ms", "p99 ms", "p99 min–max", "max ms",
+              "computes"]
     rows = [[row["server"], "none" if row["background"] == "none" else f"1 client: GET {row['background']}",
              *([render_table.number(row["requests"]), render_table.number(row["p50_ms"], 2),
                 render_table.number(row["p99_ms"], 2),
@@ -164,51 +145,39 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("fairness", __doc__, pin=False, aliases=("--json",))
+    parser = experiment.parser("fairness", __doc__, pin=False)
     parser.add_argument("--servers", help=f"comma list from {', '.join(SERVERS)} (default: all; "
                                           f"--quick {','.join(QUICK['servers'])})")
-    parser.add_argument("--requests", type=int, help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
-    parser.add_argument("--clients", type=int, default=4, help="fast keep-alive clients (default 4)")
-    parser.add_argument("--compute-ms", type=int, default=50, help="the slow handler's CPU time (default 50)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--requests", type=int,
+                        help=f"fast requests per row (default 400; --quick {QUICK['requests']})")
     parser.add_argument("--profile", metavar="STAGES",
-                        help="instead: profile these stages (comma list) under ab -k, by layer, into profile.txt")
+                        help="instead: profile these stages (comma list) under ab -k, by layer: profile.txt")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "fairness.json")
     pinning = choose_pinning(False)  # the server on one CPU, this process (the clients) on the other
     if args.profile:
-        prefix = pinning["server_prefix"]
-        text = "\n".join(profile_stage(stage.strip(), args.requests or 2000, prefix)
-                         for stage in args.profile.split(",") if stage.strip())
-        print(text, end="")
-        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile.txt')))}")
-        return 0
-    chosen = choose_names(args.servers, list(SERVERS), "server", list(QUICK["servers"] if args.quick else SERVERS))
-    requests = args.requests or (QUICK["requests"] if args.quick else 400)
-    repeat = args.repeat or (1 if args.quick else 3)
+        text = "\n".join(profile_stage(stage, args.requests or 2000, pinning["server_prefix"])
+                         for stage in args.profile.split(","))
+        return output.print_and_write(text, out.with_name("profile.txt"))
+    chosen = choose_names(args.servers, [*SERVERS], "server", QUICK["servers"] if args.quick else [*SERVERS])
+    pick = experiment.settings(parser, args, {"requests": 400, "repeat": 3}, {**QUICK, "repeat": 1})
     clock = experiment.Clock()
     records = experiment.interleave(
-        [(name, compute_ms) for name in chosen for compute_ms in (None, args.compute_ms)], repeat,
-        lambda cell: measure(cell[0], requests=requests, clients=args.clients, compute_ms=cell[1], seed=args.seed,
-                             prefix=pinning["server_prefix"]),
+        [(name, compute_ms) for name in chosen for compute_ms in (None, COMPUTE_MS)], pick["repeat"],
+        lambda cell: measure(cell[0], pick["requests"], cell[1], pinning["server_prefix"]),
         lambda cell: f"{cell[0]} {'none' if cell[1] is None else f'/compute?ms={cell[1]}'}",
         lambda r: f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms")
-    data = experiment.document(
-        "fairness", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
-        settings={"quick": args.quick, "requests": requests, "clients": args.clients, "repeat": repeat,
-                  "compute_ms": args.compute_ms, "seed": args.seed})
-    data.update(rows=fold(records), runs=records, elapsed_s=clock.elapsed())
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
-    return 0
+    settings = {"quick": args.quick, **pick, "clients": CLIENTS, "compute_ms": COMPUTE_MS, "seed": SEED}
+    data = experiment.document("fairness", argv, clock, pinning=pinning, settings=settings,
+                               rows=fold(records), runs=records)
+    return experiment.conclude(data, out, clock, render, conclusion)
 
 
 def conclusion(data: dict) -> str:
     """The run in one line: each server's p99 for fast requests beside the slow handler."""
-    busy = {row["server"]: row["p99_ms"] for row in data["rows"]
-            if row["background"] != "none" and row.get("p99_ms") is not None}
-    return ("p99 of fast requests beside a slow handler: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in busy.items())
-            if busy else "fairness: nothing measured")
+    return experiment.sentence("p99 of fast requests beside a slow handler", [
+        f"{row['server']} {row['p99_ms']:.1f} ms" for row in data["rows"]
+        if row["background"] != "none" and row.get("p99_ms") is not None])
 
 
 if __name__ == "__main__":

@@ -6,24 +6,21 @@
     git worktree add /tmp/before COMMIT                  the servers as they were before a change...
     python -m benchmarks.limits --before /tmp/before     ...measured beside this checkout's
 
-Per stage: a server with a soft RLIMIT_NOFILE of ``--limit``, one keep-alive
-client answered, then ``2 x --limit`` clients at once, so its accept fails
-with EMFILE and the rest wait in the accept queue.  While it is full:
-``cpu``, its CPU time over ``--window`` s of wall time (/proc/PID/stat, a
-share of one core); ``keeper ms``, the keep-alive client's median wait over
+Per stage: a server with a soft RLIMIT_NOFILE of LIMIT, one keep-alive
+client answered, then 2 x LIMIT clients at once, so its accept fails with
+EMFILE and the rest wait in the accept queue.  While it is full: ``cpu``,
+its CPU time over ``--window`` s of wall time (/proc/PID/stat, a share of
+one core); ``keeper ms``, the keep-alive client's median wait over
 ``--asks`` requests; whether it is ``alive``.  After every client left:
 ``new client``, seconds until a new one is answered ("never" past
-``--recovery``).  ``--before DIR`` also runs another checkout's servers
+RECOVERY).  ``--before DIR`` also runs another checkout's servers
 (``python -P -m tinyloop`` with PYTHONPATH=DIR), interleaved, with this
-checkout's measuring code; a stage it lacks is n/a.  Loopback only, every
-socket with a time-out, every server stopped.
+checkout's measuring code; a stage it lacks is n/a.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import socket
 import statistics
 import sys
 import time
@@ -31,50 +28,54 @@ from pathlib import Path
 
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import ROOT
+from benchmarks.harness.process import choose_names
 from benchmarks.harness.render import align
 from tinyloop import stages
-from tinyloop.testing import ServerProcess, recv_response
+from tinyloop.testing import ServerProcess, http_get, recv_response
 
-SCHEMA = experiment.SCHEMA
-QUICK_STAGES = ("epoll", "coroutines", "aio")
+QUICK_STAGES = ["epoll", "coroutines", "aio"]
 GET = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n"
-TIMEOUT = 5.0
+TIMEOUT = 5.0   # seconds for any one socket operation
+LIMIT = 64      # the servers' RLIMIT_NOFILE
+RECOVERY = 5.0  # seconds a new client may wait after the others leave
 
 
-def run_one(stage: str, tree: Path, args: argparse.Namespace) -> dict[str, object]:
-    """One stage of one checkout at its descriptor limit: the figures the table shows."""
+def run_one(stage: str, tree: Path, window: float, asks: int) -> dict[str, object]:
+    """One stage of the checkout ``tree`` at its descriptor limit: ``status`` ("ok", or "n/a" and a
+    ``reason``), ``cpu`` (share of one core), ``alive``, ``keeper_ms``, ``new_client_s`` (None: never)
+    and ``log_lines`` (the server's standard error)."""
     command = [sys.executable, "-P", "-m", "tinyloop", "serve", stage, "--host", "127.0.0.1", "--port", "0"]
-    server = ServerProcess(stage, command=command, env={"PYTHONPATH": str(tree)}, nofile=args.limit)
+    server = ServerProcess(stage, command=command, env={"PYTHONPATH": str(tree)}, nofile=LIMIT)
     try:
         server.start()
     except RuntimeError as exc:
         return {"status": "n/a", "reason": str(exc).splitlines()[0]}
     record: dict[str, object] = {"status": "ok"}
-    keeper = crowd = None
+    clients = []
     try:
         keeper, buffer = server.connect(TIMEOUT), bytearray()
+        clients.append(keeper)
         keeper.sendall(GET)
         recv_response(keeper, buffer)
-        crowd = []
-        for _ in range(2 * args.limit):
+        for _ in range(2 * LIMIT):
             try:
-                crowd.append(server.connect(TIMEOUT))
+                clients.append(server.connect(TIMEOUT))
             except OSError:
                 break  # refused or reset: the server is gone, or turns clients away
         deadline = time.monotonic() + TIMEOUT
-        while server.fd_count() < args.limit - 1 and time.monotonic() < deadline and server.proc.poll() is None:
+        while server.fd_count() < LIMIT - 1 and time.monotonic() < deadline and server.proc.poll() is None:
             time.sleep(0.02)
         time.sleep(0.2)
         if server.proc.poll() is None:
             before, started = server.cpu_seconds(), time.monotonic()
-            time.sleep(args.window)
+            time.sleep(window)
             if server.proc.poll() is None:
                 record["cpu"] = round((server.cpu_seconds() - before) / (time.monotonic() - started), 3)
         record["alive"] = server.proc.poll() is None
         if record["alive"]:
             waits = []
             try:
-                for _ in range(args.asks):
+                for _ in range(asks):
                     started = time.perf_counter()
                     keeper.sendall(GET)
                     recv_response(keeper, buffer)
@@ -82,25 +83,36 @@ def run_one(stage: str, tree: Path, args: argparse.Namespace) -> dict[str, objec
                 record["keeper_ms"] = round(statistics.median(waits) * 1000, 2)
             except OSError:
                 record["keeper_ms"] = None
-    finally:
-        for sock in [*(crowd or []), *([keeper] if keeper else [])]:
+        for sock in [*clients[1:], keeper]:  # the crowd first, then the keeper
             sock.close()
-    record["new_client_s"] = recovery(server, args.recovery) if server.proc.poll() is None else None
-    record["log_lines"] = len(server.stderr_lines)
-    server.stop()
+        record["new_client_s"] = recovery(server) if server.proc.poll() is None else None
+        record["log_lines"] = len(server.stderr_lines)
+    finally:
+        for sock in clients:  # closed above, unless the run stopped early
+            sock.close()
+        server.stop()
     return record
 
 
-def recovery(server: ServerProcess, limit: float) -> float | None:
-    """Seconds until a new client is answered, after the crowd left; None if not within ``limit``."""
+def recovery(server: ServerProcess) -> float | None:
+    """Seconds until a new client is answered, after the crowd left; None if not within RECOVERY."""
     started = time.monotonic()
     try:
-        with socket.create_connection(server.address, timeout=limit) as sock:
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-            recv_response(sock)
+        http_get(server.address, timeout=RECOVERY)
     except OSError:
         return None
     return round(time.monotonic() - started, 2)
+
+
+def cells(record: dict | None) -> list[str]:
+    """One checkout's three cells for a stage: CPU share, keeper ms, new client (or n/a, died)."""
+    if record is None or record["status"] != "ok":
+        return ["n/a", "", ""]
+    if not record["alive"]:
+        return ["died", "", ""]
+    return ["?" if record.get("cpu") is None else f"{record['cpu']:.0%}",
+            "none" if record.get("keeper_ms") is None else f"{record['keeper_ms']:.2f}",
+            "never" if record["new_client_s"] is None else f"{record['new_client_s']:.1f} s"]
 
 
 def render(data: dict) -> str:
@@ -118,65 +130,42 @@ def render(data: dict) -> str:
         f"  {data['machine']['cpu_model']}, {data['machine']['python']}, {data['date'][:10]}"]) + "\n"
 
 
-def cells(record: dict | None) -> list[str]:
-    """One checkout's three cells for a stage: CPU share, keeper ms, new client (or n/a, died)."""
-    if record is None or record["status"] != "ok":
-        return ["n/a", "", ""]
-    if not record["alive"]:
-        return ["died", "", ""]
-    return ["?" if record.get("cpu") is None else f"{record['cpu']:.0%}",
-            "none" if record.get("keeper_ms") is None else f"{record['keeper_ms']:.2f}",
-            "never" if record["new_client_s"] is None else f"{record['new_client_s']:.1f} s"]
+def conclusion(data: dict) -> str:
+    """The run in one line: how many stages keep serving at the descriptor limit, before and after."""
+    def recovered(rows: list[dict], tree: str) -> str:
+        fine = [row for row in rows if row[tree].get("alive") and row[tree].get("new_client_s") is not None]
+        return f"{len(fine)} of {len(rows)} stages recovered"
+    rows = data["rows"]
+    if not any("before" in row for row in rows):
+        return f"at the descriptor limit: {recovered(rows, 'after')}"
+    had = [row for row in rows if row["before"]["status"] != "n/a"]  # the stages the other tree has
+    return f"at the descriptor limit: {recovered(had, 'before')} before, {recovered(rows, 'after')} after"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = experiment.parser("limits", __doc__, repeat=None, pin=False, aliases=("--json",))
-    parser.add_argument("--stages", help="comma-separated stage names (default: every stage; --quick: "
-                                         f"{','.join(QUICK_STAGES)})")
+    parser = experiment.parser("limits", __doc__, repeat=None, pin=False)
+    parser.add_argument("--stages", help=f"comma list (default: all; --quick: {','.join(QUICK_STAGES)})")
     parser.add_argument("--before", type=Path, help="also run the servers of this checkout (a git worktree)")
-    parser.add_argument("--limit", type=int, default=64, help="the servers' RLIMIT_NOFILE (default 64)")
     parser.add_argument("--window", type=float, help="seconds of CPU measurement (default 2; --quick 0.5)")
     parser.add_argument("--asks", type=int, help="keep-alive requests while full (default 20; --quick 3)")
-    parser.add_argument("--recovery", type=float, default=5.0,
-                        help="seconds a new client may wait after the others leave (default 5)")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "limits.json")
-    args.window = args.window or (0.5 if args.quick else 2.0)
-    args.asks = args.asks or (3 if args.quick else 20)
-    names = (args.stages.split(",") if args.stages else
-             list(QUICK_STAGES) if args.quick else [stage.name for stage in stages.STAGES])
+    pick = experiment.settings(parser, args, {"window": 2.0, "asks": 20}, {"window": 0.5, "asks": 3})
+    every = [stage.name for stage in stages.STAGES]
     clock = experiment.Clock()
     rows = []
-    for name in names:
+    for name in choose_names(args.stages, every, "stage", QUICK_STAGES if args.quick else every):
         row: dict[str, object] = {"stage": name}
         if args.before:  # interleaved: before, then after, stage by stage
-            row["before"] = run_one(name, args.before.resolve(), args)
-        row["after"] = run_one(name, ROOT, args)
+            row["before"] = run_one(name, args.before.resolve(), **pick)
+        row["after"] = run_one(name, ROOT, **pick)
         rows.append(row)
         print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'stage'})}", flush=True)
-    data = experiment.document(
-        "limits", sys.argv[1:] if argv is None else argv, clock,
-        settings={"quick": args.quick, "limit": args.limit, "window": args.window, "asks": args.asks,
-                  "recovery": args.recovery,
-                  "cpu": "utime + stime from /proc/PID/stat over the window, divided by its wall time",
-                  "before": str(args.before) if args.before else None})
-    data.update(rows=rows, elapsed_s=clock.elapsed())
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
-    return 0
-
-
-def conclusion(data: dict) -> str:
-    """The run in one line: how many stages keep serving at the descriptor limit, before and after."""
-    def fine(side: dict) -> bool:
-        return side.get("status") == "ok" and bool(side.get("alive")) and side.get("new_client_s") is not None
-    rows = data["rows"]
-    after = f"{sum(fine(row['after']) for row in rows)} of {len(rows)} stages recovered"
-    if not any("before" in row for row in rows):
-        return f"at the descriptor limit: {after}"
-    had = [row for row in rows if row.get("before", {}).get("status") != "n/a"]  # stages the other tree has
-    return (f"at the descriptor limit: {sum(fine(row['before']) for row in had)} of {len(had)} stages "
-            f"recovered before, {after} after")
+    data = experiment.document("limits", argv, clock, rows=rows, settings={
+        "quick": args.quick, "limit": LIMIT, **pick, "recovery": RECOVERY,
+        "cpu": "utime + stime from /proc/PID/stat over the window, divided by its wall time",
+        "before": str(args.before) if args.before else None})
+    return experiment.conclude(data, out, clock, render, conclusion)
 
 
 if __name__ == "__main__":

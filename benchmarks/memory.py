@@ -3,7 +3,7 @@
 
     python -m benchmarks.memory                  aio, uv, asyncio and uvloop at 0, 1000, 10000 (about 3 min)
     python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
-    python -m benchmarks.memory --servers uv,uvloop-protocol --counts 0,5000 --repeat 1
+    python -m benchmarks.memory --servers uv,uvloop-protocol --repeat 1
 
 Per server: a fresh process answers one request on a connection of its own
 (what the first request allocates once is not counted), then the client
@@ -12,31 +12,27 @@ Per server: a fresh process answers one request on a connection of its own
 protocol, parser, buffers), keeps them silent, and reads the server's VmRSS
 (/proc/PID/status) once it settled.  A connection's bytes are the
 least-squares slope of RSS against N, not RSS / N: the interpreter's own
-memory is in every point and drops out.  The descriptor limit is raised for
-this process and the server up to the hard limit; a count that does not fit
-is left out with a note.  Writes memory.json and memory.md by the
-harness's output rule.
+memory is in every point and drops out.  The descriptor limit is raised up
+to the hard limit; a count that does not fit is left out with a note.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from typing import Any
 
 from benchmarks import servers
-from benchmarks.harness import experiment, output
-from benchmarks.harness.render import describe_machine, markdown
+from benchmarks.harness import experiment, output, render as table
 from benchmarks.harness.process import choose_names, raise_nofile
-from benchmarks.harness.summary import slope
+from benchmarks.harness.summary import median, slope
 from tinyloop import stages
 from tinyloop.http import HELLO
 from tinyloop.testing import Crowd, ServerProcess, http_get
 
 __all__ = ["COUNTS", "SERVERS", "main", "measure", "render"]
 
-SERVERS = ("aio", "uv", "asyncio-protocol", "uvloop-protocol")
+SERVERS = ["aio", "uv", "asyncio-protocol", "uvloop-protocol"]
 COUNTS = (0, 1000, 10_000)
 QUICK_COUNTS = (0, 1000)
 REPEAT = 3
@@ -81,7 +77,7 @@ def summarize(runs: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
     good = [run for run in runs if "rss" in run]
     if not good:
         return {"rss": {}, "bytes_per_connection": None, "error": runs[-1].get("error") if runs else "not run"}
-    medians = {str(n): statistics.median(run["rss"][str(n)] for run in good) for n in counts}
+    medians = {str(n): median(run["rss"][str(n)] for run in good) for n in counts}
     return {"rss": medians, "fds": {str(n): max(run["fds"][str(n)] for run in good) for n in counts},
             "bytes_per_connection": slope([(n, medians[str(n)]) for n in counts]),
             "runs_ok": len(good), "error": None}
@@ -93,75 +89,66 @@ def _mib(value: float | None) -> str:
 
 def render(data: dict[str, Any]) -> str:
     """The Markdown table (memory.md) from the JSON's ``data`` alone."""
-    counts, settings = data["counts"], data["settings"]
-    lines = [f"*A `--quick` plumbing run: one repetition, up to {max(counts):,} connections. The book's "
-             "figures come from the full run (`python -m benchmarks.memory`).*", ""] if settings["quick"] else []
-    lines += [f"Server resident memory (VmRSS, MiB) with N idle keep-alive connections, each "
-              f"having served one request; median of {settings['repeat']} interleaved run(s), a fresh "
-              "server each. Bytes per connection is the least-squares slope of RSS against N.", ""]
+    counts = data["counts"]
+    lines = [*table.quick_caption(data),
+             "Server resident memory (VmRSS, MiB) with N idle keep-alive connections, each having served one "
+             f"request; median of {data['settings']['repeat']} interleaved run(s), a fresh server each. "
+             "Bytes per connection is the least-squares slope of RSS against N.", ""]
     rows = []
     for row in data["servers"]:
         result = data["results"].get(row["name"], {})
         if why := row["skipped"] or result.get("error"):
-            rows.append([f"`{row['name']}`", f"{row['summary']} (*not measured: {why}*)", *["–"] * (len(counts) + 1)])
+            rows.append([f"`{row['name']}`", f"{row['summary']} (*not measured: {why}*)",
+                         *["–"] * (len(counts) + 1)])
         else:
             per = result["bytes_per_connection"]
             rows.append([f"`{row['name']}`", row["summary"], *(_mib(result["rss"].get(str(n))) for n in counts),
                          "–" if per is None else f"{per:,.0f}"])
     header = ["server", "what it is", *(f"RSS at {n:,}" for n in counts), "bytes per connection"]
-    lines += markdown(header, rows, numeric_from=2)
+    lines += table.markdown(header, rows, numeric_from=2)
     lines += [line for note in data.get("notes", []) for line in ("", f"*{note}*")]
-    lines += ["", f"Command: `{data['command']}`; {describe_machine(data)}."]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", table.footer(data)]) + "\n"
 
 
 def conclusion(data: dict) -> str:
     """The run in one line: each server's memory per idle keep-alive connection (the fitted slope)."""
-    parts = [f"{name} {row['bytes_per_connection'] / 1024:.1f}" for name, row in data["results"].items()
-             if row.get("bytes_per_connection") is not None]
-    return ("KiB per idle keep-alive connection: " + ", ".join(parts)) if parts else \
-        "memory per connection: nothing measured"
+    return experiment.sentence("KiB per idle keep-alive connection", [
+        f"{name} {row['bytes_per_connection'] / 1024:.1f}" for name, row in data["results"].items()
+        if row.get("bytes_per_connection") is not None])
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     parser = experiment.parser("memory", __doc__, repeat=REPEAT, pin=False)
     parser.add_argument("--servers", help=f"comma-separated stages and peers (default: {','.join(SERVERS)})")
-    parser.add_argument("--counts", help=f"comma-separated connection counts (default: {','.join(map(str, COUNTS))}; "
-                                         f"--quick {','.join(map(str, QUICK_COUNTS))}; 0 is always measured)")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "memory.json")
     every_stage = [stage.name for stage in stages.STAGES]
-    names = choose_names(args.servers, every_stage + [peer.name for peer in servers.PEERS], "server", list(SERVERS))
-    counts = sorted({0, *(int(n) for n in args.counts.split(","))} if args.counts
-                    else set(QUICK_COUNTS if args.quick else COUNTS))
-    repeat = args.repeat or (1 if args.quick else REPEAT)
+    names = choose_names(args.servers, every_stage + [peer.name for peer in servers.PEERS], "server", SERVERS)
+    counts = list(QUICK_COUNTS if args.quick else COUNTS)
+    repeat = experiment.settings(parser, args, {"repeat": REPEAT}, {"repeat": 1})["repeat"]
     notes = []
     limit = raise_nofile(max(counts) + ROOM)
     if left_out := [n for n in counts if n + ROOM > limit]:
         notes.append(f"left out: {', '.join(f'{n:,}' for n in left_out)} connections "
                      f"(the descriptor limit here is {limit:,}; ulimit -Hn raises it)")
         counts = [n for n in counts if n not in left_out]
-    rows, ready = [], []
-    for name in names:
-        server = servers.stage_server(stages.get(name)) if name in every_stage else servers.peer_server(name)
-        if note := servers.prepare(server):
-            print(f"skip {name}: {note}", flush=True)
-        else:
-            ready.append(server)
-        rows.append({"name": name, "kind": server.kind, "summary": server.summary, "skipped": note})
+    candidates = [servers.stage_server(stages.get(name)) if name in every_stage else servers.peer_server(name)
+                  for name in names]
+    ready, skipped = experiment.prepared(candidates, servers.prepare)
     clock = experiment.Clock()
     records = experiment.interleave(
-        ready, repeat, lambda server: {"server": server.name, **measure(server, counts)}, lambda server: server.name,
+        ready, repeat, lambda server: {"server": server.name, **measure(server, counts)},
+        lambda server: server.name,
         lambda record: ", ".join(f"{n}: {_mib(record['rss'][str(n)])} MiB" for n in counts))
-    data = experiment.document("memory", argv, clock, settings={
-        "quick": args.quick, "repeat": repeat, "counts": counts, "settle_s": SETTLE, "rss": "VmRSS, /proc/PID/status"})
     runs = {server.name: [r for r in records if r["server"] == server.name] for server in ready}
-    data.update(counts=counts, servers=rows, notes=notes, elapsed_s=clock.elapsed(),
-                results={name: {**summarize(own, counts), "runs": own} for name, own in runs.items()})
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
-    return 0
+    settings = {"quick": args.quick, "repeat": repeat, "counts": counts, "settle_s": SETTLE,
+                "rss": "VmRSS, /proc/PID/status"}
+    data = experiment.document(
+        "memory", argv, clock, settings=settings, counts=counts, notes=notes,
+        servers=[{"name": s.name, "kind": s.kind, "summary": s.summary, "skipped": skipped.get(s.name)}
+                 for s in candidates],
+        results={name: {**summarize(own, counts), "runs": own} for name, own in runs.items()})
+    return experiment.conclude(data, out, clock, render, conclusion, ".md")
 
 
 if __name__ == "__main__":

@@ -5,19 +5,11 @@
     python -m benchmarks.stack_cost --quick         fewer iterations, for a look
     python -m benchmarks.stack_cost --profile       the two servers under cProfile: profile_generators.txt
 
-Three measures on both generator schedulers, each on a new Loop, in ns:
-
-    call + return   a task calls a chain of D generators whose innermost returns at once:
-                    ``yield callee()`` through the trampoline against ``yield from callee()``
-    trap            ``current_task()`` yielded D generators deep, answered at once
-    reactor trip    ``sleep(0)`` at depth 1: suspend, one reactor iteration, resume
-
-and, for scale, a chain of D plain function calls.  pyperf times each
-(benchmarks/harness/pyperf_runs.py: worker processes pinned to one CPU at
-real-time priority where allowed, calibration, warm-ups, the garbage
-collector off while timed): the median of its values with their min-max.
-``--profile`` runs the two stages' servers under cProfile and ``ab -k -n
-2000 -c 10`` (benchmarks/harness/stage_profile.py).
+On both generator schedulers, each on a new Loop, in ns, timed by pyperf
+(benchmarks/harness/pyperf_runs.py; the garbage collector off while timed):
+a call and return through D generators, a trap answered at once D
+generators deep, a reactor trip (``sleep(0)``), and for scale D plain
+function calls.  ``--profile``: benchmarks/harness/stage_profile.py.
 """
 
 from __future__ import annotations
@@ -36,14 +28,13 @@ from tinyloop.generators.scheduler import Scheduler
 from tinyloop.generators.traps import current_task, sleep
 from tinyloop.generators.yieldfrom import YieldFromScheduler
 
-SCHEMA = experiment.SCHEMA
 DEPTHS = (1, 5, 20)
 
 
 # --- the work, written for each scheduler --------------------------------------
 
 def stack_chain(depth):
-    """``depth`` nested calls by bare ``yield`` (which makes depth 1 a generator too); the innermost returns 1."""
+    """``depth`` nested calls by bare ``yield`` (depth 1 is a generator too); the innermost returns 1."""
     if depth == 1:
         return 1
     return (yield stack_chain(depth - 1))
@@ -132,10 +123,11 @@ def time_side(loops, measure, side, depth):
         loop.close()
 
 
-# pyperf's table: every (measure, depth, side) once, named "measure/depth/side".
-CELLS = [(name, depth) for name, (_, _, _, by_depth) in MEASURES.items() for depth in (DEPTHS if by_depth else (1,))]
+# pyperf's table: every (measure, depth, side) once, named "measure/depth/side"; plain calls beside call+return.
+CELLS = [(name, depth) for name, entry in MEASURES.items() for depth in (DEPTHS if entry[3] else (1,))]
+SIDES = {name: ("stack", "yieldfrom", *(("plain",) if name == "call+return" else ())) for name in MEASURES}
 TIMINGS = [pyperf_runs.Timing(f"{name}/{depth}/{side}", time_side, (name, side, depth))
-           for name, depth in CELLS for side in ("stack", "yieldfrom", *(("plain",) if name == "call+return" else ()))]
+           for name, depth in CELLS for side in SIDES[name]]
 
 
 def measure(options):
@@ -143,71 +135,62 @@ def measure(options):
     values = pyperf_runs.run("benchmarks.stack_cost:TIMINGS", [timing.name for timing in TIMINGS], options)
     rows = []
     for name, depth in CELLS:
-        stack, yf = (summarize(v * 1e9 for v in values[f"{name}/{depth}/{side}"]) for side in ("stack", "yieldfrom"))
-        row = {"measure": name, "what": MEASURES[name][0], "depth": depth, "values": len(values[f"{name}/{depth}/stack"]),
-               "stack_ns": stack["median"], "yieldfrom_ns": yf["median"],
-               "stack_ns_range": [stack["min"], stack["max"]], "yieldfrom_ns_range": [yf["min"], yf["max"]],
-               "noisy": stack["noisy"] or yf["noisy"]}
-        if name == "call+return":
-            row["plain_ns"] = summarize(v * 1e9 for v in values[f"{name}/{depth}/plain"])["median"]
+        ns = {side: summarize(v * 1e9 for v in values[f"{name}/{depth}/{side}"]) for side in SIDES[name]}
+        row = {"measure": name, "what": MEASURES[name][0], "depth": depth,
+               "values": len(values[f"{name}/{depth}/stack"]),
+               "noisy": ns["stack"]["noisy"] or ns["yieldfrom"]["noisy"]}
+        for side in ("stack", "yieldfrom"):
+            row[f"{side}_ns"], row[f"{side}_ns_range"] = ns[side]["median"], [ns[side]["min"], ns[side]["max"]]
+        if "plain" in ns:
+            row["plain_ns"] = ns["plain"]["median"]
         rows.append(row)
     return rows
 
 
 def render(data):
     """The text table, from the JSON alone."""
-    s = data["settings"]
-    lines = [f"Stack scheduler vs yield from: ns per operation, median (min–max) of pyperf's values "
-             f"({s['pyperf']})", ""]
     header = ["operation", "D", "stack", "yield from", "stack / yf", "plain calls"]
-    rows = []
-    for row in data["rows"]:
-        cells = [f"{row[key]:.0f}" + (" ({:.0f}–{:.0f})".format(*row[f"{key}_range"]) if f"{key}_range" in row else "")
-                 for key in ("stack_ns", "yieldfrom_ns")]
-        rows.append([row["measure"], str(row["depth"]), *cells, f"{row['stack_ns'] / row['yieldfrom_ns']:.1f}x"
-                     + (" noisy" if row.get("noisy") else ""),
-                     f"{row['plain_ns']:.0f}" if "plain_ns" in row else ""])
-    lines += ["  " + line for line in align(header, rows)]
-    lines += ["", "  call+return: D generator calls and returns, no trap;  trap: current_task() "
-              "answered at once, D generators deep;",
-              "  reactor trip: sleep(0), one loop iteration;  plain calls: D nested function calls.",
-              "  noisy: a figure's runs differ by more than 25% (the largest over 1.25 times the smallest).",
-              f"  {describe_machine(data)}"]
-    return "\n".join(lines) + "\n"
+    rows = [[row["measure"], str(row["depth"]),
+             *(f"{row[key]:.0f} ({low:.0f}–{high:.0f})" for key in ("stack_ns", "yieldfrom_ns")
+               for low, high in [row[f"{key}_range"]]),
+             f"{row['stack_ns'] / row['yieldfrom_ns']:.1f}x" + (" noisy" if row.get("noisy") else ""),
+             f"{row['plain_ns']:.0f}" if "plain_ns" in row else ""] for row in data["rows"]]
+    return "\n".join([
+        "Stack scheduler vs yield from: ns per operation, median (min–max) of pyperf's values "
+        f"({data['settings']['pyperf']})", "", *("  " + line for line in align(header, rows)), "",
+        "  call+return: D generator calls and returns, no trap;  trap: current_task() answered at once, "
+        "D generators deep;",
+        "  reactor trip: sleep(0), one loop iteration;  plain calls: D nested function calls.",
+        "  noisy: a figure's runs differ by more than 25% (the largest over 1.25 times the smallest).",
+        f"  {describe_machine(data)}"]) + "\n"
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: a hand-kept stack's cost over yield from's, per measure at the deepest depth."""
+    deepest = max(row["depth"] for row in data["rows"])
+    return experiment.sentence(f"a hand-kept generator stack against yield from, at depth {deepest}", [
+        f"{row['measure']} {row['stack_ns'] / row['yieldfrom_ns']:.1f}×"
+        for row in data["rows"] if row["depth"] == deepest])
 
 
 def main(argv=None):
-    parser = experiment.parser("stack_cost", __doc__, repeat=None, pin=False, aliases=("--json",))
+    parser = experiment.parser("stack_cost", __doc__, repeat=None, pin=False)
     parser.add_argument("--profile", action="store_true",
                         help="instead: profile the generators and yieldfrom servers under ab -k")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "stack_cost.json")
     if args.profile:
         text = "\n".join(profile_stage(stage, 2000) for stage in ("generators", "yieldfrom"))
-        print(text, end="")
-        print(f"wrote {output.relative(output.write_text(text, out.with_name('profile_generators.txt')))}")
-        return 0
+        return output.print_and_write(text, out.with_name("profile_generators.txt"))
     where = realtime_self()  # one core, no migrations, no preemption by other work
     options = pyperf_runs.QUICK if args.quick else pyperf_runs.DEFAULT
     clock = experiment.Clock()
-    data = experiment.document(
-        "stack_cost", sys.argv[1:] if argv is None else argv, clock, pinning={"process": where},
-        settings={"quick": args.quick, "depths": list(DEPTHS), "pyperf": " ".join(options),
-                  "timer": "pyperf bench_time_func, gc off while timed, time.perf_counter"})
-    data.update(rows=measure(options), elapsed_s=clock.elapsed())
-    data["settings"]["repeat"] = data["rows"][0]["values"]  # pyperf's values per figure, for the caption
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
-    return 0
-
-
-def conclusion(data: dict) -> str:
-    """The run in one line: how many times a hand-kept stack costs yield from, per measure at the deepest depth."""
-    deepest = max((row["depth"] for row in data["rows"]), default=None)
-    parts = [f"{row['measure']} {row['stack_ns'] / row['yieldfrom_ns']:.1f}×" for row in data["rows"]
-             if row["depth"] == deepest and row.get("yieldfrom_ns")]
-    return (f"a hand-kept generator stack against yield from, at depth {deepest}: " + ", ".join(parts)) if parts \
-        else "stack_cost: nothing measured"
+    rows = measure(options)
+    data = experiment.document("stack_cost", argv, clock, pinning={"process": where}, settings={
+        "quick": args.quick, "depths": list(DEPTHS), "pyperf": " ".join(options),
+        "timer": "pyperf bench_time_func, gc off while timed, time.perf_counter",
+        "repeat": rows[0]["values"]}, rows=rows)  # repeat: pyperf's values per figure, for the caption
+    return experiment.conclude(data, out, clock, render, conclusion)
 
 
 if __name__ == "__main__":
