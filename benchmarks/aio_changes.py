@@ -1,11 +1,9 @@
 # benchmarks/aio_changes.py
 """Which of tinyloop.aio's design choices bought how much: each change against a variant that undoes it.
 
-    python -m benchmarks.aio_changes                     every change (about 5 minutes)
-    python -m benchmarks.aio_changes --quick             a smoke run, under a minute
-    python -m benchmarks.aio_changes --reference         the book's benchmarks/results/aio_changes.json and .txt
-    python -m benchmarks.aio_changes --changes write-now,no-task-accept --repeat 3
-    python -m benchmarks.aio_changes --profile           where a request's time goes, by layer
+    python -m benchmarks.aio_changes --quick            a smoke run, under a minute
+    python -m benchmarks.aio_changes --reference        the asyncio chapter's aio_changes.json and .txt (5 minutes)
+    python -m benchmarks.aio_changes --profile          where a request's time goes, by layer (profile_aio.txt)
     python -m benchmarks.aio_changes --serve aio/buffered-write --port 8000   one server, by hand
 
 A *change* is a choice the code makes; its *variant* (a subclass below,
@@ -14,9 +12,7 @@ CHANGES: both servers interleaved under the same ApacheBench load
 (benchmarks/run.py's ``measure``), the server's CPU time per request.
 MICRO: the choices that act on one call, timed per operation by pyperf with
 the garbage collector on (an object more per call costs mostly in the
-collections it brings on) and off.  Writes benchmarks/results/local/
-aio_changes.json and .txt (the text rendered from the JSON alone);
-``--reference`` the asyncio chapter's; ``--profile`` profile_aio.txt beside.
+collections it brings on) and off.
 """
 
 from __future__ import annotations
@@ -36,15 +32,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks import servers
 from benchmarks.harness import experiment, output, pyperf_runs, variants
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import profile_summary, profiled, serve_until_sigterm
+from benchmarks.harness.render import align, footer, median_cell
 from benchmarks.harness.summary import median_range
-from benchmarks.harness.render import align
 from benchmarks.loads import Load, Settings
 from benchmarks.run import measure
 from tinyloop import stages
@@ -54,8 +50,9 @@ from tinyloop.aio.unix_events import Loop
 from tinyloop.callbacks import loop as reactor
 from tinyloop.http import HTTPConnection
 
-DEFAULTS = {"repeat": 5, "warmup": 1000, "requests": {"ab-k-c10": 30000, "ab-c10": 10000, "ab-k-c1": 5000}}
-QUICK = {"repeat": 1, "warmup": 20, "requests": 200}
+REQUESTS = {"ab-k-c10": 30000, "ab-c10": 10000, "ab-k-c1": 5000}  # ab's -n per load (--quick: 200)
+WARMUP = 1000  # keep-alive GET / before each load (--quick: 20)
+TIMEOUT = 5.0  # ab's -s, seconds
 
 # -- The variants: each class undoes one change, and its docstring says which ----------
 
@@ -179,14 +176,12 @@ class FirstDesignHandle(TupleHandle):
         super(events.Handle, self).__init__(context.run, (callback, *args), loop)
 
 
-# base_events.call_soon names its Handle class directly (a global lookup is
-# cheaper than self.handle_class), so a variant handle needs a call_soon of its
-# own: base_events' body with that one name changed, so the handle is the only difference.
 def _loop_with_handle(handle: type) -> type:
-    """A Loop whose call_soon makes ``handle``s: base_events' call_soon, one name changed."""
+    """A Loop whose call_soon makes ``handle``s: base_events' call_soon with that one name changed
+    (it names its Handle class directly, a global lookup cheaper than self.handle_class)."""
 
     class HandleLoop(Loop):
-        handle_class = handle
+        handle_class = handle  # add_reader's and add_writer's handles too
 
         def call_soon(self, callback, *args, context=None):
             if self._closed:
@@ -265,25 +260,19 @@ async def _handle_sock(conn: socket.socket) -> None:
 async def _serve_sock(listener: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     listener.setblocking(False)
-    tasks: set[asyncio.Task] = set()
-    try:
-        while True:
-            conn, _ = await loop.sock_accept(listener)
-            task = loop.create_task(_handle_sock(conn))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    finally:
-        for task in tasks:
-            task.cancel()
+    tasks: set[asyncio.Task] = set()  # held until done; asyncio.Runner cancels the rest on the way out
+    while True:
+        conn, _ = await loop.sock_accept(listener)
+        task = loop.create_task(_handle_sock(conn))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 # -- The servers ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Recipe:
+class Recipe(NamedTuple):
     """A server: ``loop`` makes the loop; ``api``: "protocol", "streams" or "sock"."""
 
-    name: str
     loop: Callable[[], asyncio.AbstractEventLoop]
     api: str
     summary: str
@@ -293,21 +282,21 @@ def _first_line(cls: type) -> str:
     return (cls.__doc__ or "").split("\n")[0]
 
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    Recipe("aio", Loop, "protocol", "tinyloop.aio.Loop, HTTPProtocol (the aio stage)"),
-    Recipe("aio-streams", Loop, "streams", "tinyloop.aio.Loop, asyncio streams (the aio-streams stage)"),
-    Recipe("asyncio-protocol", asyncio.new_event_loop, "protocol", "stdlib asyncio, HTTPProtocol"),
-    Recipe("aio-sock", Loop, "sock", "tinyloop.aio.Loop, a task per connection on sock_recv/sock_sendall "
+RECIPES: dict[str, Recipe] = {
+    "aio": Recipe(Loop, "protocol", "tinyloop.aio.Loop, HTTPProtocol (the aio stage)"),
+    "aio-streams": Recipe(Loop, "streams", "tinyloop.aio.Loop, asyncio streams (the aio-streams stage)"),
+    "asyncio-protocol": Recipe(asyncio.new_event_loop, "protocol", "stdlib asyncio, HTTPProtocol"),
+    "aio-sock": Recipe(Loop, "sock", "tinyloop.aio.Loop, a task per connection on sock_recv/sock_sendall "
                                      "(Part II's pattern: try, else add_reader, await, remove_reader)"),
-    Recipe("aio/buffered-write", BufferedWriteLoop, "protocol", _first_line(BufferedWriteTransport)),
-    Recipe("aio/task-per-connection", TaskPerConnectionLoop, "protocol", _first_line(TaskPerConnectionLoop)),
-    Recipe("aio/getpeername", PeernameSyscallLoop, "protocol", _first_line(PeernameSyscallLoop)),
-    Recipe("aio/nagle", NagleLoop, "protocol", _first_line(NagleLoop)),
-    Recipe("aio/lean-select", LeanSelectLoop, "protocol", "selectors' epoll select() without its bookkeeping"),
-    Recipe("aio-streams/checked-call-soon", CheckedCallSoonLoop, "streams", _first_line(CheckedCallSoonLoop)),
-    Recipe("aio-streams/super-init", SuperInitLoop, "streams", _first_line(SuperInitHandle)),
-    Recipe("aio-streams/tuple-handle", TupleHandleLoop, "streams", _first_line(TupleHandle)),
-)}
+    "aio/buffered-write": Recipe(BufferedWriteLoop, "protocol", _first_line(BufferedWriteTransport)),
+    "aio/task-per-connection": Recipe(TaskPerConnectionLoop, "protocol", _first_line(TaskPerConnectionLoop)),
+    "aio/getpeername": Recipe(PeernameSyscallLoop, "protocol", _first_line(PeernameSyscallLoop)),
+    "aio/nagle": Recipe(NagleLoop, "protocol", _first_line(NagleLoop)),
+    "aio/lean-select": Recipe(LeanSelectLoop, "protocol", "selectors' epoll select() without its bookkeeping"),
+    "aio-streams/checked-call-soon": Recipe(CheckedCallSoonLoop, "streams", _first_line(CheckedCallSoonLoop)),
+    "aio-streams/super-init": Recipe(SuperInitLoop, "streams", _first_line(SuperInitHandle)),
+    "aio-streams/tuple-handle": Recipe(TupleHandleLoop, "streams", _first_line(TupleHandle)),
+}
 
 
 def serve(name: str, port: int, profile_to: str | None = None) -> int:
@@ -380,9 +369,9 @@ CHANGES: tuple[Change, ...] = (
 )
 
 
-def run_servers(chosen: list[Change], settings: Settings, repeat: int, warmup: int, pinning: dict) -> list[dict]:
-    """Every (load, server) of the ``chosen`` changes, ``repeat`` times interleaved; the run records."""
-    cells = list(dict.fromkeys((c.load, name) for c in chosen for name in (c.real, c.undone)))
+def run_servers(settings: Settings, repeat: int, warmup: int, pinning: dict) -> list[dict]:
+    """Every (load, server) of CHANGES, ``repeat`` times interleaved; the run records."""
+    cells = list(dict.fromkeys((c.load, name) for c in CHANGES for name in (c.real, c.undone)))
     with tempfile.TemporaryDirectory(prefix="tinyloop-aio-changes-") as workdir:
         return experiment.interleave(
             cells, repeat, lambda cell: measure(server(cell[1]), LOADS[cell[0]], settings, pinning, Path(workdir),
@@ -401,17 +390,17 @@ def _compare(row: dict) -> dict:
             "overlap": real["min"] <= undone["max"] and undone["min"] <= real["max"]}
 
 
-def summarize(chosen: list[Change], records: list[dict]) -> list[dict]:
+def summarize(records: list[dict]) -> list[dict]:
     """One row per change: median, min and max of its figure for the real and the undone server."""
+    folded = experiment.fold(records, "load", "server", ["cpu_us_per_req", "p50_ms", "rps"])
     rows = []
-    for change in chosen:
+    for change in CHANGES:
         row: dict = {**asdict(change), "unit": "µs" if change.figure == "cpu_us_per_req" else "ms"}
         for side, name in (("with", change.real), ("without", change.undone)):
-            runs = [r for r in records if r["server"] == name and r["load"] == change.load]
-            ok = [r for r in runs if r["status"] == "ok" and r[change.figure] is not None]
-            row[side] = {**(median_range(r[change.figure] for r in ok) or {}), "runs": len(runs),
-                         "ok_runs": len(ok), "rps": statistics.median(r["rps"] for r in ok) if ok else None,
-                         "notes": sorted({r["note"] for r in runs if r["note"]})}
+            summary = folded[change.load][name]
+            low, high = summary["spread"][change.figure] or (None, None)
+            row[side] = {"median": summary[change.figure], "min": low, "max": high, "runs": summary["runs"],
+                         "ok_runs": summary["ok_runs"], "rps": summary["rps"], "note": summary["note"]}
         rows.append(_compare(row))
     return rows
 
@@ -422,84 +411,81 @@ def _noop(arg: object) -> None:
     pass
 
 
-class _GC:
-    """The garbage collector on (as a program runs) or off, for the timed region."""
+class _CPUTime:
+    """The CPU seconds of the ``with`` block, the garbage collector on (as a program runs) or off."""
 
-    def __init__(self, on: bool) -> None:
-        self.on = on
+    def __init__(self, gc_on: bool) -> None:
+        self.gc_on = gc_on
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _CPUTime:
         gc.collect()
-        if not self.on:
+        if not self.gc_on:
             gc.disable()
+        self.start = time.process_time()
+        return self
 
     def __exit__(self, *exc: object) -> None:
+        self.seconds = time.process_time() - self.start
         gc.enable()
 
 
 def time_call_soon(loops: int, loop_class: type, gc_on: bool, *, batch: int) -> float:
     """CPU seconds of ``loops`` batches of ``batch`` ``call_soon(f, arg, context=ctx)`` and one
     run_once each: the shape of a Future's done callback, on a loop that is not running."""
-    loop = loop_class()
-    try:
+    with contextlib.closing(loop_class()) as loop:
         context = contextvars.copy_context()
         call_soon, run_once = loop.call_soon, loop.run_once
         for _ in range(batch):  # warm: the first batch
             call_soon(_noop, None, context=context)
         run_once()
-        with _GC(gc_on):
-            start = time.process_time()
+        with _CPUTime(gc_on) as timed:
             for _ in range(loops):
                 for _ in range(batch):
                     call_soon(_noop, None, context=context)
                 run_once()
-            return time.process_time() - start
-    finally:
-        loop.close()
+    return timed.seconds
 
 
 @contextlib.contextmanager
-def _readable(count: int) -> Iterator[list[socket.socket]]:
-    """``count`` non-blocking sockets, each with a byte to read (left unread: level-triggered, ready)."""
-    pairs = [socket.socketpair() for _ in range(count)]
+def _watching(subject: type, ready: int = 10) -> Iterator[Any]:
+    """A ``subject()``, a loop (a no-op reader on each) or a selector, watching ``ready``
+    non-blocking sockets that each have a byte to read (left unread: level-triggered, ready)."""
+    pairs = [socket.socketpair() for _ in range(ready)]
     try:
-        for a, b in pairs:
-            a.setblocking(False)
-            b.send(b"x")
-        yield [a for a, _ in pairs]
+        with contextlib.closing(subject()) as watcher:
+            for a, b in pairs:
+                a.setblocking(False)
+                b.send(b"x")
+                if isinstance(watcher, selectors.BaseSelector):
+                    watcher.register(a, selectors.EVENT_READ)
+                else:
+                    watcher._add_reader(a.fileno(), _noop, None)
+            yield watcher
     finally:
         for pair in pairs:
             for sock in pair:
                 sock.close()
 
 
-def time_iteration(loops: int, loop_class: type, gc_on: bool, ready: int = 10) -> float:
-    """CPU seconds of ``loops`` run_once with ``ready`` readable sockets, a no-op reader on each."""
-    with _readable(ready) as socks, contextlib.closing(loop_class()) as loop:
-        for sock in socks:
-            loop._add_reader(sock.fileno(), _noop, None)
+def time_iteration(loops: int, loop_class: type, gc_on: bool) -> float:
+    """CPU seconds of ``loops`` run_once with 10 readable sockets, a no-op reader on each."""
+    with _watching(loop_class) as loop:
         loop.run_once()
-        with _GC(gc_on):
-            start = time.process_time()
+        with _CPUTime(gc_on) as timed:
             for _ in range(loops):
                 loop.run_once()
-            return time.process_time() - start
+    return timed.seconds
 
 
-def time_select(loops: int, selector_class: type, gc_on: bool, ready: int = 10) -> float:
-    """CPU seconds of ``loops`` select(0) on a ``selector_class`` with ``ready`` ready sockets."""
-    with _readable(ready) as socks, contextlib.closing(selector_class()) as selector:
-        for sock in socks:
-            selector.register(sock, selectors.EVENT_READ)
-        with _GC(gc_on):
-            start = time.process_time()
-            for _ in range(loops):
-                selector.select(0)
-            return time.process_time() - start
+def time_select(loops: int, selector_class: type, gc_on: bool) -> float:
+    """CPU seconds of ``loops`` select(0) on a ``selector_class`` with 10 ready sockets."""
+    with _watching(selector_class) as selector, _CPUTime(gc_on) as timed:
+        for _ in range(loops):
+            selector.select(0)
+    return timed.seconds
 
 
-@dataclass(frozen=True)
-class Operation:
+class Operation(NamedTuple):
     """What a per-operation row times: ``timing(loops, subject, gc_on)`` returns seconds,
     each loop being ``inner`` operations."""
 
@@ -566,19 +552,15 @@ def collections_per_10k(op: Operation, subject: type, ops: int = 100_000) -> flo
         op.timing(max(1, ops // (op.inner or 1)), subject, True)
     finally:
         gc.callbacks.remove(counter)
-    return (len(started) - 1) * 10_000 / ops  # not _GC's own gc.collect() before the timed region
+    return (len(started) - 1) * 10_000 / ops  # not _CPUTime's own gc.collect() before the timed region
 
 
-def measure_micro(chosen: list[MicroChange], options: list[str], cpu: int | None) -> list[dict]:
-    """Every row's real and undone timing, gc on and off, by pyperf; medians in ns per operation."""
-    if not chosen:
-        return []
-    names = list(dict.fromkeys(_timing_name(m.op, s, gc_on) for m in chosen
-                               for s in (m.real, m.undone) for gc_on in (True, False)))
-    print(f"  per operation: {len(names)} pyperf benchmarks", file=sys.stderr, flush=True)
-    values = pyperf_runs.run("benchmarks.aio_changes:TIMINGS", names, options, cpu=cpu)
+def measure_micro(options: list[str], cpu: int | None) -> list[dict]:
+    """Every MICRO row's real and undone timing, gc on and off, by pyperf; medians in ns per operation."""
+    print(f"  per operation: {len(TIMINGS)} pyperf benchmarks", file=sys.stderr, flush=True)
+    values = pyperf_runs.run("benchmarks.aio_changes:TIMINGS", [t.name for t in TIMINGS], options, cpu=cpu)
     rows = []
-    for m in chosen:
+    for m in MICRO:
         row: dict = {"key": m.key, "change": m.change, "variant": m.variant, "op": m.op.name, "unit": "ns"}
         for side, subject in (("with", m.real), ("without", m.undone)):
             on, off = ([v * 1e9 for v in values[_timing_name(m.op, subject, gc_on)]] for gc_on in (True, False))
@@ -592,36 +574,29 @@ def measure_micro(chosen: list[MicroChange], options: list[str], cpu: int | None
 
 # -- Rendering -----------------------------------------------------------------------------------
 
-def _cell(summary: dict, digits: int) -> str:
-    if summary.get("median") is None:
-        return "failed"
-    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
-
-
-def _ratio(row: dict) -> str:
-    return "-" if row["ratio"] is None else f"{row['ratio']:.2f}" + ("*" if row["overlap"] else " ")
+def _compared(row: dict, digits: int) -> list[str]:
+    """A row's cells both tables show: with the change, the variant (median (min-max)), their
+    ratio (starred where the ranges overlap) and what the variant costs."""
+    ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}" + ("*" if row["overlap"] else " ")
+    saved = "-" if row["saved"] is None else f"{row['saved']:+.{digits}f}"
+    return [median_cell(row["with"], digits), median_cell(row["without"], digits), ratio, saved]
 
 
 def render(data: dict) -> str:
     """The JSON's two tables and their legend, as text (the chapter includes its first lines)."""
-    settings = data["settings"]
-    out = [f"Per request: the server's CPU time / requests answered, median of {settings['repeat']} "
+    out = [f"Per request: the server's CPU time / requests answered, median of {data['settings']['repeat']} "
            f"interleaved runs (min-max); server on one CPU, ab on the other.", ""]
-    rows = []
-    for row in data["rows"]:
-        digits = 1 if row["unit"] == "µs" else 3
-        rps = "/".join(f"{row[side]['rps']:.0f}" if row[side].get("rps") else "-" for side in ("with", "without"))
-        rows.append([row["key"], LOADS[row["load"]].title, "CPU µs/req" if row["unit"] == "µs" else "p50 ms",
-                     _cell(row["with"], digits), _cell(row["without"], digits), _ratio(row),
-                     "-" if row["saved"] is None else f"{row['saved']:+.{digits}f}", rps])
+    rows = [[row["key"], LOADS[row["load"]].title, "CPU µs/req" if row["unit"] == "µs" else "p50 ms",
+             *_compared(row, 1 if row["unit"] == "µs" else 3),
+             "/".join(f"{row[side]['rps']:.0f}" if row[side].get("rps") else "-" for side in ("with", "without"))]
+            for row in data["rows"]]
     out += align(["change", "load", "figure", "with the change", "variant", "ratio", "variant costs",
                   "req/s with/variant"], rows)
-    if data.get("micro"):
+    if data["micro"]:
         out += ["", f"Per operation, in one process on one CPU: ns of CPU time, median of "
-                    f"{settings.get('micro_values') or settings.get('micro_repeat')} (min-max), garbage collector on; \"gc off\": what the variant",
+                    f"{data['settings']['micro_values']} (min-max), garbage collector on; \"gc off\": what the variant",
                 "costs with it disabled; collections: how often the collector ran, with the change/variant.", ""]
-        rows = [[row["key"], row["op"], _cell(row["with"], 0), _cell(row["without"], 0), _ratio(row),
-                 f"{row['saved']:+.0f}", f"{row['saved_gc_off']:+.0f}",
+        rows = [[row["key"], row["op"], *_compared(row, 0), f"{row['saved_gc_off']:+.0f}",
                  f"{row['with']['collections_per_10k_ops']:.0f}/{row['without']['collections_per_10k_ops']:.0f}"]
                 for row in data["micro"]]
         out += align(["change", "operation", "with the change", "variant", "ratio", "variant costs",
@@ -629,17 +604,13 @@ def render(data: dict) -> str:
     out += ["", "* the two min-max ranges overlap: the difference is within the run-to-run spread.",
             "", "The changes (what tinyloop.aio does / the variant that undoes it, a subclass in "
                 "benchmarks/aio_changes.py):"]
-    seen = set()
-    for row in [*data["rows"], *data.get("micro", [])]:
-        if row["key"] not in seen:
-            seen.add(row["key"])
-            named = f" [{row['real']} / {row['undone']}]" if "load" in row else ""
-            out += [f"  {row['key']}: {row['change']}", f"  {' ' * len(row['key'])}  variant: {row['variant']}{named}"]
-    m = data["machine"]
-    out += ["", data["command"], f"{m['cpu_model']}, {m['cpus']} CPUs, {m['python']}, Linux {m['kernel']}; load "
-                                 f"average {data['load_average'][0]:.2f} at the start, {data['load_average'][1]:.2f} "
-                                 "at the end (a shared machine)."]
-    return "\n".join(out) + "\n"
+    first: dict[str, dict] = {}
+    for row in [*data["rows"], *data["micro"]]:
+        first.setdefault(row["key"], row)
+    for key, row in first.items():
+        named = f" [{row['real']} / {row['undone']}]" if "load" in row else ""
+        out += [f"  {key}: {row['change']}", f"  {' ' * len(key)}  variant: {row['variant']}{named}"]
+    return "\n".join([*out, "", footer(data)]) + "\n"
 
 
 def conclusion(data: dict) -> str:
@@ -653,67 +624,53 @@ def conclusion(data: dict) -> str:
             f"beyond the noise (min-max apart): {', '.join(better) or 'none'}")
 
 
-# -- The profile ---------------------------------------------------------------------------------
+# -- The profile and the command line ------------------------------------------------------------
 
 def profile_server(name: str, requests: int, pinning: dict, warmup: int) -> str:
     """Profile recipe ``name`` under ``ab -k -n REQUESTS -c 10`` after ``warmup`` GET /; the text by layer."""
-    settings = Settings(requests={"ab-k-c10": requests}, duration=1.0, socket_timeout=5.0, run_timeout=300.0)
+    settings = Settings(requests={"ab-k-c10": requests}, duration=1.0, socket_timeout=TIMEOUT, run_timeout=300.0)
     stats, served = profiled(name, server(name).argv, pinning, warmup,
                              lambda process: variants.run_load(LOADS["ab-k-c10"], settings, process.port, pinning))
     return profile_summary(stats, served, f"{name} ({RECIPES[name].summary}): {warmup} GET / to warm up, "
                                           f"then ab -k -n {requests} -c 10")
 
 
-# -- The command line ----------------------------------------------------------------------------
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = experiment.parser("aio_changes", __doc__, repeat=DEFAULTS["repeat"])
-    keys = list(dict.fromkeys([c.key for c in CHANGES] + [m.key for m in MICRO]))
-    parser.add_argument("--changes", help=f"comma list (default all: {', '.join(keys)})")
+    parser = experiment.parser("aio_changes", __doc__, repeat=5)
     parser.add_argument("--requests", type=int, help="ab's -n for every load (default " + ", ".join(
-        f"{k}={v}" for k, v in DEFAULTS["requests"].items()) + f"; --quick {QUICK['requests']})")
-    parser.add_argument("--warmup", type=int, help=f"keep-alive GET / before each load (default {DEFAULTS['warmup']})")
-    parser.add_argument("--timeout", type=float, default=5.0, help="ab's -s, seconds (default 5)")
+        f"{k}={v}" for k, v in REQUESTS.items()) + "; --quick 200)")
     variants.add_arguments(parser, sorted(RECIPES), "aio,aio-streams,aio-sock,asyncio-protocol",
                            "under ab -k -c 10, by layer, into profile_aio.txt")
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.serve, args.port, args.profile_to)
-    base = QUICK if args.quick else DEFAULTS
-    warmup = base["warmup"] if args.warmup is None else args.warmup
     out = output.json_path(parser, args, "aio_changes.json")
     pinning = experiment.pinning(args)
+    warmup = 20 if args.quick else WARMUP
+    requests = {name: args.requests or (200 if args.quick else n) for name, n in REQUESTS.items()}
     if args.profile:
-        requests = args.requests or (QUICK["requests"] if args.quick else DEFAULTS["requests"]["ab-k-c10"])
-        text = "\n".join(profile_server(name, requests, pinning, warmup)
+        text = "\n".join(profile_server(name, requests["ab-k-c10"], pinning, warmup)
                          for name in choose_names(args.profile, list(RECIPES), "server", []))
         return variants.write_profile(text, "aio_changes", argv, out.with_name("profile_aio.txt"))
-    chosen_keys = choose_names(args.changes, keys, "change", keys)
-    chosen = [] if args.no_servers else [c for c in CHANGES if c.key in chosen_keys]
-    micro = [] if args.no_micro else [m for m in MICRO if m.key in chosen_keys]
-    repeat = args.repeat or base["repeat"]
-    requests = {name: args.requests or (QUICK["requests"] if args.quick else n)
-                for name, n in DEFAULTS["requests"].items()}
+    repeat = args.repeat or (1 if args.quick else 5)
     options, cpu = variants.pyperf_settings(args, pinning)
-    settings = Settings(requests=requests, duration=1.0, socket_timeout=args.timeout, run_timeout=120.0)
+    settings = Settings(requests=requests, duration=1.0, socket_timeout=TIMEOUT, run_timeout=120.0)
     clock = experiment.Clock()
-    records = run_servers(chosen, settings, repeat, warmup, pinning) if chosen else []
-    micro_rows = measure_micro(micro, options, cpu)
-    values = len(micro_rows[0]["with"]["samples"]) if micro_rows else None  # pyperf's values per figure
+    records = [] if args.no_servers else run_servers(settings, repeat, warmup, pinning)
+    micro = [] if args.no_micro else measure_micro(options, cpu)
     data = experiment.document(
         "aio_changes", argv, clock, pinning=pinning, tools={"ab": servers.tool_versions().get("ab")},
         settings={"quick": args.quick, "repeat": repeat, "requests": requests, "warmup_requests": warmup,
-                  "socket_timeout_s": args.timeout, "pyperf": options, "micro_values": values,
+                  "socket_timeout_s": TIMEOUT, "pyperf": options,
+                  "micro_values": len(micro[0]["with"]["samples"]) if micro else None,  # pyperf's per figure
                   "gc": "on (and off, for the gc off column)",
-                  "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"})
-    data.update(loads={name: asdict(load) for name, load in LOADS.items()},
-                servers={name: {"summary": server(name).summary, "command": display(server(name).argv)}
-                         for name in dict.fromkeys(n for c in chosen for n in (c.real, c.undone))},
-                rows=summarize(chosen, records), micro=micro_rows, runs=records, elapsed_s=clock.elapsed())
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
-    return 0
+                  "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"},
+        loads={name: asdict(load) for name, load in LOADS.items()},
+        servers={name: {"summary": server(name).summary, "command": display(server(name).argv)}
+                 for name in dict.fromkeys(n for c in CHANGES for n in (c.real, c.undone))},
+        rows=summarize(records) if records else [], micro=micro, runs=records)
+    return experiment.conclude(data, out, clock, render, conclusion)
 
 
 if __name__ == "__main__":
