@@ -6,26 +6,21 @@
     python -m benchmarks.idle --stages poll,epoll --counts 0,2000 --repeat 1
 
 Per stage and count N: a fresh server, N idle keep-alive connections (each
-answered once, then silent; tinyloop.testing.Crowd), then ``ab -k -c 10``
-beside them.  select(2) and poll(2) hand the kernel every descriptor on
-every wait, epoll(7) only the ready ones: the server's CPU per request says
-what the idle ones cost.  Also recorded: ab's req/s and p99, the server's
-descriptors with the idle connections open and after the load (proof that
-they were), and, where ``perf`` may count, the wait calls per request.
-select cannot watch descriptors from FD_SETSIZE (1024) on, so it is
-measured up to SELECT_CAP idle connections, and its row says so.  Writes
-idle.json and idle.txt by the harness's output rule; the book shows the
-reference through ``{bench-idle}``.
+answered once, then silent), then ``ab -k -c 10`` beside them; the server's
+CPU per request says what the idle ones cost.  Also recorded: ab's req/s
+and p99, the server's descriptors with the idle connections open and after
+the load (proof that they were), and, where ``perf`` may count, the wait
+calls per request.  select is measured up to SELECT_CAP idle connections.
+Writes idle.json and idle.txt; the book shows the reference through
+``{bench-idle}``.
 """
 
 from __future__ import annotations
 
 import re
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,17 +36,15 @@ from tinyloop.http import HELLO
 from tinyloop.raw.select_server import FD_SETSIZE
 from tinyloop.testing import Crowd, ServerProcess
 
-__all__ = ["COUNTS", "LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
+__all__ = ["LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
 
 SCHEMA = experiment.SCHEMA
 STAGES = ("select", "poll", "epoll", "epoll-et", "kqueue")
-COUNTS = (0, 250, 1000, 4000)
-FULL = {"stages": STAGES, "counts": COUNTS, "requests": 20000, "repeat": 3}
-QUICK = {"stages": ("poll", "epoll"), "counts": (0, 250), "requests": 2000, "repeat": 1}
+FULL = {"stages": ",".join(STAGES), "counts": "0,250,1000,4000", "requests": 20000, "repeat": 3}
+QUICK = {"stages": "poll,epoll", "counts": "0,250", "requests": 2000, "repeat": 1}
 WARMUP = 200            # GET / on one connection before the idle ones
 TIMEOUT = 5.0           # seconds ab and perf wait on a silent peer
-RUN_TIMEOUT = 60.0      # wall-clock seconds for one ab run
-SETUP_TIMEOUT = 60.0    # seconds to open the idle connections, and to have them all answered
+RUN_TIMEOUT = 60.0      # wall-clock seconds for one ab run, and to open and answer the idle connections
 
 # The busy clients: ten keep-alive connections, one request in flight on each.
 LOAD = Load("ab-keepalive-10", "ab", 10, True, "ab -k -c 10, keep-alive, beside N idle connections",
@@ -113,12 +106,11 @@ def still_open(crowd: Crowd) -> int:
 class WaitCounter:
     """``perf stat`` counting process ``pid``'s wait system calls (WAIT_CALLS) over a ``with`` block.
 
-    perf attaches with its counters off (``-D -1``) and turns them on and off
-    when told on its standard input, acknowledging on its standard output
-    (``--control fd:0,1``, perf-stat(1)), so the count covers exactly the
-    block.  After it, ``count`` is the total, or None when perf could not
-    count (absent, not allowed, no tracepoints), ``reason`` then saying why.
-    Tracing makes every system call a little dearer, for every stage alike.
+    perf attaches with its counters off (``-D -1``) and switches them when
+    told on its standard input (``--control fd:0,1``, perf-stat(1)), so the
+    count covers exactly the block.  After it, ``count`` is the total, or
+    None when perf could not count (absent, not allowed), ``reason`` saying
+    why.  Tracing makes every system call a little dearer, for every stage alike.
     """
 
     def __init__(self, pid: int, timeout: float) -> None:
@@ -191,7 +183,7 @@ def measure(stage: str, idle: int, settings: Settings, pinning: dict, workdir: P
     if process is None:
         record["status"], record["note"] = failure
         return record
-    crowd = Crowd(process.address, timeout=SETUP_TIMEOUT)
+    crowd = Crowd(process.address, timeout=RUN_TIMEOUT)
     try:
         try:
             crowd.open(idle)
@@ -248,8 +240,8 @@ def conclusion(data: dict) -> str:
             (_, first), (high, last) = measured[0], measured[-1]
             parts.append(f"{stage} {first:.0f} -> {last:.0f} ({last / first:.2f}x at {high})" if first
                          else f"{stage} {first:.0f} -> {last:.0f}")
-    return ("CPU µs per request, fewest -> most idle connections: " + ", ".join(parts)) if parts else \
-        "idle connections: too few counts measured to compare"
+    return experiment.sentence("CPU µs per request, fewest -> most idle connections", parts,
+                               "idle connections: too few counts measured to compare")
 
 
 def _row_label(data: dict, stage: str) -> str:
@@ -341,55 +333,48 @@ def render(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("idle", __doc__, repeat=FULL["repeat"])
-    parser.add_argument("--stages", help=f"comma list (default {','.join(STAGES)}; --quick poll,epoll)")
-    parser.add_argument("--counts", help=f"idle connections, comma list (default {','.join(map(str, COUNTS))}; "
-                                         "--quick 0,250)")
+    parser.add_argument("--stages", help=f"comma list (default {FULL['stages']}; --quick {QUICK['stages']})")
+    parser.add_argument("--counts", help=f"idle connections, comma list (default {FULL['counts']}; "
+                                         f"--quick {QUICK['counts']})")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "idle.json")
-    base = QUICK if args.quick else FULL
-    chosen = choose_names(args.stages, list(STAGES), "stage", list(base["stages"]))
+    pick = experiment.settings(parser, args, FULL, QUICK)
+    chosen = choose_names(pick["stages"], list(STAGES), "stage", [])
     try:
-        counts = sorted({int(n) for n in args.counts.split(",") if n.strip()} if args.counts
-                        else base["counts"])
+        counts = sorted({int(n) for n in pick["counts"].split(",") if n.strip()})
     except ValueError as error:
         parser.error(f"--counts: {error}")
-    repeat = experiment.settings(parser, args, {"repeat": FULL["repeat"]}, {"repeat": 1})["repeat"]
     if not chosen or not counts or min(counts) < 0:
         parser.error("--stages and --counts need a stage and a count >= 0")
-    if shutil.which("ab") is None:
-        raise SystemExit("idle: ab not found; install ApacheBench (Debian: apache2-utils)")
+    experiment.require("idle", "ab")
     need = max(counts) + 256  # the idle clients, ab's, the harness's own files; the servers inherit the limit
     if (limit := raise_nofile(need)) < need:
         raise SystemExit(f"idle: {max(counts)} idle connections need {need} open files, and the hard "
                          f"limit is lower: lower --counts or raise it (ulimit -Hn)")
     pinning = experiment.pinning(args)
-    settings = Settings(requests={LOAD.name: base["requests"]}, duration=0.0,
+    settings = Settings(requests={LOAD.name: pick["requests"]}, duration=0.0,
                         socket_timeout=TIMEOUT, run_timeout=RUN_TIMEOUT)
     cells = [(stage, measured) for stage in chosen
              for measured in dict.fromkeys(counts_for(stage, counts).values()) if measured is not None]
     clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-idle-") as workdir:
         runs = experiment.interleave(
-            cells, repeat, lambda cell: measure(*cell, settings, pinning, Path(workdir)),
+            cells, pick["repeat"], lambda cell: measure(*cell, settings, pinning, Path(workdir)),
             lambda cell: f"{cell[0]:<8} {cell[1]:>5} idle",
             lambda r: f"fds {r['server_fds']}, cpu {r['cpu_us_per_req']:.0f} µs/req, {r['rps']:.0f} req/s")
     data = experiment.document(
-        "idle", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
-        tools={"ab": servers.tool_versions()["ab"]},
-        settings={"stages": chosen, "counts": counts, "requests": base["requests"], "repeat": repeat,
+        "idle", argv, clock, pinning=pinning, tools={"ab": servers.tool_versions()["ab"]},
+        settings={"stages": chosen, "counts": counts, "requests": pick["requests"], "repeat": pick["repeat"],
                   "warmup_requests": WARMUP, "quick": args.quick,
                   "select_cap": SELECT_CAP, "fd_setsize": FD_SETSIZE, "rlimit_nofile": limit,
                   "socket_timeout_s": TIMEOUT, "run_timeout_s": RUN_TIMEOUT,
                   "waits_counted": any(run["waits"] is not None for run in runs),
-                  "waits_note": next((run["waits_note"] for run in runs if run.get("waits_note")), None)})
-    # Medians of every figure by stage and idle count; CPU µs/req decides noise.
-    results = experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
-                              deciding=("cpu_us_per_req",))
-    data.update(load_command=display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)),
-                runs=runs, results=results, elapsed_s=clock.elapsed())
-    text = render(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".txt"): text})
-    return 0
+                  "waits_note": next((run["waits_note"] for run in runs if run.get("waits_note")), None)},
+        load_command=display(loads.command(LOAD, "http://127.0.0.1:PORT/", settings)), runs=runs,
+        # Medians of every figure by stage and idle count; CPU µs/req decides noise.
+        results=experiment.fold(runs, "stage", "idle", [key for key, _, _ in FIGURES.values()],
+                                deciding=("cpu_us_per_req",)))
+    return experiment.conclude(data, out, clock, render, conclusion)
 
 
 if __name__ == "__main__":

@@ -3,30 +3,22 @@
 
     python -m benchmarks.syscalls                       every stage and peer, depth 1 and 24
     python -m benchmarks.syscalls --quick               a smoke run: 1 s per point
-    python -m benchmarks.syscalls --stages epoll,aio --peers none --depths 24
+    python -m benchmarks.syscalls --stages epoll,aio --peers none
 
 Per server and pipelining depth: a fresh server, warmed up, counted by
 ``strace -c -f -p PID`` (benchmarks/harness/strace.py) over one short wrk
-load (depth 1: the ``wrk`` load; depth 24: ``wrk-pipeline``, Japronto's 24
-requests per write); strace's count of each call, by name, over the
-requests wrk counted.  A traced server runs several times slower, so only
-counts are reported, never times.  Writes syscalls.json and .md by the
-harness's output rule.
+load (depth 1: ``wrk``; depth 24: ``wrk-pipeline``, Japronto's 24 requests
+per write); each call's count over the requests wrk counted.  A traced
+server runs several times slower, so only counts are reported; at depth 1
+it finds more connections ready per wait, so *wait* reads a little low.
+The server also answers requests wrk never reads (those in flight when it
+stops), so the figures lean high by at most ``in_flight_bound`` over the
+total.  (perf's ``syscalls:sys_enter_*`` would need an event per call name
+and, on many kernels, root.)  Writes syscalls.json and .md.
 """
-
-# Discussion: what the figures can be off by.  ``perf stat -e
-# 'syscalls:sys_enter_*'`` is cheaper but needs an event per call name and,
-# on many kernels, root; strace runs wherever ptrace does and follows threads
-# born after it attached (-f).  A slowed server finds more connections ready
-# per epoll_wait, so at depth 1 *wait* reads a little low; reads and writes
-# per request do not depend on speed.  The server also answers requests wrk
-# never reads (those in flight when it stops: at most connections x depth),
-# so the figures lean high by at most ``in_flight_bound`` over the total.
 
 from __future__ import annotations
 
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -43,11 +35,6 @@ __all__ = ["DEPTH_LOADS", "GROUPS", "main", "markdown", "measure", "per_request"
 # Pipelining depth -> the harness load that sends it (benchmarks/loads.py).
 DEPTH_LOADS = {1: "wrk", 24: "wrk-pipeline"}
 
-# Seconds of wrk per point.  Under strace a Python server answers a few
-# thousand requests a second at depth 1, so even the quick run counts
-# thousands of requests against an in-flight bound of 100.
-DURATION = {"full": 3.0, "quick": 1.0}
-
 # The table's columns: each gathers the calls that do one job, by name, so
 # that servers using read(2) and servers using recvfrom(2) land together.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -61,8 +48,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-# --- one point -------------------------------------------------------------
-
 def measure(server: servers.Server, depth: int, settings: Settings, pinning: dict,
             workdir: Path, warmup: int) -> dict:
     """Start ``server``, warm it up, count its system calls under one wrk load of ``depth``.
@@ -70,8 +55,7 @@ def measure(server: servers.Server, depth: int, settings: Settings, pinning: dic
     Returns the point's JSON record: ``status`` is ``"ok"`` or ``"error"``
     with a ``note``; ``requests`` is wrk's count of answered requests;
     ``calls`` maps each system call's name to strace's count over the load;
-    ``per_request`` maps each of GROUPS, ``"other"`` and ``"total"`` to calls
-    per request.
+    ``per_request`` is :func:`per_request` of them.
     """
     load = loads.get(DEPTH_LOADS[depth])
     record: dict = {"server": server.name, "depth": depth, "load": load.name, "status": "error",
@@ -80,14 +64,13 @@ def measure(server: servers.Server, depth: int, settings: Settings, pinning: dic
     process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
     if process is None:
         return {**record, "note": failure[1]}
+    summary = workdir / f"{server.name}-{depth}.strace"
     try:
-        summary = workdir / f"{server.name}-{depth}.strace"
-        try:
-            with Strace(process.pid, ["-c"], summary):
-                result, _, _ = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
-                                         pinning["load_prefix"])
-        except RuntimeError as error:
-            return {**record, "note": str(error)}
+        with Strace(process.pid, ["-c"], summary):
+            result, _, _ = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
+                                     pinning["load_prefix"])
+    except RuntimeError as error:
+        return {**record, "note": str(error)}
     finally:
         process.stop()
     calls = parse_strace_summary(summary.read_text()) if summary.exists() else {}
@@ -108,33 +91,27 @@ def per_request(calls: dict[str, int], requests: int) -> dict[str, float]:
             "other": (total - sum(grouped.values())) / requests, "total": total / requests}
 
 
-# --- the table ---------------------------------------------------------------
-
-def _figure(value: float | None) -> str:
-    return DASH if value is None else (f"{value:.2f}" if value < 10 else f"{value:.1f}")
-
-
-def _others(calls: dict[str, int], requests: int, top: int = 3) -> str:
-    """The largest calls outside GROUPS, per request: ``"futex 0.51, clock_gettime 0.02"``."""
-    grouped = {name for names in GROUPS.values() for name in names}
-    rest = sorted(((n, name) for name, n in calls.items() if name not in grouped), reverse=True)[:top]
-    return ", ".join(f"{name} {_figure(n / requests)}" for n, name in rest if n) or DASH
+def _figure(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def table(data: dict) -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)``: one row per server and depth, in the run's server order."""
+    """``(header, rows)``: one row per server and depth, in the run's order; the last column
+    names the three largest calls outside GROUPS, per request (``"futex 0.51, ioctl 0.02"``)."""
     header = ["server", "depth", "requests", *GROUPS, "other", "total", "largest others"]
+    grouped = {name for names in GROUPS.values() for name in names}
     rows = []
     for record in data["points"]:
-        name, depth = record["server"], str(record["depth"])
+        head = [record["server"], str(record["depth"])]
         if record["status"] != "ok":
-            rows.append([name, depth, "error", *[DASH] * (len(header) - 4), record["note"] or DASH])
+            rows.append([*head, "error", *[DASH] * (len(header) - 4), record["note"] or DASH])
             continue
+        calls, requests = record["calls"], record["requests"]
         # From the counts, so that the table follows GROUPS as they are now.
-        figures = per_request(record["calls"], record["requests"])
-        rows.append([name, depth, str(record["requests"]),
-                     *[_figure(figures[group]) for group in (*GROUPS, "other", "total")],
-                     _others(record["calls"], record["requests"])])
+        figures = per_request(calls, requests)
+        others = sorted(((n, call) for call, n in calls.items() if call not in grouped), reverse=True)[:3]
+        rows.append([*head, str(requests), *(_figure(figures[key]) for key in (*GROUPS, "other", "total")),
+                     ", ".join(f"{call} {_figure(n / requests)}" for n, call in others if n) or DASH])
     return header, rows
 
 
@@ -142,6 +119,7 @@ def markdown(data: dict) -> str:
     """The results as a Markdown page fragment: the table, then how it was made."""
     settings = data["settings"]
     how = "--quick: a smoke test" if settings["quick"] else "one run per row"
+    load = data.get("load_average")
     notes = [
         "",
         f"System calls per answered request, counted by `strace -c -f -p PID` over a "
@@ -154,7 +132,7 @@ def markdown(data: dict) -> str:
         "*wait* reads a little low.",
         f"Measured on: {machine_line(data)}, {data['tools']['strace']}; {how}; {data['date'][:10]}"
         + (f"; load average {max(load):.1f} (a shared machine: counts, unlike times, barely move with it)"
-           if (load := data.get("load_average")) else "") + f". Command: `{data['command']}`.",
+           if load else "") + f". Command: `{data['command']}`.",
     ]
     if data.get("skipped"):
         notes.append("Not measured: " + "; ".join(f"{name} ({note})" for name, note in data["skipped"].items()) + ".")
@@ -164,7 +142,7 @@ def markdown(data: dict) -> str:
 def conclusion(data: dict) -> str:
     """The run in one line: system calls per request at each depth, fewest and most."""
     parts = []
-    for depth in sorted({point["depth"] for point in data["points"]}):
+    for depth in DEPTH_LOADS:
         totals = {point["server"]: point["per_request"]["total"] for point in data["points"]
                   if point["depth"] == depth and point.get("per_request")}
         if totals:
@@ -173,54 +151,40 @@ def conclusion(data: dict) -> str:
     return ("system calls per request, " + "; ".join(parts)) if parts else "syscalls: nothing measured"
 
 
-# --- the whole run -------------------------------------------------------------
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     parser = experiment.parser("syscalls", __doc__, repeat=None)
     parser.add_argument("--stages", help="comma list, 'all' or 'none' (default all)")
     parser.add_argument("--peers", help="comma list, 'all' or 'none' (default every peer but stall)")
-    parser.add_argument("--depths", default="1,24", help="pipelining depths, from 1 and 24 (default both)")
-    parser.add_argument("--duration", type=float, help=f"seconds of wrk per point (default {DURATION['full']:g}, "
-                                                       f"--quick {DURATION['quick']:g})")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "syscalls.json")
-    depths = [int(d) for d in args.depths.split(",") if d.strip().isdigit()]
-    if not depths or any(d not in DEPTH_LOADS for d in depths):
-        parser.error(f"--depths: a comma list from {', '.join(map(str, DEPTH_LOADS))}, not {args.depths!r}")
     if problem := strace_problem():
         raise SystemExit(f"benchmarks.syscalls: cannot count system calls here: {problem}")
-    if shutil.which("wrk") is None:
-        raise SystemExit("benchmarks.syscalls: wrk is not installed (Debian: apt-get install wrk)")
-    candidates = servers.choose(args.stages, args.peers)
-    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
-    cells = [(server, depth) for server in experiment.runnable(candidates, skipped, "syscalls") for depth in depths]
-    duration = args.duration or DURATION["quick" if args.quick else "full"]
+    experiment.require("syscalls", "wrk")
+    ready, skipped = experiment.prepared(servers.choose(args.stages, args.peers), servers.prepare, "syscalls")
+    cells = [(server, depth) for server in ready for depth in DEPTH_LOADS]
+    # Seconds of wrk per point, and warm-up requests.  Under strace a Python server answers a few
+    # thousand requests a second at depth 1: even the quick run counts thousands of requests
+    # against an in-flight bound of 100.
+    duration, warmup = (1.0, 20) if args.quick else (3.0, 200)
     settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-    warmup = 20 if args.quick else 200
     pinning = choose_pinning(args.no_pin)
     print(f"{len(cells)} points, {duration:g} s each under strace; about {len(cells) * (duration + 1.5):.0f} s",
           flush=True)
     clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-syscalls-") as workdir:
         points = experiment.interleave(
-            cells, 1, lambda cell: measure(cell[0], cell[1], settings, pinning, Path(workdir), warmup),
+            cells, 1, lambda cell: measure(*cell, settings, pinning, Path(workdir), warmup),
             lambda cell: f"{cell[0].name} depth {cell[1]}",
-            lambda r: (f"{r['per_request']['total']:.2f} calls/req (read {r['per_request']['read']:.2f}, write "
-                       f"{r['per_request']['write']:.2f}, wait {r['per_request']['wait']:.2f}) over "
-                       f"{r['requests']} requests"))
+            lambda r: f"{r['per_request']['total']:.2f} calls/req over {r['requests']} requests")
     data = experiment.document(
         "syscalls", argv, clock, pinning=pinning,
         tools={"strace": version_line(["strace", "-V"]), "wrk": version_line(["wrk", "-v"])},
         settings={"quick": args.quick, "duration_s": duration, "warmup_requests": warmup,
-                  "counter": "strace -c -f -p PID, attached after the warm-up, detached when wrk ends"})
-    data.update(commands={str(depth): display(loads.command(loads.get(name), "http://127.0.0.1:PORT/", settings))
-                          for depth, name in DEPTH_LOADS.items()},
-                groups=GROUPS, skipped=skipped, points=[{k: v for k, v in p.items() if k != "rep"} for p in points],
-                elapsed_s=clock.elapsed())
-    text = markdown(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
-    return 0
+                  "counter": "strace -c -f -p PID, attached after the warm-up, detached when wrk ends"},
+        commands={str(depth): display(loads.command(loads.get(name), "http://127.0.0.1:PORT/", settings))
+                  for depth, name in DEPTH_LOADS.items()},
+        groups=GROUPS, skipped=skipped, points=[{k: v for k, v in p.items() if k != "rep"} for p in points])
+    return experiment.conclude(data, out, clock, markdown, conclusion, ".md")
 
 
 if __name__ == "__main__":

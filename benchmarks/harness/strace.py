@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ class Strace:
     the block makes the server do goes uncounted; it raises ``RuntimeError``
     with strace's complaint if strace exits or has not attached within
     ``attach_timeout`` seconds.  Leaving sends SIGINT (strace detaches and
-    writes its summary) and waits, SIGKILL after 10 s.  See strace(1).
+    writes its summary) and waits, SIGKILL after 10 s.
     """
 
     def __init__(self, pid: int, args: list[str], out: Path, attach_timeout: float = 10.0) -> None:
@@ -74,18 +73,14 @@ class Strace:
 
 
 def strace_problem() -> str | None:
-    """None if ``strace -p`` can attach here, else why not (for a skip note).
-
-    Tries it on a child of our own, so a missing strace and a forbidden
-    ptrace (no CAP_SYS_PTRACE in a container, Yama's ptrace_scope) both show.
-    """
+    """None if ``strace -p`` can attach here, else why not (for a skip note): tried on a child of our
+    own, so a missing strace and a forbidden ptrace (no CAP_SYS_PTRACE, Yama's ptrace_scope) both show."""
     if shutil.which("strace") is None:
         return "strace is not installed (Debian: apt-get install strace)"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.DEVNULL)
     try:
-        with tempfile.TemporaryDirectory(prefix="tinyloop-strace-") as tmp:
-            with Strace(child.pid, ["-c"], Path(tmp) / "probe.txt", attach_timeout=5):
-                pass
+        with Strace(child.pid, ["-c"], Path(os.devnull), attach_timeout=5):
+            pass
     except RuntimeError as error:
         return str(error)
     finally:
@@ -96,14 +91,13 @@ def strace_problem() -> str | None:
 
 # "% time     seconds  usecs/call     calls    errors syscall" then rows like
 # " 41.20    0.012345          12      1000        17 recvfrom" (errors may be blank).
-_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:(\d+)\s+)?(\w+)\s*$")
+_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 
 
 def parse_strace_summary(text: str) -> dict[str, int]:
     """strace ``-c``'s table (text) -> ``{system call name: calls}``, without the ``total`` row."""
     counts: dict[str, int] = {}
-    for line in text.splitlines():
-        match = _ROW.match(line)
-        if match and match.group(3) != "total":
-            counts[match.group(3)] = counts.get(match.group(3), 0) + int(match.group(1))
+    for calls, name in (match.groups() for match in map(_ROW.match, text.splitlines()) if match):
+        if name != "total":
+            counts[name] = counts.get(name, 0) + int(calls)
     return counts
