@@ -14,9 +14,6 @@ each figure is and how to read it.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -28,7 +25,6 @@ from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.peers.echo_server import APIS, LOOPS, loop_factory
 from benchmarks.servers import BUILD, PEER_DIR, Server
 
-SCHEMA = experiment.SCHEMA
 REFERENCE = output.RESULTS / "echo.json"   # the book's, committed; only --reference writes it
 LOCAL = output.LOCAL / "echo.json"         # a user's run: ignored by git
 BASELINE = servers.BASELINE
@@ -44,17 +40,17 @@ _API = {"protocol": "an asyncio.Protocol", "streams": "start_server streams"}
 def _loop_peer(loop: str, api: str) -> Server:
     """peers/echo_server.py on ``loop`` with ``api``; skipped unless the loop's factory imports."""
     module = LOOPS[loop].partition(":")[0]
-    return servers.python_peer(f"{loop}-{api}", f"{_API[api]} on {loop}", "echo_server.py", "--loop", loop,
-                               "--api", api, needs=None if loop == "asyncio" else f"module:{module}",
-                               setup=partial(servers.import_note, f"Python module {module}", partial(loop_factory, loop)))
+    return Server(f"{loop}-{api}", "peer", f"{_API[api]} on {loop}",
+                  servers.peer_argv("echo_server.py", "--loop", loop, "--api", api),
+                  needs=None if loop == "asyncio" else f"module:{module}",
+                  setup=partial(servers.import_note, f"Python module {module}", partial(loop_factory, loop)))
 
 
 # The rows: every loop of echo_server.LOOPS with each API, then the peers.
 PEERS: tuple[Server, ...] = (
     *(_loop_peer(loop, api) for loop in LOOPS for api in APIS),
     servers.go_peer("go", "Go, a goroutine per connection", "echo-go", "./echo"),
-    servers.peer("node", "Node.js net, socket.pipe(socket)", "node", str(PEER_DIR / "node" / "echo.js"),
-                 "--port", "0", needs="node"),
+    Server("node", "peer", "Node.js net, socket.pipe(socket)", servers.peer_argv("node/echo.js"), needs="node"),
     servers.c_peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "echo_floor"),
 )
 _PEERS = {peer.name: peer for peer in PEERS}
@@ -66,9 +62,7 @@ CLIENT = BUILD / "echo_client"
 
 
 def prepare_client() -> str | None:
-    """Build the load generator; None on success, else why not."""
-    if shutil.which(os.environ.get("CC", "cc")) is None and not CLIENT.exists():
-        return "no C compiler (cc) to build benchmarks/peers/c/echo_client.c"
+    """Build the load generator (servers.build_c); None on success, else why not."""
     return servers.build_c(CLIENT, PEER_DIR / "c" / "echo_client.c")
 
 
@@ -137,14 +131,11 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict) -> dic
         messages, seconds, errors = int(result["messages"]), result["seconds"], int(result["errors"])
         cpu = None if before is None or after is None else after - before
         record.update(messages=messages, seconds=seconds, errors=errors, cpu_s=None if cpu is None else round(cpu, 6),
+                      msgs_per_s=_per(messages, seconds), cpu_us_per_msg=_per(cpu, messages, 1e6),
+                      mib_per_s=_per(result["bytes"], seconds, 2**-20), server_busy=_per(cpu, seconds),
                       p50_us=result["p50_us"] if result["p50_us"] >= 0 else None,
-                      p99_us=result["p99_us"] if result["p99_us"] >= 0 else None)
-        if seconds > 0:
-            record.update(msgs_per_s=messages / seconds, mib_per_s=result["bytes"] / seconds / 2**20,
-                          server_busy=None if cpu is None else cpu / seconds)
-        if messages:
-            record.update(cpu_us_per_msg=None if cpu is None else cpu * 1e6 / messages,
-                          client_cpu_us_per_msg=result["cpu_s"] * 1e6 / messages if "cpu_s" in result else None)
+                      p99_us=result["p99_us"] if result["p99_us"] >= 0 else None,
+                      client_cpu_us_per_msg=_per(result.get("cpu_s"), messages, 1e6))
         exit_code = process.proc.poll() if process.proc else None
         record["status"], record["note"] = (
             ("error", f"the server exited with code {exit_code} during the run") if exit_code is not None
@@ -155,6 +146,11 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict) -> dic
         return record
     finally:
         process.stop()
+
+
+def _per(value: float | None, count: float, scale: float = 1.0) -> float | None:
+    """``value * scale / count``; None where ``value`` is None or ``count`` is 0."""
+    return None if value is None or not count else value * scale / count
 
 
 def summarize(records: list[dict], baseline: str | None = BASELINE) -> dict[str, dict[str, dict]]:
@@ -257,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--connections must be 1 to 1024, got {args.connections}")
     settings, repeat = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections), int(pick["repeat"])
     candidates = [_PEERS[name] for name in choose_names(args.servers, list(_PEERS), "server", list(_PEERS))]
-    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
+    ready, skipped = experiment.prepared(candidates, servers.prepare, None if args.list else "echo")
     client_note = prepare_client()
     if args.list:
         print(f"client  echo_client       {'skipped: ' + client_note if client_note else 'ready'}")
@@ -265,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if client_note:
         raise SystemExit(f"echo: the load generator is not ready: {client_note}")
-    ready = experiment.runnable(candidates, skipped, "echo")
     pinning = experiment.pinning(args)
     width = max(len(server.name) for server in ready)
     clock = experiment.Clock()
@@ -276,22 +271,19 @@ def main(argv: list[str] | None = None) -> int:
         lambda r: f"{r['msgs_per_s']:.0f} msg/s, cpu {r['cpu_us_per_msg'] or 0:.1f} µs/msg, "
                   f"busy {r['server_busy'] or 0:.2f}")
     baseline = BASELINE if any(s.name == BASELINE for s in ready) else None
+    client = display(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
     data = experiment.document(
-        "echo", sys.argv[1:] if argv is None else argv, clock, pinning=pinning,
+        "echo", argv, clock, pinning=pinning,
         tools={**servers.tool_versions(), "echo_client": "benchmarks/peers/c/echo_client.c"},
         settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
                   "warmup_s": settings.warmup, "timeout_s": settings.timeout,
                   "connections": settings.connections, "sizes": args.sizes, "cpu_source": CPU_SOURCE,
                   "order": "interleaved: each repetition runs every size on every server; a fresh server "
-                           "process per run, warmed up first; figures are medians over repetitions"})
-    data.update(
-        baseline=baseline,
-        client=display(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
-        .replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
+                           "process per run, warmed up first; figures are medians over repetitions"},
+        baseline=baseline, client=client.replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
         servers=[server.entry(skipped.get(server.name)) for server in candidates],
-        runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
-    experiment.finish(data, out, format_text(data), conclusion(data), keep_copy=True)
-    return 0
+        runs=records, results=summarize(records, baseline))
+    return experiment.conclude(data, out, clock, format_text, conclusion, None, keep_copy=True)
 
 
 if __name__ == "__main__":

@@ -71,13 +71,11 @@ def load(path: str | Path | None = None) -> dict:
     return data
 
 
-def server_names(data: dict, load_name: str | None = None) -> list[str]:
-    """Every server of the run in table order, stages then peers; with ``load_name``, only those
-    with results for that load, and the skipped ones."""
-    entries = data.get("servers", [])
-    ordered = [e for e in entries if e.get("kind") == "stage"] + [e for e in entries if e.get("kind") != "stage"]
-    results = data.get("results", {}).get(load_name, {}) if load_name else None
-    return [e["name"] for e in ordered if results is None or e["name"] in results or e.get("skipped")]
+def server_names(data: dict, load_name: str) -> list[str]:
+    """The servers of one load's table, stages then peers: those with results for it, and the skipped."""
+    results = data.get("results", {}).get(load_name, {})
+    entries = sorted(data.get("servers", []), key=lambda entry: entry.get("kind") != "stage")  # stable
+    return [entry["name"] for entry in entries if entry["name"] in results or entry.get("skipped")]
 
 
 def _number(value: float | None, kind: str, ratio: float | None = None) -> str:

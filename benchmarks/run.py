@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -35,7 +34,8 @@ REFERENCE = RESULTS / "latest.json"     # the book's, committed; only --referenc
 LOCAL = output.LOCAL / "latest.json"      # a user's run: ignored by git
 
 # The default run (11 stages, 7 peers, 3 loads, 3 repetitions) takes about ten minutes on 2 cores.
-# A key with an option is its name (``timeout``: ab -s, wrk --timeout).
+# A key with an option is its name (``timeout``: ab -s, wrk --timeout); ``warmup`` requests go on
+# one keep-alive connection before each load, unmeasured.
 DEFAULTS = {"ab-close": 5000, "ab-keepalive": 20000, "duration": 5.0, "repeat": 3,
             "timeout": 5.0, "run_timeout": 60.0, "warmup": 1000}
 QUICK = {"ab-close": 200, "ab-keepalive": 1000, "duration": 1.0, "repeat": 1,
@@ -46,7 +46,8 @@ AB_LOADS = ("ab-close", "ab-keepalive")
 
 def _requests(argument: str) -> dict[str, int]:
     """``--requests``: ``"5000"`` sets both ab loads, ``"ab-close=5000,ab-keepalive=20000"`` each."""
-    pairs = [part.split("=") for part in argument.split(",")] if "=" in argument else [[n, argument] for n in AB_LOADS]
+    pairs = ([part.split("=") for part in argument.split(",")] if "=" in argument
+             else [(name, argument) for name in AB_LOADS])
     given = {name.strip(): int(value) for name, value in pairs}
     if set(given) - set(AB_LOADS) or min(given.values()) < 1:
         raise ValueError(argument)
@@ -62,12 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=_requests, default={},
                         help="ab's -n: N for both ab loads, or ab-close=N,ab-keepalive=M (default 5000, 20000)")
     parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
-    parser.add_argument("--timeout", type=float,
-                        help=f"seconds ab (-s) and wrk (--timeout) wait on a silent server (default {DEFAULTS['timeout']:g})")
+    parser.add_argument("--timeout", type=float, help="seconds ab (-s) and wrk (--timeout) wait on a silent "
+                                                      f"server (default {DEFAULTS['timeout']:g})")
     parser.add_argument("--run-timeout", type=float,
                         help=f"wall-clock limit on one ab run, seconds (default {DEFAULTS['run_timeout']:g})")
-    parser.add_argument("--warmup", type=int, help="unmeasured requests on one keep-alive connection before each "
-                                                   f"load (default {DEFAULTS['warmup']}; --quick {QUICK['warmup']})")
     parser.add_argument("--name", default="latest", help="the results' file name without .json (default latest)")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -194,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     candidates = servers.choose(args.stages, args.peers)
     chosen = [loads.get(name) for name in choose_names(args.loads, [load.name for load in loads.LOADS], "load",
                                                        [load.name for load in loads.LOADS if load.default])]
-    skipped = {server.name: note for server in candidates if (note := servers.prepare(server))}
+    ready, skipped = experiment.prepared(candidates, servers.prepare, None if args.list else "run")
     if args.list:
         for server in candidates:
             print(server.status(skipped.get(server.name)))
@@ -202,10 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             state = "ready" if shutil.which(load.tool) else f"skipped: {load.tool} is not installed"
             print(f"load   {load.name:<16}  {state}  ({load.title})")
         return 0
-    if missing := sorted({load.tool for load in chosen if shutil.which(load.tool) is None}):
-        raise SystemExit(f"run: {' and '.join(missing)} not found; install ApacheBench (Debian: "
-                         "apache2-utils) and wrk, or run `bash scripts/setup.sh`")
-    ready = experiment.runnable(candidates, skipped, "run")
+    experiment.require("run", *sorted({load.tool for load in chosen}))
     pinning = experiment.pinning(args)
     width = max(len(server.name) for server in ready)
     clock = experiment.Clock()
@@ -216,37 +212,39 @@ def main(argv: list[str] | None = None) -> int:
             lambda cell: f"{cell[1].name:<{width}} {cell[0].name:<12}", _show)
     baseline = servers.BASELINE if any(s.name == servers.BASELINE for s in ready) else None
     data = experiment.document(
-        "run", sys.argv[1:] if argv is None else argv, clock, pinning=pinning, tools=servers.tool_versions(),
+        "run", argv, clock, pinning=pinning, tools=servers.tool_versions(),
         settings={"quick": args.quick, "repeat": repeat, "requests": settings.requests,
                   "warmup_requests": warmup, "duration_s": settings.duration,
                   "socket_timeout_s": settings.socket_timeout, "run_timeout_s": settings.run_timeout,
                   "cpu_source": CPU_SOURCE,
                   "order": "interleaved: each repetition runs every load on every server; "
-                           "a fresh server process per run; figures are medians over repetitions"})
-    data.update(
-        baseline=baseline,
-        loads=[{"name": load.name, "tool": load.tool, "title": load.title, "measures": load.measures,
-                "concurrency": load.concurrency, "keepalive": load.keepalive,
-                "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
-                "duration_s": settings.duration if load.tool == "wrk" else None,
-                "command": display(loads.command(load, "http://127.0.0.1:PORT/", settings,
-                                                 Path("PERCENTILES.csv") if load.tool == "ab" else None)),
-                # Only a pipelined load says so: the other loads' entries stay as they were.
-                **({"pipeline": load.pipeline} if load.pipeline > 1 else {})} for load in chosen],
+                           "a fresh server process per run; figures are medians over repetitions"},
+        baseline=baseline, loads=[_load_entry(load, settings) for load in chosen],
         servers=[server.entry(skipped.get(server.name)) for server in candidates],
-        runs=records, results=summarize(records, baseline), elapsed_s=clock.elapsed())
-    if not args.no_plot:  # before finish, whose conclusion is the last line printed
+        runs=records, results=summarize(records, baseline))
+    if not args.no_plot:  # before the table, whose conclusion is the last line printed
         png = args.plot or args.out.with_suffix(".png")
         try:
-            report.plot(data, None, png)
-            print(f"drew {relative(png)}")
+            print(f"drew {relative(report.plot(data, None, png))}")
         except ImportError:
             print("note: matplotlib is not installed, so no plot (pip install matplotlib)")
     hint = ("" if args.out.resolve() == REFERENCE.resolve() else
             "\nthe book shows the reference run (benchmarks/results/latest.json); to see yours "
             f"in it, build with -D book_bench_results={relative(args.out)}")
-    experiment.finish(data, args.out, report.format_text(data) + hint, conclusion(data), keep_copy=True)
-    return 0
+    return experiment.conclude(data, args.out, clock, lambda data: report.format_text(data) + hint, conclusion,
+                               None, keep_copy=True)
+
+
+def _load_entry(load: Load, settings: Settings) -> dict:
+    """``load``'s entry in the JSON's ``loads``, its command as a reader would type it."""
+    csv_path = Path("PERCENTILES.csv") if load.tool == "ab" else None
+    return {"name": load.name, "tool": load.tool, "title": load.title, "measures": load.measures,
+            "concurrency": load.concurrency, "keepalive": load.keepalive,
+            "requests": settings.requests.get(load.name) if load.tool == "ab" else None,
+            "duration_s": settings.duration if load.tool == "wrk" else None,
+            "command": display(loads.command(load, "http://127.0.0.1:PORT/", settings, csv_path)),
+            # Only a pipelined load says so: the other loads' entries stay as they were.
+            **({"pipeline": load.pipeline} if load.pipeline > 1 else {})}
 
 
 def conclusion(data: dict) -> str:

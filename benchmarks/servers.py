@@ -24,7 +24,7 @@ from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
 __all__ = ["BASELINE", "BUILD", "PEERS", "Server", "build_c", "c_peer", "choose", "go_peer", "import_note",
-           "launch", "peer", "peer_server", "prepare", "start", "stage_server", "tool_versions"]
+           "launch", "peer_argv", "peer_server", "prepare", "start", "stage_server", "tool_versions"]
 
 HERE = Path(__file__).resolve().parent
 PEER_DIR = HERE / "peers"
@@ -62,34 +62,29 @@ class Server:
         return f"{self.kind:<5}  {self.name:<16}  {'skipped: ' + skipped if skipped else 'ready'}"
 
 
-def peer(name: str, summary: str, *argv: str, **more: object) -> Server:
-    """A peer started by ``argv`` (which ends in ``--port 0``); ``more``: Server's other fields."""
-    return Server(name, "peer", summary, argv, **more)  # type: ignore[arg-type]
-
-
-def python_peer(name: str, summary: str, script: str, *args: str, needs: str | None = None,
-                **more: object) -> Server:
-    """``python benchmarks/peers/SCRIPT ARGS --port 0``."""
-    return peer(name, summary, sys.executable, str(PEER_DIR / script), *args, "--port", "0", needs=needs, **more)
+def peer_argv(script: str, *args: str) -> tuple[str, ...]:
+    """``python benchmarks/peers/SCRIPT ARGS --port 0`` (``node`` for a ``.js``)."""
+    return ("node" if script.endswith(".js") else sys.executable, str(PEER_DIR / script), *args, "--port", "0")
 
 
 def c_peer(name: str, summary: str, program: str) -> Server:
     """benchmarks/peers/c/PROGRAM.c, built into benchmarks/build/PROGRAM by :func:`build_c`."""
     binary = BUILD / program
-    return peer(name, summary, str(binary), "--port", "0", needs="cc",
-                setup=lambda: build_c(binary, PEER_DIR / "c" / f"{program}.c"))
+    return Server(name, "peer", summary, (str(binary), "--port", "0"), needs="cc",
+                  setup=lambda: build_c(binary, PEER_DIR / "c" / f"{program}.c"))
 
 
 def go_peer(name: str, summary: str, binary: str, package: str) -> Server:
-    """Go ``package`` of benchmarks/peers/go, built into benchmarks/build/BINARY; GOMAXPROCS=1."""
-    path, sources = BUILD / binary, [PEER_DIR / "go" / package / "main.go"]
-    return peer(name, f"{summary}, GOMAXPROCS=1", str(path), "-port", "0", needs="go", env={"GOMAXPROCS": "1"},
-                setup=lambda: build_go(path, package, sources))
+    """Go ``package`` (``"./echo"``) of benchmarks/peers/go, built into benchmarks/build/BINARY by
+    :func:`build_go`, run with GOMAXPROCS=1."""
+    path = BUILD / binary
+    return Server(name, "peer", f"{summary}, GOMAXPROCS=1", (str(path), "-port", "0"), needs="go",
+                  env={"GOMAXPROCS": "1"}, setup=lambda: build_go(path, package))
 
 
 def _asyncio(loop: str, api: str, summary: str) -> Server:
-    return python_peer(f"{loop}-{api}", summary, "asyncio_server.py", "--loop", loop, "--api", api,
-                       needs=None if loop == "asyncio" else f"module:{loop}")
+    return Server(f"{loop}-{api}", "peer", summary, peer_argv("asyncio_server.py", "--loop", loop, "--api", api),
+                  needs=None if loop == "asyncio" else f"module:{loop}")
 
 
 PEERS: tuple[Server, ...] = (
@@ -98,11 +93,10 @@ PEERS: tuple[Server, ...] = (
     _asyncio("uvloop", "protocol", "the same Protocol code on uvloop"),
     _asyncio("uvloop", "streams", "the same streams code on uvloop"),
     go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
-    peer("node-http", "Node.js http module", "node", str(PEER_DIR / "node" / "server.js"), "--port", "0",
-         needs="node"),
+    Server("node-http", "peer", "Node.js http module", peer_argv("node/server.js"), needs="node"),
     c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
-    python_peer("stall", "serves one connection, then answers nothing (tests the time-outs)", "stall_server.py",
-                default=False),
+    Server("stall", "peer", "serves one connection, then answers nothing (tests the time-outs)",
+           peer_argv("stall_server.py"), default=False),
 )
 
 _PEERS = {server.name: server for server in PEERS}
@@ -183,11 +177,11 @@ def build_c(binary: Path, source: Path) -> str | None:
                  lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
 
 
-def build_go(binary: Path, package: str, sources: Sequence[Path]) -> str | None:
+def build_go(binary: Path, package: str) -> str | None:
     """Build Go ``package`` of benchmarks/peers/go offline (its caches in BUILD), as :func:`build` does
     (every package imports announce, the listener and announce line they share)."""
-    return build(binary, [*sources, PEER_DIR / "go" / "go.mod", PEER_DIR / "go" / "announce" / "announce.go"],
-                 lambda out: ["go", "build", "-o", str(out), package], cwd=PEER_DIR / "go",
+    sources = [PEER_DIR / "go" / part for part in (f"{package}/main.go", "go.mod", "announce/announce.go")]
+    return build(binary, sources, lambda out: ["go", "build", "-o", str(out), package], cwd=PEER_DIR / "go",
                  env={"GOCACHE": str(BUILD / "gocache"), "GOPATH": str(BUILD / "gopath"),
                       "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"})
 

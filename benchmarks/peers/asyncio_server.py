@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import signal
 
 from tinyloop.aio.server import serve_on
@@ -19,15 +21,12 @@ from tinyloop.serving import announce, listen, log
 
 async def serve(name: str, api: str, port: int) -> None:
     """The aio stages' serve_on, on whichever loop runs this; SIGTERM or Ctrl-C stops it."""
-    loop = asyncio.get_running_loop()
     sock = listen("127.0.0.1", port)
     serving = asyncio.ensure_future(serve_on(sock, api, ready=lambda: announce(name, sock)))
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, serving.cancel)
-    try:
+        asyncio.get_running_loop().add_signal_handler(signum, serving.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
         await serving
-    except asyncio.CancelledError:
-        pass
     log(f"{name}: stopped")
 
 
@@ -37,12 +36,8 @@ def main() -> None:
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    name = f"{args.loop}-{args.api}"
-    if args.loop == "uvloop":
-        import uvloop
-        uvloop.run(serve(name, args.api, args.port))
-    else:
-        asyncio.run(serve(name, args.api, args.port))
+    # asyncio.run, or uvloop.run: the same on a new uvloop loop.
+    importlib.import_module(args.loop).run(serve(f"{args.loop}-{args.api}", args.api, args.port))
 
 
 if __name__ == "__main__":

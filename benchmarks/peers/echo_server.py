@@ -83,21 +83,17 @@ def stop_event() -> asyncio.Event:
 
 
 async def serve(name: str, api: str, port: int) -> None:
-    loop = asyncio.get_running_loop()
-    stop = stop_event()
-    sock = listen("127.0.0.1", port)
+    stop, sock = stop_event(), listen("127.0.0.1", port)
     if api == "protocol":
-        server = await loop.create_server(EchoProtocol, sock=sock)
+        server = await asyncio.get_running_loop().create_server(EchoProtocol, sock=sock)
     else:
         server = await asyncio.start_server(echo_stream, sock=sock)
     async with server:
         announce(name, sock)
         await stop.wait()
         server.close()
-        # Drop the clients still connected (Server.abort_clients: 3.13's, and tinyloop.aio's).
-        abort_clients = getattr(server, "abort_clients", None)
-        if abort_clients is not None:
-            abort_clients()
+        if hasattr(server, "abort_clients"):  # drop the clients still connected (3.13's, and tinyloop.aio's)
+            server.abort_clients()
     log(f"{name}: stopped")
 
 
