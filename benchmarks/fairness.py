@@ -12,7 +12,7 @@ end of the answer; in the rows with a background load one more client asks
 ``GET /compute?ms=50`` again and again.  The server runs on one CPU and the
 clients on the other, but not at real-time priority: under SCHED_FIFO the
 threaded server's waiting thread never got the core to ask for the GIL (p50
-beside /compute 45 ms, not 4).  ``--profile``: benchmarks/harness/stage_profile.py.
+beside /compute 45 ms, not 4).  ``--profile``: benchmarks/harness/profiling.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from benchmarks.harness import experiment, output
 from benchmarks.harness import render as render_table
 from benchmarks.harness.process import choose_names, choose_pinning
-from benchmarks.harness.stage_profile import profile_stage
+from benchmarks.harness.profiling import profile_stage
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
 

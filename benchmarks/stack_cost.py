@@ -9,7 +9,7 @@ On both generator schedulers, each on a new Loop, in ns, timed by pyperf
 (benchmarks/harness/pyperf_runs.py; the garbage collector off while timed):
 a call and return through D generators, a trap answered at once D
 generators deep, a reactor trip (``sleep(0)``), and for scale D plain
-function calls.  ``--profile``: benchmarks/harness/stage_profile.py.
+function calls.  ``--profile``: benchmarks/harness/profiling.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from benchmarks.harness import experiment, output, pyperf_runs
 from benchmarks.harness.process import realtime_self
 from benchmarks.harness.render import align, describe_machine
-from benchmarks.harness.stage_profile import profile_stage
+from benchmarks.harness.profiling import profile_stage
 from benchmarks.harness.summary import summarize
 from tinyloop.callbacks.loop import Loop
 from tinyloop.generators.scheduler import Scheduler
