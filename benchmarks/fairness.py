@@ -26,9 +26,9 @@ import time
 from collections.abc import Sequence
 
 from benchmarks.harness import experiment, output
-from benchmarks.harness import render as render_table
 from benchmarks.harness.process import choose_names, choose_pinning
 from benchmarks.harness.profiling import profile_stage
+from benchmarks.harness.render import align, describe_machine, number, spread_cell
 from tinyloop.coroutines.server import COMPUTE_ENV
 from tinyloop.testing import ServerProcess, recv_response
 
@@ -85,13 +85,11 @@ def measure(server: str, requests: int, compute_ms: int | None, prefix: Sequence
     with ServerProcess(stage, env=env, command=command) as proc:
         for _ in range(20):  # warm-up: imports, first connections, thread pool
             _fast_client(proc.address, 1, SEED, [])
-        stop = threading.Event()
-        computes = [0]
-        workers: list[threading.Thread] = []
+        stop, computes = threading.Event(), [0]
+        compute = threading.Thread(target=_compute_client, args=(proc.address, background, stop, computes),
+                                   daemon=True)
         if compute_ms is not None:
-            workers.append(threading.Thread(target=_compute_client, daemon=True,
-                                            args=(proc.address, background, stop, computes)))
-            workers[0].start()
+            compute.start()
             time.sleep(0.1)  # the compute load is running before we measure
         latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
         fast = [threading.Thread(target=_fast_client, daemon=True,
@@ -102,8 +100,8 @@ def measure(server: str, requests: int, compute_ms: int | None, prefix: Sequence
         for thread in fast:
             thread.join(TIMEOUT * requests)
         stop.set()
-        for thread in workers:
-            thread.join(TIMEOUT)
+        if compute.is_alive():
+            compute.join(TIMEOUT)
     samples = sorted(s for per_client in latencies for s in per_client)
     record = {"server": server, "background": background}
     if len(samples) < 2:
@@ -126,10 +124,9 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
     header = ["server", "background load", "requests", "p50 ms", "p99 ms", "p99 min–max", "max ms",
               "computes"]
     rows = [[row["server"], "none" if row["background"] == "none" else f"1 client: GET {row['background']}",
-             *([render_table.number(row["requests"]), render_table.number(row["p50_ms"], 2),
-                render_table.number(row["p99_ms"], 2),
-                render_table.spread_cell((row.get("spread") or {}).get("p99_ms"), row.get("noisy"), 2),
-                render_table.number(row["max_ms"], 2), render_table.number(row["computes"])]
+             *([number(row["requests"]), number(row["p50_ms"], 2), number(row["p99_ms"], 2),
+                spread_cell((row.get("spread") or {}).get("p99_ms"), row.get("noisy"), 2),
+                number(row["max_ms"], 2), number(row["computes"])]
                if row.get("p99_ms") is not None else [row.get("note") or "failed", *[""] * 5])]
             for row in data["rows"]]
     return header, rows
@@ -138,10 +135,10 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
 def render(data: dict) -> str:
     """The rows of ``data`` (this script's JSON) as an aligned text table, with how it was measured."""
     settings = data["settings"]
-    return "\n".join([*render_table.align(*table(data)), "",
+    return "\n".join([*align(*table(data)), "",
                       f"{settings['clients']} fast keep-alive clients, {settings['requests']} GET / per run, "
                       "1-10 ms pauses; latency measured by the client.",
-                      render_table.describe_machine(data)]) + "\n"
+                      describe_machine(data)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
