@@ -4,17 +4,11 @@
     python -m benchmarks.workers              aio, epoll and uvloop-protocol, three layouts each,
                                               3 interleaved repetitions of 5 s (about 3 minutes)
     python -m benchmarks.workers --quick      a smoke run: 1 repetition of 1 s (about 20 seconds)
-    python -m benchmarks.workers --table      write the Markdown table again from the JSON
 
-Three layouts per server, so that processes and cores can be told apart: 1
-worker on 1 core, 2 workers on that same core (more processes, no more CPU:
-the control), 2 workers on 2 cores (with 3 or more CPUs wrk gets a core of
-its own; on 2, the table's "shared" says wrk shares one with a worker).
-Every core is accounted for: the server's CPU seconds (supervisor and
-workers, from /proc) and wrk's (getrusage of the reaped child), over the
-run's length.  No raised priority: under SCHED_FIFO two workers on one core
-took turns by whole batches (p99 about 1 s), so run it on a quiet machine.
-Writes workers.json and workers.md by the harness's output rule.
+The layouts and the columns: chapters/realworld/workers.md.  The server's CPU
+seconds count the supervisor and every worker; wrk's come from getrusage of
+the reaped child.  No raised priority: under SCHED_FIFO two workers on one
+core took turns by whole batches (p99 about 1 s), so run it on a quiet machine.
 (``--serve NAME --workers N --port P`` starts the uvloop peer on N workers.)
 """
 
@@ -22,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import resource
@@ -31,14 +24,16 @@ import signal
 import socket
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
-from benchmarks.harness.layout import cpu_list, taskset
+from benchmarks.harness.layout import cpu_list, taskset, usable_cpus
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import warm_up
+from benchmarks.harness.render import machine_line
 from benchmarks.harness.render import markdown as table
 from benchmarks.loads import Settings
 from benchmarks.realworld.services import process_tree_cpu
@@ -50,12 +45,12 @@ DEFAULTS = {"duration": 5.0, "repeat": 3, "warmup": 1000}
 QUICK = {"duration": 1.0, "repeat": 1, "warmup": 50}
 SOCKET_TIMEOUT = 5.0
 WRK = loads.get("wrk")  # wrk -t1 -c 100 --latency, keep-alive
+FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "server_cores_busy", "wrk_core_busy", "busiest_worker_share")
 
 _LISTENING = re.compile(r"worker \d+ of \d+ listening \(pid (\d+)\)")
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """Where one run's processes may run: ``workers`` server processes on
     ``server_cpus``, wrk on ``load_cpu``; ``shared`` when wrk's CPU is one of the server's."""
 
@@ -66,11 +61,6 @@ class Layout:
     @property
     def shared(self) -> bool:
         return self.load_cpu in self.server_cpus
-
-    @property
-    def label(self) -> str:
-        cores = len(self.server_cpus) if self.server_cpus else "any"
-        return f"{self.workers} worker{'s' if self.workers > 1 else ''}, {cores} core{'s' if cores != 1 else ''}"
 
 
 def layouts(cpus: list[int], pin: bool) -> list[Layout]:
@@ -97,11 +87,8 @@ def server_for(name: str, count: int) -> Server:
 
 
 def serve_uvloop(listener: socket.socket) -> None:
-    """One worker of the uvloop-protocol peer: the aio stage's Protocol on uvloop, until SIGTERM.
-
-    As tinyloop.aio.server.run_stage does on our loop, SIGTERM goes through
-    the loop (add_signal_handler) and cancels the main task between callbacks.
-    """
+    """One worker of the uvloop-protocol peer: the aio stage's Protocol on uvloop, until SIGTERM,
+    which (as tinyloop.aio.server.run_stage does) cancels the main task between callbacks."""
     import uvloop
 
     from tinyloop.aio.server import serve_on
@@ -119,13 +106,12 @@ def serve_uvloop(listener: socket.socket) -> None:
 def measure(server: Server, layout: Layout, settings: Settings, warmup: int, workdir: Path) -> dict:
     """Start ``server`` in ``layout``, warm every worker, run wrk once, stop it; return the run's record."""
     record: dict = {"server": server.name, "workers": layout.workers, "server_cpus": list(layout.server_cpus),
-                    "load_cpu": layout.load_cpu, "status": "error", "note": None, "rps": None, "p50_ms": None,
-                    "p99_ms": None, "completed": None, "failed": None, "seconds": None, "server_cpu_s": None,
-                    "worker_cpu_s": None, "wrk_cpu_s": None}
-    server_prefix = taskset(cpu_list(layout.server_cpus))
-    load_prefix = taskset(None if layout.load_cpu is None else str(layout.load_cpu))
+                    "load_cpu": layout.load_cpu, "status": "error", "note": None,
+                    "layout": f"{layout.workers} on {list(layout.server_cpus)}, wrk on {layout.load_cpu}",
+                    **dict.fromkeys(("completed", "failed", "seconds", "server_cpu_s", "worker_cpu_s",
+                                     "wrk_cpu_s", *FIGURES))}
     try:
-        process = servers.launch(server, server_prefix)
+        process = servers.launch(server, taskset(cpu_list(layout.server_cpus)))
     except RuntimeError as error:
         record["note"] = "did not start: " + " | ".join(str(error).strip().splitlines()[:3])
         return record
@@ -138,17 +124,16 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
             if failure is not None:
                 record["status"], record["note"] = failure
                 return record
-        pids = [int(match.group(1)) for line in process.stderr_lines for match in [_LISTENING.search(line)] if match]
+        pids = [int(match[1]) for line in process.stderr_lines if (match := _LISTENING.search(line))]
         before, before_workers = process_tree_cpu(process.pid), [process_tree_cpu(pid) for pid in pids]
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        result, _, output = loads.run(WRK, f"http://{process.host}:{process.port}/", settings, workdir,
-                                      load_prefix)
+        load_prefix = taskset(None if layout.load_cpu is None else str(layout.load_cpu))
+        result, _, _ = loads.run(WRK, f"http://{process.host}:{process.port}/", settings, workdir, load_prefix)
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         after, after_workers = process_tree_cpu(process.pid), [process_tree_cpu(pid) for pid in pids]
         record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
-                      failed=result.failed, seconds=result.seconds)
-        record["server_cpu_s"] = round(after - before, 3)
-        record["worker_cpu_s"] = [round(a - b, 3) for a, b in zip(after_workers, before_workers)] or None
+                      failed=result.failed, seconds=result.seconds, server_cpu_s=round(after - before, 3),
+                      worker_cpu_s=[round(a - b, 3) for a, b in zip(after_workers, before_workers)] or None)
         # wrk is the only child reaped while it ran (servers are reaped when stopped).
         record["wrk_cpu_s"] = round((children_after.ru_utime + children_after.ru_stime)
                                     - (children_before.ru_utime + children_before.ru_stime), 3)
@@ -158,24 +143,18 @@ def measure(server: Server, layout: Layout, settings: Settings, warmup: int, wor
             record["status"], record["note"] = "timeout", result.error or "no response"
         else:
             record["status"], record["note"] = "ok", result.error
-        if result.completed is None and record["status"] == "error":
-            record["note"] = record["note"] or (output.strip().splitlines()[-1:] or ["no output"])[0]
-        return record
+        return {**record, **_figures(record)}
     finally:
         process.stop()
 
 
-FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "server_cores_busy", "wrk_core_busy", "busiest_worker_share")
-
-
-def _per_run(record: dict) -> dict:
-    """``record`` with the figures a row takes the median of: CPU per request, each side's busy cores,
-    and the busiest worker's share of the workers' CPU time (None where a run cannot say)."""
+def _figures(record: dict) -> dict:
+    """The figures a row takes the median of: CPU per request, each side's busy cores, and the
+    busiest worker's share of the workers' CPU time (None where a run cannot say)."""
     cpu, seconds, completed, shares = (record["server_cpu_s"], record["seconds"], record["completed"],
                                        record["worker_cpu_s"])
     timed = cpu is not None and bool(seconds) and bool(completed)
-    return {**record, "layout": f"{record['workers']} on {record['server_cpus']}, wrk on {record['load_cpu']}",
-            "cpu_us_per_req": cpu * 1e6 / completed if timed else None,
+    return {"cpu_us_per_req": cpu * 1e6 / completed if timed else None,
             "server_cores_busy": cpu / seconds if timed else None,
             "wrk_core_busy": record["wrk_cpu_s"] / seconds if record["wrk_cpu_s"] is not None and seconds else None,
             "busiest_worker_share": max(shares) / sum(shares) if shares and len(shares) > 1 and sum(shares) else None}
@@ -184,11 +163,10 @@ def _per_run(record: dict) -> dict:
 def summarize(records: list[dict]) -> list[dict]:
     """One row per (server, layout), in run order: the harness's fold of its runs (medians of the ok
     ones), and req/s against the same server's 1-worker row."""
-    runs = [_per_run(record) for record in records]
-    base = next((run["layout"] for run in runs if run["workers"] == 1), None)
-    folded = experiment.fold(runs, "server", "layout", FIGURES, deciding=("rps",), baseline=base, ratios=("rps",))
+    base = next((run["layout"] for run in records if run["workers"] == 1), None)
+    folded = experiment.fold(records, "server", "layout", FIGURES, deciding=("rps",), baseline=base, ratios=("rps",))
     rows = {}
-    for run in runs:
+    for run in records:
         summary = folded[run["server"]][run["layout"]]
         rows.setdefault((run["server"], run["layout"]), {
             "server": run["server"], "workers": run["workers"], "server_cpus": run["server_cpus"],
@@ -203,7 +181,7 @@ def _cell(value: float | None, digits: int = 0, suffix: str = "") -> str:
 
 def markdown(data: dict) -> str:
     """The table the book includes: one row per server and layout, then what the columns mean."""
-    machine, settings = data["machine"], data["settings"]
+    settings = data["settings"]
     how = (f"median of {settings['repeat']}" if settings["repeat"] > 1 else "1 run")
     if settings["quick"]:
         how += " (`--quick`: a smoke run, not a measurement)"
@@ -220,8 +198,7 @@ def markdown(data: dict) -> str:
     header = ["server", "workers", "server CPUs", "wrk CPU", "req/s", "× 1 worker", "p50 ms", "p99 ms",
               "server CPU µs/req", "server cores busy", "wrk core busy", "busiest worker"]
     return "\n".join([
-        f"`{data['command']}`: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['system']} "
-        f"{machine['kernel']}, {machine['python']}; `{data['load']['command']}`, {how}; {data['date'][:10]}.", "",
+        f"`{data['command']}`: {machine_line(data)}; `{data['load']['command']}`, {how}; {data['date'][:10]}.", "",
         *table(header, rows), "",
         "*server cores busy*: the CPU seconds of the supervisor and all its workers over the run's length "
         "(1.00 is one core, all the time); *wrk core busy*: the same for wrk; *busiest worker*: the share "
@@ -229,22 +206,19 @@ def markdown(data: dict) -> str:
         "*(shared)*: wrk runs on a CPU the workers may use too, so wrk and a worker take turns on it."]) + "\n"
 
 
-def conclusion(rows: list[dict]) -> str:
+def conclusion(data: dict) -> str:
     """The run in one line: each server's 2 workers on 2 cores against its 1 worker, in req/s."""
-    parts = [f"{row['server']} {row['rps_ratio']:.2f}×" for row in rows
+    parts = [f"{row['server']} {row['rps_ratio']:.2f}×" for row in data["rows"]
              if row["workers"] == 2 and len(row["server_cpus"]) != 1 and row["rps_ratio"] is not None]
-    return ("2 workers on 2 cores, req/s against 1 worker: " + ", ".join(parts)) if parts else \
-        "2 workers on 2 cores: no row measured"
+    return experiment.sentence("2 workers on 2 cores, req/s against 1 worker", parts,
+                               "2 workers on 2 cores: no row measured")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     parser = experiment.parser("workers", __doc__, repeat=DEFAULTS["repeat"])
     parser.add_argument("--servers", default=",".join(SERVERS),
                         help=f"comma list of stages, or uvloop-protocol (default {','.join(SERVERS)})")
     parser.add_argument("--duration", type=float, help=f"wrk's -d in seconds (default {DEFAULTS['duration']:g})")
-    parser.add_argument("--table", action="store_true",
-                        help="only write the Markdown table again from the JSON (--out's, or with --reference the book's)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -252,19 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:  # the uvloop peer on several workers (see server_for)
         return workers.supervise(args.serve, serve_uvloop, "127.0.0.1", args.port, args.workers)
     out = output.json_path(parser, args, "workers.json")
-    if args.table:
-        path = output.write_text(markdown(json.loads(out.read_text(encoding="utf-8"))), out.with_suffix(".md"))
-        print(f"wrote {output.relative(path)}")
-        return 0
     if missing := workers.reuse_port_missing():
         raise SystemExit(f"benchmarks.workers: {missing}")
-    if shutil.which("wrk") is None:
-        raise SystemExit("benchmarks.workers: wrk not found (Debian: apt-get install wrk; or bash scripts/setup.sh)")
-    base = QUICK if args.quick else DEFAULTS
-    repeat = args.repeat or int(base["repeat"])
-    settings = Settings(requests={}, duration=args.duration or base["duration"], socket_timeout=SOCKET_TIMEOUT,
-                        run_timeout=60.0)
-    cpus = sorted(os.sched_getaffinity(0))
+    experiment.require("workers", "wrk")
+    pick = experiment.settings(parser, args, DEFAULTS, QUICK)
+    settings = Settings(requests={}, duration=pick["duration"], socket_timeout=SOCKET_TIMEOUT, run_timeout=60.0)
+    cpus = usable_cpus()
     pin = not args.no_pin and shutil.which("taskset") is not None and len(cpus) >= 2
     plan = layouts(cpus, pin)
     if pin:
@@ -272,37 +239,31 @@ def main(argv: list[str] | None = None) -> int:
         if plan[-1].shared:
             print(f"note: {len(cpus)} CPUs: with 2 workers on CPUs {cpus[0]},{cpus[1]} wrk shares CPU "
                   f"{plan[-1].load_cpu} with one of them", flush=True)
-    chosen = []
-    for name in (name.strip() for name in args.servers.split(",") if name.strip()):
-        if note := servers.prepare(server_for(name, 1)):
-            print(f"skip {name}: {note}")
-        else:
-            chosen.append(name)
+    chosen, _ = experiment.prepared([name for name in args.servers.split(",") if name],
+                                    lambda name: servers.prepare(server_for(name, 1)))
     cells = [(name, layout) for name in chosen for layout in plan]
-    print(f"{len(cells)} cells x {repeat} repetitions of {settings.duration:g} s; "
-          f"about {len(cells) * repeat * (settings.duration + 1.5) / 60:.1f} min", flush=True)
+    print(f"{len(cells)} cells x {pick['repeat']} repetitions of {settings.duration:g} s; "
+          f"about {len(cells) * pick['repeat'] * (settings.duration + 1.5) / 60:.1f} min", flush=True)
     clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-workers-") as workdir:
         records = experiment.interleave(
-            cells, repeat, lambda cell: measure(server_for(cell[0], cell[1].workers), cell[1], settings,
-                                                int(base["warmup"]), Path(workdir)),
-            lambda cell: f"{cell[0]} {cell[1].label}",
+            cells, pick["repeat"], lambda cell: measure(server_for(cell[0], cell[1].workers), cell[1], settings,
+                                                        pick["warmup"], Path(workdir)),
+            lambda cell: f"{cell[0]} {cell[1].workers} on CPUs {cpu_list(cell[1].server_cpus) or 'any'}",
             lambda r: f"{r['rps']:.0f} req/s, server {r['server_cpu_s']} s CPU, wrk {r['wrk_cpu_s']} s")
     data = experiment.document(
         "workers", argv, clock,
-        settings={"quick": args.quick, "repeat": repeat, "duration_s": settings.duration,
-                  "warmup_requests": int(base["warmup"]), "pinned": pin,
+        settings={"quick": args.quick, "repeat": pick["repeat"], "duration_s": settings.duration,
+                  "warmup_requests": pick["warmup"], "pinned": pin,
                   "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
                                 "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
-        tools={key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")})
-    data.update(load={"name": WRK.name, "title": WRK.title,
-                      "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
-                servers={name: {"workers_1": display(server_for(name, 1).argv),
-                                "workers_2": display(server_for(name, 2).argv)} for name in chosen},
-                runs=records, rows=summarize(records), elapsed_s=clock.elapsed())
-    text = markdown(data)
-    experiment.finish(data, out, text, conclusion(data["rows"]), extra={out.with_suffix(".md"): text})
-    return 0
+        tools={key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")},
+        load={"name": WRK.name, "title": WRK.title,
+              "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},
+        servers={name: {"workers_1": display(server_for(name, 1).argv),
+                        "workers_2": display(server_for(name, 2).argv)} for name in chosen},
+        runs=records, rows=summarize(records))
+    return experiment.conclude(data, out, clock, markdown, conclusion, ".md")
 
 
 if __name__ == "__main__":

@@ -314,7 +314,7 @@ def test_benchmark_table_is_generated_from_the_json() -> None:
     root = Path(__file__).resolve().parent.parent
     data = json.loads((root / "benchmarks/results/workers.json").read_text(encoding="utf-8"))
     assert (root / "benchmarks/results/workers.md").read_text(encoding="utf-8") == markdown(data), \
-        "regenerate the table: python -m benchmarks.workers --table --reference"
+        "re-render the table from the committed JSON: benchmarks.workers.markdown(json.load(...))"
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
 
 
