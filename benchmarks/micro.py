@@ -5,31 +5,24 @@
     python -m benchmarks.micro --quick            a short look (few processes, short values)
     python -m benchmarks.micro --event-loops asyncio,aio --ops call_soon,sleep0 [any pyperf option]
 
-The loops: stdlib asyncio, uvloop, tinyloop.aio and tinyloop.uv, and, for the
-two operations that need no tasks, Part II's callbacks reactor.  Writes
-pyperf's own JSON (every value of every process, for ``python -m pyperf
-stats``) as micro-pyperf.json, and the summary (median time per operation,
-operations per second, ratio to asyncio, spread) as micro.json, by the
-harness's output rule; the book renders the reference's ({bench-micro}).
+benchmarks/README.md describes the operations, the loops and the output
+(pyperf's own JSON beside micro.json); the book renders the reference's ({bench-micro}).
 """
 
-# pyperf times each operation (benchmarks/harness/pyperf_runs.py): each
-# function runs ``loops`` operations and returns the seconds they took; loop
-# set-up and tear-down stay outside the timed region, the work the loop does
-# because of the operation (running the callback, dropping the cancelled
-# timer) inside it.  Loops come from peers/echo_server.py's LOOPS.
+# Each time function runs ``loops`` operations and returns the seconds they
+# took: loop set-up and tear-down outside, the work the loop does because of
+# the operation (running the callback, dropping the cancelled timer) inside.
 
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness import experiment, output, pyperf_runs
+from benchmarks.harness.layout import usable_cpus
 from benchmarks.harness.machine import package_version
 from benchmarks.harness.process import choose_names, realtime_self
 from benchmarks.harness.render import DASH, align, machine_line, number, spread_cell
@@ -58,8 +51,6 @@ def noop() -> None:
 async def _nothing() -> None:
     return None
 
-
-# --- the operations: each runs ``loops`` of one and returns the seconds taken ---
 
 def _batches(loops: int, factory: Callable[[], Any], schedule: Callable[[Any, int], None]) -> float:
     """Seconds for ``loops`` operations on a new loop: ``schedule(loop, n)`` queues a batch of
@@ -158,8 +149,6 @@ TIMINGS = [pyperf_runs.Timing(f"{op}[{loop}]", _timed, (op, loop))
            for op, loop in benchmarks(list(LOOP_NAMES), list(OPERATIONS))]
 
 
-# --- the summary ------------------------------------------------------------
-
 def summarize(values: dict[tuple[str, str], list[float]], baseline: str = BASELINE) -> dict[str, dict[str, dict]]:
     """``{operation: {loop: row}}`` from each benchmark's values (seconds per operation).
 
@@ -222,16 +211,11 @@ def conclusion(data: dict) -> str:
     """The run in one line: each operation's fastest loop, with its time against asyncio's."""
     parts = []
     for op, by_loop in data["results"].items():
-        timed = {loop: row["median_ns"] for loop, row in by_loop.items() if row.get("median_ns")}
-        if timed:
-            best = min(timed, key=timed.get)
-            ratio = by_loop[best].get("ratio")
-            parts.append(f"{op} {best}" + (f" {ratio:.2f}× asyncio" if ratio else ""))
-    return ("fastest loop per operation: " + ", ".join(parts)) if parts else "micro: nothing measured"
+        best = min(by_loop, key=lambda loop: by_loop[loop]["median_ns"])
+        ratio = by_loop[best]["ratio"]
+        parts.append(f"{op} {best}" + (f" {ratio:.2f}× asyncio" if ratio else ""))
+    return experiment.sentence("fastest loop per operation", parts)
 
-
-
-# --- the command line --------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("micro", __doc__, repeat=None, pin=False)
@@ -242,14 +226,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{key.replace('_', '-')}", type=float if key == "min_time" else int,
                             help=f"pyperf's (default {DEFAULT_PYPERF[key]}; --quick {QUICK_PYPERF[key]})")
     parser.add_argument("--affinity", help="pyperf's: the workers' CPUs (default the first usable CPU)")
-    shown = list(sys.argv[1:] if argv is None else argv)
-    args, extra = parser.parse_known_args(shown)  # the rest is pyperf's (--rigorous, --loops ...)
+    args, extra = parser.parse_known_args(argv)  # the rest is pyperf's (--rigorous, --loops ...)
     out = output.json_path(parser, args, "micro.json")
-    pick = {key: (QUICK_PYPERF if args.quick else DEFAULT_PYPERF)[key] if getattr(args, key) is None
-            else getattr(args, key) for key in DEFAULT_PYPERF}
-    if args.affinity is None and len(os.sched_getaffinity(0)) >= 2:
-        args.affinity = str(min(os.sched_getaffinity(0)))
+    pick = experiment.settings(parser, args, DEFAULT_PYPERF, QUICK_PYPERF, least={"warmups": 0})
+    if args.affinity is None and len(usable_cpus()) >= 2:
+        args.affinity = str(usable_cpus()[0])
     options = [*(f"--{key.replace('_', '-')}={value}" for key, value in pick.items()), *extra]
+    if args.affinity:
+        options.append(f"--affinity={args.affinity}")
     loops = choose_names(args.event_loops, list(LOOP_NAMES), "loop", list(LOOP_NAMES))
     ops = choose_names(args.ops, list(OPERATIONS), "operation", list(OPERATIONS))
     skipped: dict[str, str] = {}
@@ -264,20 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     pyperf_json = (output.LOCAL if out.parent == output.RESULTS else out.parent) / f"{out.stem}-pyperf.json"
     pairs = benchmarks([name for name in loops if name not in skipped], ops)
     clock = experiment.Clock()
-    values = pyperf_runs.run("benchmarks.micro:TIMINGS", [f"{op}[{loop}]" for op, loop in pairs],
-                             [*options, *([f"--affinity={args.affinity}"] if args.affinity else [])], keep=pyperf_json)
+    values = pyperf_runs.run("benchmarks.micro:TIMINGS", [f"{op}[{loop}]" for op, loop in pairs], options,
+                             keep=pyperf_json)
     baseline = BASELINE if BASELINE in loops and BASELINE not in skipped else None
     data = experiment.document(
-        "micro", shown, clock, tools={name: package_version(name) for name in ("pyperf", "uvloop")},
+        "micro", argv, clock, tools={name: package_version(name) for name in ("pyperf", "uvloop")},
         settings={"quick": args.quick, "processes": pick["processes"], "values": pick["values"],
                   "warmups": pick["warmups"], "min_time_s": pick["min_time"], "affinity": args.affinity,
-                  "batch": BATCH, "process": where})
-    data.update(baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
-                loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
-                results=summarize({pair: values[f"{pair[0]}[{pair[1]}]"] for pair in pairs}, baseline or ""),
-                pyperf_json=output.relative(pyperf_json), elapsed_s=clock.elapsed())
-    experiment.finish(data, out, format_text(data), conclusion(data))
-    return 0
+                  "batch": BATCH, "process": where},
+        baseline=baseline, operations=[{"name": op, "what": OPERATIONS[op][1]} for op in ops],
+        loops=[{"name": name, "skipped": skipped.get(name)} for name in loops],
+        results=summarize({pair: values[f"{pair[0]}[{pair[1]}]"] for pair in pairs}, baseline or ""),
+        pyperf_json=output.relative(pyperf_json))
+    return experiment.conclude(data, out, clock, format_text, conclusion, None)
 
 
 if __name__ == "__main__":
