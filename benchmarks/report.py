@@ -31,7 +31,7 @@ from benchmarks.harness.output import LOCAL, RESULTS
 from benchmarks.harness.render import DASH, describe_machine
 from benchmarks.harness.summary import NOISE  # the one noise rule
 
-__all__ = ["FOOTNOTES", "describe_machine", "footnotes", "format_text", "load", "plot", "server_names", "table"]
+__all__ = ["FOOTNOTES", "footnotes", "format_text", "load", "plot", "server_names", "table"]
 
 SCHEMA = 1
 

@@ -26,6 +26,7 @@ import json
 import os
 import re
 from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 from docutils import nodes
@@ -37,8 +38,8 @@ from sphinx.util.docutils import SphinxDirective
 from book_tables import table
 
 __all__ = ["BenchChartDirective", "BenchJourneyDirective", "BenchFairnessDirective", "BenchIdleDirective",
-           "BenchPlotDirective", "BenchTableDirective", "bullets", "command_line", "known_servers", "load_names",
-           "setup", "split_servers"]
+           "BenchPlotDirective", "BenchTableDirective", "ResultsDirective", "bullets", "command_line",
+           "known_servers", "load_names", "machine_note", "setup", "split_servers"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def _code_spans(text: str) -> list[nodes.Node]:
             for index, part in enumerate(text.split("``")) if part]
 
 
-class _ResultsDirective(SphinxDirective):
+class ResultsDirective(SphinxDirective):
     """A directive rendered from an experiment's JSON: a subclass names its reader (``script``), the
     JSON under benchmarks/results/, the config value pointing elsewhere, the command that writes it
     and a word for the note; ``render(script, data)`` builds the nodes."""
@@ -128,7 +129,7 @@ class _ResultsDirective(SphinxDirective):
         return []
 
 
-class _BenchDirective(_ResultsDirective):
+class _BenchDirective(ResultsDirective):
     """The main run's directives: benchmarks/report.py reads latest.json; ``show`` builds the nodes."""
 
     option_spec = {"load": directives.unchanged_required, "servers": _name_list}
@@ -167,11 +168,13 @@ class _BenchDirective(_ResultsDirective):
         raise NotImplementedError
 
 
-def _machine(report: ModuleType, data: dict) -> nodes.paragraph:
-    """The line under a table or plot: which results these are, and where measured."""
+def machine_note(data: dict, describe: Callable[[dict], str] | None = None) -> nodes.paragraph:
+    """The line under a table or plot: where the results were measured (``describe(data)``, default
+    the harness's render.describe_machine), and which results file the book shows."""
+    describe = describe or importlib.import_module("benchmarks.harness.render").describe_machine
     line = nodes.paragraph(classes=["book-bench-machine"])
     line += nodes.emphasis("Measured on: ", "Measured on: ")
-    line += nodes.Text(report.describe_machine(data))
+    line += nodes.Text(describe(data))
     source = data.get("_book_source")
     if source:
         line += nodes.Text(" (")
@@ -221,7 +224,7 @@ class BenchTableDirective(_BenchDirective):
             notes.append(report.FOOTNOTES[key])
         return [table(header, rows, title=f"{load}: {entry['title']}", classes=["book-bench"], numeric_from=1),
                 command_line("Command: ", entry["command"]), *([bullets(notes)] if notes else []),
-                _machine(report, data)]
+                machine_note(data)]
 
 
 class BenchPlotDirective(_BenchDirective):
@@ -254,7 +257,7 @@ class BenchPlotDirective(_BenchDirective):
         figure += nodes.image(uri=uri, alt=alt)
         caption = f"{load or 'Every load'}: requests per second and server CPU time per request."
         figure += nodes.caption(caption, caption)
-        figure += nodes.legend("", _machine(report, data))
+        figure += nodes.legend("", machine_note(data))
         return [figure]
 
 
@@ -338,7 +341,7 @@ def _chart_node(svg: str, caption: str, report: ModuleType, data: dict) -> nodes
     figure = nodes.figure(classes=["book-bench-chart"])
     figure += nodes.raw("", svg, format="html")
     figure += nodes.caption(caption, caption)
-    figure += nodes.legend("", _machine(report, data))
+    figure += nodes.legend("", machine_note(data))
     return figure
 
 
@@ -396,7 +399,7 @@ class BenchJourneyDirective(_BenchDirective):
                 _chart_node(chart_svg(rows, CHART_FIGURES["cpu"][1], salt, missing), caption, report, data)]
 
 
-class BenchFairnessDirective(_ResultsDirective):
+class BenchFairnessDirective(ResultsDirective):
     """``{bench-fairness}``: the fairness benchmark's table, from its JSON."""
 
     script, results, config_value, what = ("benchmarks.fairness", "fairness.json",
@@ -406,10 +409,10 @@ class BenchFairnessDirective(_ResultsDirective):
     def render(self, script: ModuleType, data: dict) -> list[nodes.Node]:
         header, rows = script.table(data)
         return [table(header, rows, classes=["book-bench"], numeric_from=2),
-                _machine(importlib.import_module("benchmarks.report"), data)]
+                machine_note(data)]
 
 
-class BenchIdleDirective(_ResultsDirective):
+class BenchIdleDirective(ResultsDirective):
     """``{bench-idle}``: the idle-connections benchmark's table for one figure, from its JSON."""
 
     option_spec = {"figure": directives.unchanged}
@@ -426,7 +429,7 @@ class BenchIdleDirective(_ResultsDirective):
         out.append(command_line("Command: ", data["load_command"]))
         if figure in script.NOTES:
             out.append(nodes.paragraph(text=script.NOTES[figure], classes=["book-bench-notes"]))
-        out.append(_machine(importlib.import_module("benchmarks.report"), data))
+        out.append(machine_note(data))
         return out
 
 

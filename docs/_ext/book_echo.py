@@ -9,20 +9,19 @@
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 
-from book_bench import _machine, _ResultsDirective, bullets, command_line
+from book_bench import ResultsDirective, bullets, command_line, machine_note
 from book_tables import table
 
 __all__ = ["BenchEchoDirective", "BenchMicroDirective", "setup"]
 
 
-class BenchEchoDirective(_ResultsDirective):
+class BenchEchoDirective(ResultsDirective):
     """``{bench-echo}``: the echo benchmark's table for one message size, or for each."""
 
     option_spec = {"size": directives.positive_int}
@@ -45,7 +44,7 @@ class BenchEchoDirective(_ResultsDirective):
             out.append(table(header, rows, title=title, classes=["book-bench"], numeric_from=1))
         notes = script.notes(data) + [script.NOTES[key] for key in ("ratio", "cpu", "noisy")]
         return [*out, command_line("Load generator: ", data["client"]), bullets(notes),
-                _machine(importlib.import_module("benchmarks.report"), data)]
+                machine_note(data)]
 
 
 class BenchMicroDirective(BenchEchoDirective):
@@ -67,7 +66,7 @@ class BenchMicroDirective(BenchEchoDirective):
             header, rows = script.table(data, op["name"])
             out.append(table(header, rows, title=f"{op['name']}: {op['what']}",
                              classes=["book-bench"], numeric_from=1))
-        return [*out, command_line("Command: ", data["command"]), _machine(script, data)]
+        return [*out, command_line("Command: ", data["command"]), machine_note(data, script.describe_machine)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
