@@ -112,24 +112,26 @@ CPU_SOURCE = ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
               if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none")
 
 
-def warm_up(address: tuple[str, int], requests: int, timeout: float) -> tuple[str, str] | None:
-    """Send ``GET /`` ``requests`` times on one keep-alive connection: the first answer says the
-    server is up, the rest let it settle.  Returns None when every answer was 200 with the hello
-    body, else ``(status, note)`` for the run's record; each answer waits ``timeout`` seconds at most."""
+def warm_up(address: tuple[str, int], requests: int, timeout: float, *, path: str = "/",
+            body: bytes | None = HELLO) -> tuple[str, str] | None:
+    """Send ``GET path`` ``requests`` times on one keep-alive connection: the first answer says the
+    server is up, the rest let it settle.  Returns None when every answer was 200 with ``body``
+    (None: any body), else ``(status, note)`` for the run's record; each answer waits ``timeout``
+    seconds at most."""
     done = 0
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
             buffer = bytearray()
             for done in range(max(requests, 1)):
-                sock.sendall(b"GET / HTTP/1.1\r\nHost: warm-up\r\n\r\n")
-                status, _, body = recv_response(sock, buffer)
-                if status != 200 or body != HELLO:
-                    return "error", f"GET / answered {status} {body[:40]!r}"
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: warm-up\r\n\r\n".encode())
+                status, _, got = recv_response(sock, buffer)
+                if status != 200 or body not in (None, got):
+                    return "error", f"GET {path} answered {status} {got[:40]!r}"
     except (socket.timeout, TimeoutError):
         where = f" (warm-up request {done + 1})" if done else ""
-        return "timeout", f"no answer to GET / within {timeout:g} s{where}"
+        return "timeout", f"no answer to GET {path} within {timeout:g} s{where}"
     except (OSError, ValueError, IndexError) as error:
-        return "error", f"GET / failed: {error}"
+        return "error", f"GET {path} failed: {error}"
     return None
 
 
