@@ -130,7 +130,8 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict) -> dic
             return record
         messages, seconds, errors = int(result["messages"]), result["seconds"], int(result["errors"])
         cpu = None if before is None or after is None else after - before
-        record.update(messages=messages, seconds=seconds, errors=errors, cpu_s=None if cpu is None else round(cpu, 6),
+        record.update(messages=messages, seconds=seconds, errors=errors,
+                      cpu_s=None if cpu is None else round(cpu, 6),
                       msgs_per_s=_per(messages, seconds), cpu_us_per_msg=_per(cpu, messages, 1e6),
                       mib_per_s=_per(result["bytes"], seconds, 2**-20), server_busy=_per(cpu, seconds),
                       p50_us=result["p50_us"] if result["p50_us"] >= 0 else None,
@@ -141,7 +142,8 @@ def measure(server: Server, size: int, settings: Settings, pinning: dict) -> dic
             ("error", f"the server exited with code {exit_code} during the run") if exit_code is not None
             else ("error", f"{errors} of {settings.connections} connections failed "
                            "(closed, reset, or a wrong byte echoed)") if errors
-            else ("timeout", f"no message came back for {settings.timeout:g} s") if result["timeout"] or not messages
+            else ("timeout", f"no message came back for {settings.timeout:g} s")
+            if result["timeout"] or not messages
             else ("ok", None))
         return record
     finally:
@@ -203,7 +205,8 @@ def notes(data: dict) -> list[str]:
     """The lines under the tables: what skipped or failed, and why."""
     out = [f"{s['name']}: skipped, {s['skipped']}" for s in data["servers"] if s.get("skipped")]
     for size, by_server in data["results"].items():
-        out += [f"{name} at {_size_label(int(size))}: {row['note']}" for name, row in by_server.items() if row["note"]]
+        out += [f"{name} at {_size_label(int(size))}: {row['note']}"
+                for name, row in by_server.items() if row["note"]]
     return out
 
 
@@ -240,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=_sizes, default=[kib * 1024 for kib in SIZES_KIB],
                         help="message sizes in KiB, comma list (default 1,10,100)")
     parser.add_argument("--duration", type=float, help=f"seconds per run (default {DEFAULTS['duration']:g})")
-    parser.add_argument("--warmup", type=float, help=f"seconds of unmeasured echo first (default {DEFAULTS['warmup']:g})")
+    parser.add_argument("--warmup", type=float,
+                        help=f"seconds of unmeasured echo first (default {DEFAULTS['warmup']:g})")
     parser.add_argument("--connections", type=int, default=CONNECTIONS,
                         help=f"concurrent connections, 1 to 1024 (default {CONNECTIONS})")
     parser.add_argument("--timeout", type=float,
@@ -251,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     pick = experiment.settings(parser, args, DEFAULTS, QUICK)
     if not 1 <= args.connections <= 1024:
         parser.error(f"--connections must be 1 to 1024, got {args.connections}")
-    settings, repeat = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections), int(pick["repeat"])
+    settings = Settings(pick["duration"], pick["warmup"], pick["timeout"], args.connections)
+    repeat = int(pick["repeat"])
     candidates = [_PEERS[name] for name in choose_names(args.servers, list(_PEERS), "server", list(_PEERS))]
     ready, skipped = experiment.prepared(candidates, servers.prepare, None if args.list else "echo")
     client_note = prepare_client()
@@ -272,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"busy {r['server_busy'] or 0:.2f}")
     baseline = BASELINE if any(s.name == BASELINE for s in ready) else None
     client = display(client_command(0, 1024, settings.duration, settings, Path("echo_client")))
+    client = client.replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES")
     data = experiment.document(
         "echo", argv, clock, pinning=pinning,
         tools={**servers.tool_versions(), "echo_client": "benchmarks/peers/c/echo_client.c"},
@@ -280,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                   "connections": settings.connections, "sizes": args.sizes, "cpu_source": CPU_SOURCE,
                   "order": "interleaved: each repetition runs every size on every server; a fresh server "
                            "process per run, warmed up first; figures are medians over repetitions"},
-        baseline=baseline, client=client.replace("--port 0", "--port PORT").replace("--size 1024", "--size BYTES"),
+        baseline=baseline, client=client,
         servers=[server.entry(skipped.get(server.name)) for server in candidates],
         runs=records, results=summarize(records, baseline))
     return experiment.conclude(data, out, clock, format_text, conclusion, None, keep_copy=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from benchmarks.harness.experiment import run_tool
 
-__all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get", "parse_ab",
-           "parse_wrk", "run"]
+__all__ = ["JSON_SCRIPT", "LOADS", "PIPELINE_SCRIPT", "Load", "Measurement", "Settings", "command", "get",
+           "parse_ab", "parse_wrk", "run"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,9 @@ def command(load: Load, url: str, settings: Settings, csv_path: Path | None = No
     receive error is a failed request, not the end), ``-q`` and ``-e csv_path`` (percentiles in ms)."""
     timeout = f"{settings.socket_timeout:g}"
     if load.tool == "ab":
-        return ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]), "-c", str(load.concurrency),
-                *(["-k"] if load.keepalive else []), *(["-e", str(csv_path)] if csv_path is not None else []), url]
+        return ["ab", "-q", "-r", "-s", timeout, "-n", str(settings.requests[load.name]),
+                "-c", str(load.concurrency), *(["-k"] if load.keepalive else []),
+                *(["-e", str(csv_path)] if csv_path is not None else []), url]
     argv = ["wrk", "-t1", "-c", str(load.concurrency), "-d", f"{settings.duration:g}s", "--timeout", f"{timeout}s",
             "--latency"]
     if load.pipeline > 1:  # the script's own arguments follow ``--`` (wrk hands them to init())
@@ -149,8 +150,9 @@ def parse_wrk(text: str) -> Measurement:
     report = json.loads(line[len(WRK_JSON_MARK):])
     completed, seconds, errors = report["requests"], report["duration_us"] / 1e6, report["errors"]
     p50, p99 = (report["latency_us"][p] / 1000 if completed else None for p in ("50", "99"))
-    return Measurement(completed=completed, failed=sum(errors.values()), rps=completed / seconds if seconds else None,
-                       p50_ms=p50, p99_ms=p99, seconds=seconds, timed_out=errors["timeout"] > 0 and not completed)
+    return Measurement(completed=completed, failed=sum(errors.values()), p50_ms=p50, p99_ms=p99, seconds=seconds,
+                       rps=completed / seconds if seconds else None,
+                       timed_out=errors["timeout"] > 0 and not completed)
 
 
 def run(load: Load, url: str, settings: Settings, workdir: Path,
@@ -181,7 +183,7 @@ def run(load: Load, url: str, settings: Settings, workdir: Path,
         # not the completed ones: some come out as 0.000.  Keep none of them.
         result.p50_ms = result.p99_ms = None
         result.timed_out = True
-        result.error = f"stopped after the {limit:g} s wall-clock limit" + (f"; {result.error}" if result.error else "")
+        result.error = "; ".join(filter(None, [f"stopped after the {limit:g} s wall-clock limit", result.error]))
     elif code != 0 and result.error is None:
         tail = output.strip().splitlines()[-1:] or ["no output"]
         result.error = f"{argv[len(prefix)]} exited with code {code}: {tail[0]}"

@@ -169,8 +169,8 @@ def format_text(data: dict, load_names: list[str] | None = None, *, markdown: bo
             out += [f"**{entry['name']}**: {entry['title']}", "", *render.markdown(header, rows), "",
                     f"Command: `{entry['command']}`", "", *(f"- {note}" for note in notes)]
         else:
-            out += [f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", "", *render.align(header, rows),
-                    *(f"  {note}" for note in notes), ""]
+            out += [f"{entry['name']}: {entry['title']}", f"  $ {entry['command']}", "",
+                    *render.align(header, rows), *(f"  {note}" for note in notes), ""]
     keys = (["ratio"] if baseline else []) + ["spread", "latency", "cpu", "failed"]
     if any(s.get("status") == "partial" for r in data.get("results", {}).values() for s in r.values()):
         keys.append("partial")
@@ -179,7 +179,8 @@ def format_text(data: dict, load_names: list[str] | None = None, *, markdown: bo
     out += [f"- {FOOTNOTES[key]}" for key in keys]
     if not baseline:
         out.append("- No ratios: asyncio-protocol was not in this run.")
-    return "\n".join([*out, "", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]) + "\n"
+    out += ["", f"Measured on: {describe_machine(data)}. Command: `{data.get('command', '')}`."]
+    return "\n".join(out) + "\n"
 
 
 # --- plots -----------------------------------------------------------------
@@ -235,11 +236,11 @@ def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description="Print a saved run's tables.")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description="A saved run's tables again.")
     parser.add_argument("json", nargs="?", type=Path, default=None,
                         help="results file (default: your last run, benchmarks/results/local/latest.json, "
                              "else the book's reference run, benchmarks/results/latest.json)")
-    parser.add_argument("--loads", type=lambda text: text.split(","), help="comma list of loads to print (default all)")
+    parser.add_argument("--loads", type=lambda text: text.split(","), help="comma list of loads (default all)")
     parser.add_argument("--markdown", type=Path, help="also write the tables (of --loads) as Markdown here")
     args = parser.parse_args(argv)
     path = args.json or (LOCAL / "latest.json" if (LOCAL / "latest.json").exists() else RESULTS / "latest.json")

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="latest", help="the results' file name without .json (default latest)")
     parser.add_argument("--plot", type=Path, help="where to draw the PNG (default: --out with .png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
-    parser.add_argument("--list", action="store_true", help="list the servers and loads, whether each can run, and exit")
+    parser.add_argument("--list", action="store_true", help="list the servers and loads, and whether each can run")
     return parser
 
 
@@ -250,7 +250,8 @@ def conclusion(data: dict) -> str:
     stage_names = [server["name"] for server in data["servers"] if server["kind"] == "stage"]
     least = experiment.least({name: row.get("cpu_us_per_req") for name, row in results.items()},
                              data.get("baseline"), 0, among=[name for name in results if name in stage_names])
-    return f"{load}: " + (f"server CPU per request, least among the stages: {least}" if least else "no stage measured")
+    return f"{load}: " + (f"server CPU per request, least among the stages: {least}" if least
+                          else "no stage measured")
 
 
 if __name__ == "__main__":

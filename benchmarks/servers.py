@@ -215,6 +215,7 @@ def tool_versions() -> dict[str, str | None]:
     """The version line of every program and library the numbers depend on (None: absent)."""
     versions: dict[str, str | None] = {  # version_line: None where the program does not run
         name: version_line(argv) for name, argv in (
-            ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]), ("node", ["node", "--version"]),
+            ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]),
+            ("node", ["node", "--version"]),
             ("cc", [os.environ.get("CC", "cc"), "--version"]), ("taskset", ["taskset", "--version"]))}
     return {**versions, "uvloop": package_version("uvloop"), "matplotlib": package_version("matplotlib")}
