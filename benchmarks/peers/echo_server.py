@@ -17,7 +17,7 @@ import importlib
 import signal
 from collections.abc import Callable
 
-from tinyloop.serving import announce, listen, log, stop_on_sigterm
+from tinyloop.serving import announce, listen, log
 
 __all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main", "stop_event"]
 
@@ -70,15 +70,9 @@ async def echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 def stop_event() -> asyncio.Event:
     """An Event the running loop sets on SIGTERM or SIGINT: await it, then shut down (this server's,
     and Part V's apps')."""
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    try:
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-    except NotImplementedError:
-        # Without signal handlers, SIGTERM becomes KeyboardInterrupt as in every stage's server, and
-        # asyncio.Runner cancels what is left on the way out.
-        stop_on_sigterm()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     return stop
 
 
