@@ -26,9 +26,8 @@ from tinyloop.testing import ServerProcess
 __all__ = ["BASELINE", "BUILD", "PEERS", "Server", "build_c", "c_peer", "choose", "go_peer", "import_note",
            "launch", "peer_argv", "peer_server", "prepare", "start", "stage_server", "tool_versions"]
 
-HERE = Path(__file__).resolve().parent
-PEER_DIR = HERE / "peers"
-BUILD = HERE / "build"
+PEER_DIR = Path(__file__).resolve().parent / "peers"
+BUILD = PEER_DIR.parent / "build"
 
 # The row every ratio in the table is relative to.
 BASELINE = "asyncio-protocol"
@@ -129,10 +128,9 @@ def choose(stage_names: str | None, peer_names: str | None) -> list[Server]:
     stage, and every peer but those only the tests ask for), stages first; an unknown name exits
     with the choices (harness.process.choose_names)."""
     every_stage = [stage.name for stage in stages.STAGES]
-    peers = process.choose_names(peer_names, list(_PEERS), "peer", [p.name for p in PEERS if p.default])
-    return ([stage_server(stages.get(name)) for name in process.choose_names(stage_names, every_stage, "stage",
-                                                                             every_stage)]
-            + [_PEERS[name] for name in peers])
+    chosen_stages = process.choose_names(stage_names, every_stage, "stage", every_stage)
+    chosen_peers = process.choose_names(peer_names, list(_PEERS), "peer", [p.name for p in PEERS if p.default])
+    return [stage_server(stages.get(name)) for name in chosen_stages] + [_PEERS[name] for name in chosen_peers]
 
 
 def prepare(server: Server) -> str | None:
