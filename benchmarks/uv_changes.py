@@ -1,28 +1,23 @@
 # benchmarks/uv_changes.py
 """Which move from Part III to Part IV bought how much: tinyloop.aio to tinyloop.uv, one step at a time.
 
-    python -m benchmarks.uv_changes                  every step, every load, 5 interleaved repetitions (about 4 minutes)
+    python -m benchmarks.uv_changes                  every step, every load, 5 interleaved repetitions
     python -m benchmarks.uv_changes --quick          a smoke run: short loads, 1 repetition (under a minute)
     python -m benchmarks.uv_changes --reference      the full run, written where the book reads it
-    python -m benchmarks.uv_changes --loads echo-1k --steps aio,uv --repeat 3
+    python -m benchmarks.uv_changes --steps uv/no-batching,uv --loads wrk,echo-10k --repeat 7
     python -m benchmarks.uv_changes --profile        where a request's time goes once the loop is in C
     python -m benchmarks.uv_changes --syscalls       system calls per request of each step, under strace
-    python -m benchmarks.uv_changes --syscalls --loads echo-10k   ... per echoed message of 10 KiB
     python -m benchmarks.uv_changes --serve uv/no-batching --app echo --port 8000   one server, by hand
 
-A *step* is a loop, and each adds one move to the step before it (STEPS,
-below).  Every step serves Part III's HTTP Protocol and the echo Protocol of
-benchmarks/peers/echo_server.py under ``wrk -t1 -c 100``, the same with 24
-requests pipelined per write, and TCP echo of 1 KiB messages; an HTTP run is
-benchmarks/run.py's ``measure``, an echo run benchmarks/echo.py's.  The
-figure is the server's own CPU time per request or message, with each step's
-speed-up over the step before and over ``aio``.  The loop's own operations
-(benchmarks/micro.py's) are timed on aio and uv by pyperf.
-
-Writes benchmarks/results/local/uv_changes.json and .md; ``--reference``
-writes the libuv chapter's.  ``--profile`` writes profile_uv.txt beside the
-JSON, ``--syscalls`` uv_changes_syscalls.txt (``strace -c -f`` on the server
-over one load, per answered request or echoed message).
+Each step (STEPS) adds one move to the step before it.  Every step serves
+Part III's HTTP Protocol under the ``wrk`` and ``wrk-pipeline`` loads
+(benchmarks/run.py's ``measure``) and benchmarks/peers/echo_server.py's
+Protocol under TCP echo of 1 KiB messages (benchmarks/echo.py's); the figure
+is the server's own CPU time per request or message.  The loop's own
+operations on aio and uv are benchmarks/micro.py's.  Writes uv_changes.json
+and .md by the harness's output rule; ``--profile`` writes profile_uv.txt
+beside them, ``--syscalls`` uv_changes_syscalls.txt (``strace -c -f`` on the
+server over one load, per answered request or echoed message).
 """
 
 from __future__ import annotations
@@ -31,22 +26,20 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import socket
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import echo, loads, micro, servers, syscalls, uv_variants
+from benchmarks import echo, loads, servers, syscalls, uv_variants
 from benchmarks import run as http_run
-from benchmarks.harness import experiment, output, pyperf_runs, strace, variants
+from benchmarks.harness import experiment, output, strace, summary, variants
 from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import layer, profile_summary, profiled, serve_until_sigterm
-from benchmarks.harness.render import machine_line
-from benchmarks.harness.summary import median_range
-from benchmarks.peers.echo_server import EchoProtocol
+from benchmarks.harness.render import DASH, footer, markdown, median_cell, number, quick_caption
+from benchmarks.peers import echo_server
 from tinyloop import stages
 from tinyloop.aio.server import serve_on
 from tinyloop.aio.unix_events import Loop as AioLoop
@@ -130,25 +123,18 @@ def prepare_builds(keys: list[str]) -> None:
         uv_variants.build(build)
 
 
-async def serve_echo(listener: socket.socket) -> None:
-    """Echo with benchmarks/peers/echo_server.py's Protocol on ``listener`` until cancelled,
-    then close the server and drop its clients."""
-    server = await asyncio.get_running_loop().create_server(EchoProtocol, sock=listener)
-    try:
-        await asyncio.get_running_loop().create_future()  # never done: wait for the cancellation
-    finally:
-        server.close()
-        if hasattr(server, "abort_clients"):
-            server.abort_clients()
-
-
 def serve(key: str, app: str, port: int, profile_to: str | None = None) -> int:
-    """Serve ``app`` ("http": HTTPProtocol, "echo": EchoProtocol) on step ``key``'s loop until SIGTERM."""
+    """Serve ``app`` on step ``key``'s loop until SIGTERM: "http", Part III's HTTPProtocol (under
+    cProfile with ``profile_to``), or "echo", benchmarks/peers/echo_server.py's Protocol."""
     step = _STEPS[key]
     if step.build is not None:
         uv_variants.use(step.build)
-    main = serve_echo if app == "echo" else (lambda sock: serve_on(sock, "protocol"))
-    return serve_until_sigterm(f"{app}:{key}", step.factory(), main, port, profile_to)
+    if app == "echo":
+        with asyncio.Runner(loop_factory=step.factory()) as runner:
+            runner.run(echo_server.serve(f"echo:{key}", "protocol", port))
+        return 0
+    return serve_until_sigterm(f"http:{key}", step.factory(), lambda sock: serve_on(sock, "protocol"), port,
+                               profile_to)
 
 
 def server(key: str, app: str) -> servers.Server:
@@ -178,8 +164,8 @@ def measure(key: str, load: str, value: dict, pinning: dict, workdir: Path) -> d
 
 
 def summarize(steps: list[str], load_names: list[str], records: list[dict]) -> list[dict]:
-    """One row per (load, step): median, min, max of CPU µs and of the rate over the runs that
-    succeeded; ``speedup_previous`` (``speedup_aio``) is the step above's (aio's) median CPU
+    """One row per (load, step): CPU µs and the rate over the runs that succeeded, as
+    summary.summarize's {median, min, max, noisy}; ``speedup_previous`` (``speedup_aio``) is the step above's (aio's) median CPU
     over this one's: above 1, this step costs less."""
     rows = []
     for load in load_names:
@@ -187,10 +173,10 @@ def summarize(steps: list[str], load_names: list[str], records: list[dict]) -> l
         for key in steps:
             runs = [r for r in records if r["load"] == load and r["step"] == key]
             ok = [r for r in runs if r["cpu_us"] is not None]
-            cpu = median_range([r["cpu_us"] for r in ok])
+            cpu = summary.summarize([r["cpu_us"] for r in ok])
             median = cpu["median"] if cpu else None
             rows.append({"load": load, "step": key, "runs": len(runs), "ok_runs": len(ok), "cpu_us": cpu,
-                         "rate": median_range([r["rate"] for r in ok]),
+                         "rate": summary.summarize([r["rate"] for r in ok]),
                          "notes": sorted({r["note"] for r in runs if r["note"]}),
                          "speedup_previous": previous / median if previous and median else None,
                          "speedup_aio": first / median if first and median else None})
@@ -199,93 +185,33 @@ def summarize(steps: list[str], load_names: list[str], records: list[dict]) -> l
     return rows
 
 
-# -- Per operation, timed by pyperf ---------------------------------------------------------------
-
-OPERATIONS = ("call_soon", "timer_cancel", "sleep0")  # benchmarks/micro.py's names
-
-
-def time_operation(loops: int, op: str, key: str) -> float:
-    """pyperf's time function: seconds of ``loops`` of micro.py's ``op`` on step ``key``'s loop."""
-    return micro.OPERATIONS[op][0](loops, _STEPS[key].factory())
-
-
-TIMINGS = [pyperf_runs.Timing(f"{op} [{key}]", time_operation, (op, key)) for op in OPERATIONS for key in ("aio", "uv")]
-
-
-def measure_micro(options: list[str], cpu: int | None) -> list[dict]:
-    """OPERATIONS on aio and uv by pyperf (its ``options``, workers on ``cpu``); ns per operation."""
-    values = pyperf_runs.run("benchmarks.uv_changes:TIMINGS", [timing.name for timing in TIMINGS], options, cpu=cpu)
-    rows = []
-    for op in OPERATIONS:
-        row = {"op": op, "what": micro.OPERATIONS[op][1], "unit": "ns"}
-        for key in ("aio", "uv"):
-            samples = [seconds * 1e9 for seconds in values[f"{op} [{key}]"]]
-            row[key] = {**median_range(samples), "samples": samples}
-        rows.append({**row, "speedup": row["aio"]["median"] / row["uv"]["median"]})
-    return rows
-
-
-# -- Rendering -----------------------------------------------------------------------------------
-
-def _cell(spread: dict | None, digits: int) -> str:
-    if not spread:
-        return "failed"
-    return f"{spread['median']:.{digits}f} ({spread['min']:.{digits}f}–{spread['max']:.{digits}f})"
-
-
 def _times(ratio: float | None) -> str:
-    return f"×{ratio:.2f}" if ratio is not None else "–"
-
-
-def _markdown(header: list[str], rows: list[list[str]], right_from: int) -> list[str]:
-    align = ["---" if i < right_from else "--:" for i in range(len(header))]
-    return ["| " + " | ".join(line) + " |" for line in (header, align, *rows)]
+    return DASH if ratio is None else f"×{ratio:.2f}"
 
 
 def render(data: dict) -> str:
     """The JSON's tables as Markdown (MyST), with their legend: the libuv chapter includes it whole."""
-    settings = data["settings"]
-    out = []
-    if settings.get("quick"):
-        out += ["*A `--quick` smoke run: runs too short and too few to compare steps by. The book's figures "
-                "come from the full run (`--reference`).*", ""]
-    measured = [load for load in data["plan"]["loads"] if any(row["load"] == load for row in data["rows"])]
-    if measured:
-        out += [f"Server CPU time per request (HTTP) or message (echo), in µs: median of {settings['repeat']} "
-                f"interleaved runs (min–max), server on one CPU, load generator on the other. Each step adds "
-                f"one move to the step above it; speed-up is the CPU time of the step above (or of `aio`) "
-                f"divided by this step's.", ""]
-    for load in measured:
+    out = [*quick_caption(data),
+           "Server CPU time per request (HTTP) or message (echo), in µs: median of the interleaved runs "
+           "(min–max). Each step adds one move to the step above it; speed-up is the CPU time of the step "
+           "above (or of `aio`) divided by this step's.", ""]
+    for load in data["plan"]["loads"]:
         unit = "message" if load in ECHO_SIZES else "request"
-        out += [f"**{LOAD_TITLES[load]}**", ""]
-        rows = [[f"`{row['step']}`", _STEPS[row["step"]].move, _cell(row["cpu_us"], 1),
-                 f"{row['rate']['median']:,.0f}" if row["rate"] else "–",
-                 _times(row["speedup_previous"]), _times(row["speedup_aio"])]
-                for row in data["rows"] if row["load"] == load]
-        out += _markdown(["step", "the move it adds", f"CPU µs per {unit}", f"{unit}s/s",
-                          "speed-up over the step above", "over aio"], rows, 2)
-        notes = [f"`{row['step']}`: {note}" for row in data["rows"] if row["load"] == load for note in row["notes"]]
-        out += [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
-    if data.get("micro"):
-        how = (f"in this process): ns of wall time per operation, median of {settings['micro_repeat']} (min–max), "
-               f"{settings['micro_ops']:,} operations each" if "micro_ops" in settings else  # the runs before pyperf
-               f"by pyperf): ns per operation, median of {len(data['micro'][0]['aio']['samples'])} values (min–max)")
-        out += [f"**The loop's own operations** (benchmarks/micro.py's timings, {how}.", ""]
-        rows = [[row["what"], _cell(row["aio"], 0), _cell(row["uv"], 0), _times(row["speedup"])]
-                for row in data["micro"]]
-        out += _markdown(["operation", "aio", "uv", "speed-up"], rows, 1) + [""]
-    out += [f"`{data['command']}`, {data['elapsed_s']:.0f} s; {data.get('machine_line') or machine_line(data)}; "
-            f"load average {data['load_average'][0]:.2f} at the start, {data['load_average'][1]:.2f} at the end."]
-    return "\n".join(out) + "\n"
+        rows = [row for row in data["rows"] if row["load"] == load]
+        table = [[f"`{row['step']}`", data["steps"][row["step"]]["move"], median_cell(row["cpu_us"], 1),
+                  number(row["rate"] and row["rate"]["median"]), _times(row["speedup_previous"]),
+                  _times(row["speedup_aio"])] for row in rows]
+        header = ["step", "the move it adds", f"CPU µs per {unit}", f"{unit}s/s", "speed-up over the step above",
+                  "over aio"]
+        notes = [f"- `{row['step']}`: {note}" for row in rows for note in row["notes"]]
+        out += [f"**{data['loads'][load]}**", "", *markdown(header, table, 2), "", *notes, *([""] if notes else [])]
+    return "\n".join([*out, footer(data)]) + "\n"
 
 
 def conclusion(data: dict) -> str:
     """The run in one line: server CPU per request under wrk, step by step."""
-    rows = [row for row in data["rows"] if row["load"] == "wrk" and row.get("cpu_us")]
-    if not rows:
-        return "uv_changes: nothing measured"
-    return "uv_changes: wrk, server CPU µs per request by step: " + ", ".join(
-        f"{row['step']} {row['cpu_us']['median']:.1f}" for row in rows)
+    return experiment.sentence("uv_changes: wrk, server CPU µs per request by step", [
+        f"{row['step']} {row['cpu_us']['median']:.1f}" for row in data["rows"] if row["load"] == "wrk" and row["cpu_us"]])
 
 
 # -- The profile ----------------------------------------------------------------------------------
@@ -353,13 +279,16 @@ def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinn
 
 def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path, warmup: int) -> dict:
     """``strace -c -f`` on a fresh server of step ``key`` over one run of ``load`` (``duration``
-    seconds, after ``warmup`` GET / or a second of echo, unmeasured): ``requests`` (wrk's answered
-    requests, or the echo client's messages), ``calls`` {name: count}, ``per_request``
-    (benchmarks/syscalls.py's groups), or a ``note`` saying why not."""
+    seconds, after ``warmup`` GET / or a second of echo, unmeasured): syscalls.measure's record
+    (``requests`` answered or messages echoed, ``calls``, ``per_request``), or a ``note`` saying why not."""
     app = "echo" if load in ECHO_SIZES else "http"
     # The server's name names strace's output file: no "/" in it.
     named = dataclasses.replace(server(key, app), name=f"{app}-{key.replace('/', '-')}")
-    process, failure = servers.start(named, pinning["server_prefix"], 0 if app == "echo" else warmup)
+    if app == "http":
+        depth = next(depth for depth, name in syscalls.DEPTH_LOADS.items() if name == load)
+        settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+        return syscalls.measure(named, depth, settings, pinning, workdir, warmup)
+    process, failure = servers.start(named, pinning["server_prefix"])
     if process is None:
         return {"note": failure[1]}
     echo_settings = echo.Settings(duration=duration, warmup=1.0, timeout=5.0)
@@ -370,46 +299,30 @@ def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path
         result = echo.parse_client(text) if code == 0 else None
         return int(result["messages"]) if result else 0
 
-    summary = workdir / f"{named.name}-{load}.strace"
+    trace = workdir / f"{named.name}-{load}.strace"
     try:
-        if app == "echo":
-            echo_client(echo_settings.warmup)
-        with strace.Strace(process.pid, ["-c"], summary):
-            if app == "echo":
-                requests = echo_client(duration)
-            else:
-                settings = loads.Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-                result, _, _ = loads.run(loads.get(load), f"http://127.0.0.1:{process.port}/", settings, workdir,
-                                         pinning["load_prefix"])
-                requests = result.completed
+        echo_client(echo_settings.warmup)
+        with strace.Strace(process.pid, ["-c"], trace):
+            messages = echo_client(duration)
     except RuntimeError as error:
         return {"note": str(error)}
     finally:
         process.stop()
-    calls = strace.parse_strace_summary(summary.read_text()) if summary.exists() else {}
-    if not requests or not calls:
-        return {"note": "no request answered, or strace counted no call"}
-    return {"requests": requests, "calls": calls, "per_request": syscalls.per_request(calls, requests)}
+    calls = strace.parse_strace_summary(trace.read_text()) if trace.exists() else {}
+    if not messages or not calls:
+        return {"note": "no message echoed, or strace counted no call"}
+    return {"requests": messages, "calls": calls, "per_request": syscalls.per_request(calls, messages)}
 
 
 # -- The command line -----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = experiment.parser("uv_changes", __doc__, repeat=DEFAULTS["repeat"])
-    keys = ", ".join(_STEPS)
-    parser.add_argument("--steps", help=f"comma list, kept in order (default all: {keys})")
+    parser.add_argument("--steps", help=f"comma list, kept in order (default all: {', '.join(_STEPS)})")
     parser.add_argument("--loads", help=f"comma list (default {','.join(LOAD_NAMES)}; also "
                                         f"{', '.join(name for name in LOAD_TITLES if name not in LOAD_NAMES)})")
-    for name, what in (("duration", "seconds per wrk run (and, plus one, per --syscalls load)"),
-                       ("profile-duration", "seconds of wrk under --profile"),
-                       ("echo-duration", "seconds per echo run"),
-                       ("echo-warmup", "seconds of echo before each measured run, unmeasured"),
-                       ("warmup", "keep-alive GET / before each wrk run, unmeasured"),
-                       ("timeout", "seconds a load generator waits on a silent server")):
-        default, quick = DEFAULTS[name.replace("-", "_")], QUICK[name.replace("-", "_")]
-        parser.add_argument(f"--{name}", type=type(default), help=f"{what} (default {default}; --quick {quick})")
     variants.add_arguments(parser, list(_STEPS), "uv,aio", "(steps' HTTP servers) under wrk -t1 -c 100, by layer, "
-                                                          "into profile_uv.txt")
+                                                          "into profile_uv.txt", timings=False)
     parser.add_argument("--syscalls", nargs="?", const="uv/no-batching,uv", metavar="STEPS",
                         help="instead: count these steps' system calls per request or echoed message under "
                              "strace, with the loads of --loads, into uv_changes_syscalls.txt beside the JSON "
@@ -424,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve:   # first: a variant's build must be chosen before tinyloop.uv is imported
         return serve(args.serve, args.app, args.port, args.profile_to)
-    missing = uv_missing()
-    if missing is not None:
+    if (missing := uv_missing()) is not None:
         raise SystemExit(f"uv_changes: tinyloop.uv is not available here: {missing}")
     value = experiment.settings(parser, args, DEFAULTS, QUICK)
     out = output.json_path(parser, args, "uv_changes.json")
@@ -433,28 +345,22 @@ def main(argv: list[str] | None = None) -> int:
     steps = list(_STEPS)
     load_names = list(LOAD_NAMES) if args.loads in (None, "all") else [
         name for name in LOAD_TITLES if name in choose_names(args.loads, list(LOAD_TITLES), "load", [])]
-    command = display(["python", "-m", "benchmarks.uv_changes", *argv])
+    if args.syscalls or args.profile:
+        keys = choose_names(args.syscalls or args.profile, steps, "step", steps)
+    else:   # a run keeps STEPS' order: each row's speed-up is over the row above
+        keys = [key for key in steps if key in choose_names(args.steps, steps, "step", steps)]
+    prepare_builds(keys)
+    if set(ECHO_SIZES) & set(load_names) and (failure := echo.prepare_client()) is not None:
+        raise SystemExit(f"uv_changes: the echo client cannot be built: {failure}")
     if args.syscalls:
-        keys = choose_names(args.syscalls, steps, "step", steps)
-        prepare_builds(keys)
         text = count_syscalls(keys, load_names, value["duration"] + 1, pinning, value["warmup"])
         text += ("\nServer system calls per answered request (wrk) or echoed message (echo), strace -c -f on the "
-                 f"server over one run (benchmarks/syscalls.py); {command}; load average {os.getloadavg()[0]:.2f} "
-                 "at the end\n")
-        print(text, end="")
-        print(f"wrote {output.relative(output.write_text(text, out.with_name('uv_changes_syscalls.txt')))}")
-        return 0
+                 f"server over one run (benchmarks/syscalls.py); {display(['python', '-m', 'benchmarks.uv_changes', *argv])}"
+                 f"; load average {os.getloadavg()[0]:.2f} at the end\n")
+        return output.print_and_write(text, out.with_name("uv_changes_syscalls.txt"))
     if args.profile:
-        keys = choose_names(args.profile, steps, "step", steps)
-        prepare_builds(keys)
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"]) for key in keys)
         return variants.write_profile(text, "uv_changes", argv, out.with_name("profile_uv.txt"))
-    keys = [] if args.no_servers else [key for key in steps if key in choose_names(args.steps, steps, "step", steps)]
-    prepare_builds(keys)
-    if keys and set(ECHO_SIZES) & set(load_names):
-        failure = echo.prepare_client()
-        if failure is not None:
-            raise SystemExit(f"uv_changes: the echo client cannot be built: {failure}")
     clock = experiment.Clock()
     with tempfile.TemporaryDirectory(prefix="tinyloop-uv-changes-") as workdir:
         records = experiment.interleave(
@@ -462,21 +368,16 @@ def main(argv: list[str] | None = None) -> int:
             lambda cell: measure(cell[1], cell[0], value, pinning, Path(workdir)),
             lambda cell: f"{cell[0]:<12} {cell[1]:<18}",
             lambda r: f"{r['cpu_us'] or 0:.1f} µs CPU  {r['rate'] or 0:.0f}/s")
-    options, cpu = variants.pyperf_settings(args, pinning)
     versions = servers.tool_versions()
-    data = experiment.document("uv_changes", argv, clock, pinning=pinning,
-                               tools={"wrk": versions.get("wrk"), "cc": versions.get("cc")},
-                               settings={**value, "quick": args.quick, "echo_sizes_bytes": ECHO_SIZES,
-                                         "echo_connections": echo.CONNECTIONS, "pyperf": options,
-                                         "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"})
-    data.update(plan={"steps": keys, "loads": load_names},
-                steps={step.key: {"move": step.move, "loop": step.loop, "build": step.build or "installed"}
-                       for step in STEPS if step.key in keys},
-                loads={name: LOAD_TITLES[name] for name in load_names},
-                rows=summarize(keys, load_names, records),
-                micro=[] if args.no_micro else measure_micro(options, cpu), runs=records, elapsed_s=clock.elapsed())
-    experiment.finish(data, out, render(data), conclusion(data), extra={out.with_suffix(".md"): render(data)})
-    return 0
+    data = experiment.document(
+        "uv_changes", argv, clock, pinning=pinning, tools={"wrk": versions.get("wrk"), "cc": versions.get("cc")},
+        settings={**value, "quick": args.quick, "echo_sizes_bytes": ECHO_SIZES, "echo_connections": echo.CONNECTIONS,
+                  "cpu_source": "the server process's CPU-time clock (benchmarks/run.py)"},
+        plan={"steps": keys, "loads": load_names}, loads={name: LOAD_TITLES[name] for name in load_names},
+        steps={step.key: {"move": step.move, "loop": step.loop, "build": step.build or "installed"}
+               for step in STEPS if step.key in keys},
+        rows=summarize(keys, load_names, records), runs=records)
+    return experiment.conclude(data, out, clock, render, conclusion, ".md")
 
 
 if __name__ == "__main__":

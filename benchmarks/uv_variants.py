@@ -2,7 +2,7 @@
 """tinyloop.uv built from a changed copy of its sources: the variants the experiments price.
 
     from benchmarks import uv_variants
-    uv_variants.use("no-batching")     # before anything imports tinyloop.uv
+    uv_variants.use("no-batching")     # before anything imports tinyloop.uv._loop
     import tinyloop.uv                 # now runs the variant's extension
 
 The product ships no benchmark switch: a design an experiment compares
@@ -28,14 +28,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.machinery
-import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from benchmarks.harness.output import LOCAL
 
@@ -57,13 +55,10 @@ def without_sites(source: str) -> str:
     return _STATE_READ.sub("0", _FLAG_READ.sub("False", source))
 
 
-# A variant's edit takes the copy's tinyloop/uv folder and changes it in place.
-def _rewrite(edit: Callable[[str], str]) -> Callable[[Path], None]:
-    def apply(package: Path) -> None:
-        for path in package.iterdir():
-            if path.suffix in (".pyx", ".pxd"):
-                path.write_text(edit(path.read_text()))
-    return apply
+def _rewrite(package: Path) -> None:
+    for path in package.iterdir():
+        if path.suffix in (".pyx", ".pxd"):
+            path.write_text(without_sites(path.read_text()))
 
 
 def _patch(name: str) -> Callable[[Path], None]:
@@ -77,17 +72,13 @@ def _patch(name: str) -> Callable[[Path], None]:
     return apply
 
 
+# Each variant's edit of the copy's tinyloop/uv folder, in place.
 VARIANTS: dict[str, Callable[[Path], None]] = {
     "shipped": lambda package: None,
-    "no-sites": _rewrite(without_sites),
+    "no-sites": _rewrite,
     "no-batching": _patch("no-batching"),
     "timer-per-handle": _patch("timer-per-handle"),
 }
-
-
-def _sources() -> list[Path]:
-    uv = ROOT / "tinyloop" / "uv"
-    return sorted([*uv.glob("*.pyx"), *uv.glob("*.pxd")])
 
 
 def build(variant: str) -> Path:
@@ -95,25 +86,28 @@ def build(variant: str) -> Path:
     build of the same inputs is there; returns the extension's path.  Raises KeyError for an
     unknown variant, RuntimeError if the patch or the build fails."""
     edit = VARIANTS[variant]
-    sources = _sources()
+    sources = sorted(path for path in (ROOT / "tinyloop" / "uv").iterdir() if path.suffix in (".pyx", ".pxd"))
     inputs = [*sources, ROOT / "setup.py", Path(__file__).resolve(), *sorted(PATCHES.glob("*.patch"))]
     digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
     build_dir = BUILD / variant
     stamp = build_dir / "sources.sha256"
-    wanted = build_dir / "tinyloop" / "uv" / f"_loop{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    if wanted.exists() and stamp.exists() and stamp.read_text() == digest:
-        return wanted   # built: no lock, so a server never waits for somebody else's build
+    package = build_dir / "tinyloop" / "uv"
+    wanted = package / f"_loop{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+
+    def built() -> bool:
+        return wanted.exists() and stamp.exists() and stamp.read_text() == digest
+
+    if built():
+        return wanted   # no lock, so a server never waits for somebody else's build
     BUILD.mkdir(parents=True, exist_ok=True)
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)   # flock(1)'s lock: the product's rebuilds wait too
-        if wanted.exists() and stamp.exists() and stamp.read_text() == digest:
+        if built():
             return wanted   # built by another process while we waited
-        if build_dir.exists():
-            shutil.rmtree(build_dir)
-        package = build_dir / "tinyloop" / "uv"
+        shutil.rmtree(build_dir, ignore_errors=True)
         package.mkdir(parents=True)
-        (build_dir / "tinyloop" / "__init__.py").write_text("")
-        (package / "__init__.py").write_text("")
+        for folder in (package, package.parent):   # packages, as Cython names the module by them
+            (folder / "__init__.py").write_text("")
         shutil.copy(ROOT / "setup.py", build_dir / "setup.py")
         for source in sources:
             shutil.copy(source, package / source.name)
@@ -126,23 +120,16 @@ def build(variant: str) -> Path:
     return wanted
 
 
-class _Redirect:
-    """A meta-path finder that loads ``tinyloop.uv._loop`` from another file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        return importlib.util.spec_from_file_location(fullname, self.path) if fullname == "tinyloop.uv._loop" else None
-
-
 def use(variant: str) -> Path:
-    """Build ``variant`` (see build) and make this process's ``import tinyloop.uv`` load it; its path.
+    """Build ``variant`` (see build) and make this process's ``import tinyloop.uv._loop`` load it
+    (its folder first on the package's search path); returns its path.
 
     Raises RuntimeError if tinyloop.uv._loop is imported already (too late to choose).
     """
     if "tinyloop.uv._loop" in sys.modules:
         raise RuntimeError("tinyloop.uv._loop is already imported")
     path = build(variant)
-    sys.meta_path.insert(0, _Redirect(path))
+    import tinyloop.uv   # imports no extension (PEP 562): only loop.py does
+
+    tinyloop.uv.__path__.insert(0, str(path.parent))
     return path

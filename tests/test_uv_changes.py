@@ -132,7 +132,7 @@ def test_a_step_on_a_variant_build_refuses_the_installed_extension() -> None:
 @pytest.mark.timeout(240 + BUILD_ALLOWANCE)
 def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "uv_changes.json"
-    command = [sys.executable, *SCRIPT, "--quick", "--no-pin", "--echo-duration", "0.2", "--out", str(out)]
+    command = [sys.executable, *SCRIPT, "--quick", "--no-pin", "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=200 + BUILD_ALLOWANCE, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
@@ -144,8 +144,6 @@ def test_a_tiny_run_writes_every_row(tmp_path: Path) -> None:
         assert (row["speedup_aio"] is None) == (row["step"] == "aio"), row
     for record in data["runs"]:
         assert record["status"] == "ok", record
-    assert [row["op"] for row in data["micro"]] == list(uv_changes.OPERATIONS)
-    assert all(row["aio"]["median"] > 0 and row["uv"]["median"] > 0 for row in data["micro"])
     text = out.with_suffix(".md").read_text(encoding="utf-8")
     for key in keys:
         assert text.count(f"| `{key}` |") == len(uv_changes.LOAD_NAMES), key
