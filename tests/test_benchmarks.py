@@ -435,6 +435,8 @@ QUICK_EXPERIMENTS = {
     "stack_cost": ("a hand-kept generator stack against yield from", "stack_cost.json"),
     "limits": ("at the descriptor limit: ", "limits.json"),
     "memory": ("KiB per idle keep-alive connection: ", "memory.json"),
+    "realworld.notfaster_bench": ("load=", "notfaster.json"),  # nginx, PostgreSQL, wrk
+    "realworld.tornado_bench": ("most req/s per handler: ", "tornado.json"),  # ab, wrk (PostgreSQL)
 }
 
 
@@ -458,6 +460,8 @@ def test_each_experiments_quick_run_works_and_touches_no_committed_result(name: 
     out = tmp_path / json_name
     done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=360, cwd=ROOT)
+    if done.returncode == 1 and "cannot run:" in done.stderr:  # a service not installed here
+        pytest.skip(done.stderr.strip()[-300:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.read_text(encoding="utf-8"))
     # The one JSON head (benchmarks/harness/experiment.py), and the conclusion printed last.

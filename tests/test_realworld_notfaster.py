@@ -136,7 +136,7 @@ def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_on
 def test_cpu_lists_and_the_default_layout() -> None:
     assert cpu_list([0, 1, 2, 5]) == "0-2,5"
     assert cpu_list([3]) == "3"
-    assert cpu_set("0-2,5") == {0, 1, 2, 5}
+    assert cpu_set("0-2,5") == {0, 1, 2, 5} and cpu_set([1]) == {1}
     layout = notfaster_bench.default_layout()
     usable = usable_cpus()
     if len(usable) >= 2:

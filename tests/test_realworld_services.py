@@ -17,7 +17,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchmarks.harness import layout
 from benchmarks.realworld import services
 
 pytestmark = pytest.mark.timeout(60)  # pytest-timeout: a service that hangs fails the test
@@ -122,8 +121,3 @@ def test_missing_postgres_raises_service_missing_naming_the_package(monkeypatch:
     with pytest.raises(services.ServiceMissing, match="apt-get install postgresql"):
         with services.postgres():
             pass
-
-
-def test_cpu_list_parsing() -> None:
-    assert layout.cpu_set("0,2-3") == {0, 2, 3}
-    assert layout.cpu_set([1]) == {1}

@@ -36,7 +36,6 @@ from benchmarks.harness.summary import NOISE
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App
 
-SCHEMA = 1
 CONCURRENCY = 100  # wrk's connections, the article's ab -c 100
 DEFAULTS = {"duration": 10.0, "probe": 5.0, "warmup": 2.0, "repeat": 3, "rows": 1_000_000}  # seconds of wrk
 QUICK = {"duration": 1.0, "probe": 1.0, "warmup": 1.0, "repeat": 1, "rows": 1000, "max_workers": 2}
@@ -48,9 +47,8 @@ PARTS = {"load": "wrk", "proxy": "nginx", "app": "the app's workers", "db": "Pos
 
 
 def default_layout() -> Layout:
-    """wrk on the last quarter of the cores (at least one), everything else on the rest (on 2 cores:
-    wrk on CPU 1; nginx, the app and PostgreSQL on CPU 0): the article's shape, its load generator on
-    another machine and the rest sharing one server.  On one core, unpinned."""
+    """wrk on the last quarter of the cores (at least one), everything else on the rest, as the
+    article's load generator had a machine of its own; on one core, unpinned."""
     cpus = usable_cpus()
     if len(cpus) < 2:
         return Layout(load=None, proxy=None, app=None, db=None)
@@ -64,9 +62,8 @@ def start_app(app: App, workers: int, pg: services.Service, cpus: str | None,
               log: Path) -> Iterator[HTTPExecutor]:
     """Serve ``app`` with ``workers`` processes on a free port, pinned to ``cpus``, its output in ``log``.
 
-    Yields the running executor (``.process``, ``.port``) once GET /row answers 200.  The app is its
-    own process group; at exit SIGTERM to the group, then SIGKILL to any process it started, so no
-    worker outlives a run.  Raises RuntimeError, with the log, when it exits or never answers.
+    Yields the running executor (``.process``, ``.port``) once GET /row answers 200; at exit no
+    worker survives (services.running).  Raises RuntimeError, with the log, when it exits or never answers.
     """
     port = services.free_port()
     argv = [*taskset(cpus), *app.command(port, workers)]
@@ -91,11 +88,9 @@ def measure(app: App, workers: int, pg: services.Service, layout: Layout, second
             workdir: Path) -> dict:
     """One run: ``app`` with ``workers`` behind a fresh nginx, warmed up, loaded for ``seconds``.
 
-    Returns its record: wrk's ``rps``, ``p50_ms``, ``p99_ms``, ``completed``, ``failed``; the CPU
-    seconds spent meanwhile by the app's processes, nginx and PostgreSQL (``cpu_app_s``,
-    ``cpu_proxy_s``, ``cpu_db_s``), per request in µs (``app_us_per_req``, ``server_us_per_req`` for
-    all three), ``server_cores`` (the three's CPU seconds per second of load); ``status`` "ok", or
-    "failed" with a ``note``.  Never raises for a failing app.
+    Returns its record: wrk's figures; the CPU seconds of the app, nginx and PostgreSQL (``cpu_*_s``),
+    per request in µs (``app_us_per_req``, ``server_us_per_req`` for all three) and per second
+    (``server_cores``); ``status`` "ok", or "failed" with a ``note``.  Never raises for a failing app.
     """
     record: dict = {"app": app.name, "workers": workers, "status": "failed", "note": None}
     log = workdir / f"{app.name}.log"
@@ -105,8 +100,7 @@ def measure(app: App, workers: int, pg: services.Service, layout: Layout, second
             url = f"http://127.0.0.1:{proxy.port}{PATH}"
             with urllib.request.urlopen(url, timeout=5) as response:  # through nginx: an HTTPError if not 200
                 record["sample"] = response.read().decode(errors="replace")
-            if warmup > 0:
-                _wrk(url, warmup, layout, workdir)  # fills the pools, the caches, nginx's keep-alive set
+            _wrk(url, warmup, layout, workdir)  # fills the pools, the caches, nginx's keep-alive set
             pids = (server.process.pid, proxy.pid, pg.pid)
             before = [services.process_tree_cpu(pid) for pid in pids]
             result, argv = _wrk(url, seconds, layout, workdir)
@@ -306,10 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     except services.ServiceMissing as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 1
-    data = {"schema": SCHEMA, "layouts": {}}
-    if out.exists():  # one file, one entry per layout: keep the others
+    # One file, one entry per layout (the others kept), under the head of the latest run.
+    data = {**{key: entry[key] for key in ("schema", "date", "command", "machine", "settings")}, "layouts": {}}
+    if out.exists():
         with contextlib.suppress(ValueError, KeyError):
-            if (previous := json.loads(out.read_text())).get("schema") == SCHEMA:
+            if (previous := json.loads(out.read_text())).get("schema") == experiment.SCHEMA:
                 data["layouts"].update(previous["layouts"])
     data["layouts"][layout.key] = entry
     this = {"layouts": {layout.key: entry}}

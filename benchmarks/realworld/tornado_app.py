@@ -33,10 +33,8 @@ HELLO = "Hello, tornado"  # /hello's body
 # Handler name -> path; the harness measures them in this order.
 HANDLERS: dict[str, str] = {"hello": "/hello", "upstream": "/upstream", "db": "/db",
                             "db-connect": "/db-connect"}
-# asyncpg's own defaults (min_size=10, max_size=10), written out: a request
-# in /db holds one connection from acquire to commit, so at most 10
-# transactions are in PostgreSQL at once and the 90 other requests of
-# ``-c 100`` wait for a connection inside the app, not in the database.
+# asyncpg's own defaults (min_size, max_size), written out: at most 10 transactions in PostgreSQL
+# at once; the other requests of ``-c 100`` wait for a connection inside the app.
 POOL = (10, 10)
 # Read-modify-write: the row is locked from the SELECT to the COMMIT, so two
 # requests drawing the same id take turns instead of losing an update.
