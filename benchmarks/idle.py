@@ -38,7 +38,6 @@ from tinyloop.testing import Crowd, ServerProcess
 
 __all__ = ["LOAD", "SELECT_CAP", "STAGES", "counts_for", "main", "render", "table"]
 
-SCHEMA = experiment.SCHEMA
 STAGES = ("select", "poll", "epoll", "epoll-et", "kqueue")
 FULL = {"stages": ",".join(STAGES), "counts": "0,250,1000,4000", "requests": 20000, "repeat": 3}
 QUICK = {"stages": "poll,epoll", "counts": "0,250", "requests": 2000, "repeat": 1}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import idle
+from benchmarks.harness import experiment
 from test_docs import BUILD_TIMEOUT, page_text, sphinx_build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +72,7 @@ def test_the_server_really_holds_the_idle_connections(run: tuple[dict, str]) -> 
 @pytest.mark.timeout(120)
 def test_the_json_has_what_the_book_reads(run: tuple[dict, str]) -> None:
     data, text = run
-    assert data["schema"] == idle.SCHEMA
+    assert data["schema"] == experiment.SCHEMA
     assert data["machine"]["cpus"] and data["machine"]["python"]
     assert data["settings"]["stages"] == STAGES and data["settings"]["counts"] == [0, IDLE]
     assert "-k" in data["load_command"].split() and "-c 10" in data["load_command"]
