@@ -40,7 +40,7 @@ from benchmarks.harness.machine import display
 from benchmarks.harness.process import choose_names
 from benchmarks.harness.profiling import profile_summary, profiled, serve_until_sigterm
 from benchmarks.harness.render import align, footer, median_cell
-from benchmarks.harness.summary import median_range
+from benchmarks.harness.summary import summarize
 from benchmarks.loads import Load, Settings
 from benchmarks.run import measure
 from tinyloop import stages
@@ -149,8 +149,7 @@ class SuperInitHandle(events.Handle):
 class TupleHandle(events.Handle):
     """The first design: ``_callback = context.run``, ``_args = (callback, *args)``.
 
-    Part II's _run then calls ``context.run(callback, *args)``: a tuple and a
-    bound method per handle, the fields set directly (FirstDesignHandle adds super()).
+    Part II's _run then calls ``context.run(callback, *args)``: a tuple and a bound method per handle.
     """
 
     __slots__ = ()
@@ -390,7 +389,7 @@ def _compare(row: dict) -> dict:
             "overlap": real["min"] <= undone["max"] and undone["min"] <= real["max"]}
 
 
-def summarize(records: list[dict]) -> list[dict]:
+def change_rows(records: list[dict]) -> list[dict]:
     """One row per change: median, min and max of its figure for the real and the undone server."""
     folded = experiment.fold(records, "load", "server", ["cpu_us_per_req", "p50_ms", "rps"])
     rows = []
@@ -564,7 +563,7 @@ def measure_micro(options: list[str], cpu: int | None) -> list[dict]:
         row: dict = {"key": m.key, "change": m.change, "variant": m.variant, "op": m.op.name, "unit": "ns"}
         for side, subject in (("with", m.real), ("without", m.undone)):
             on, off = ([v * 1e9 for v in values[_timing_name(m.op, subject, gc_on)]] for gc_on in (True, False))
-            row[side] = {**median_range(on), "median_gc_off": statistics.median(off), "samples": on,
+            row[side] = {**summarize(on), "median_gc_off": statistics.median(off), "samples": on,
                          "samples_gc_off": off, "collections_per_10k_ops": collections_per_10k(m.op, subject)}
         row = _compare(row)
         row["saved_gc_off"] = row["without"]["median_gc_off"] - row["with"]["median_gc_off"]
@@ -669,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         loads={name: asdict(load) for name, load in LOADS.items()},
         servers={name: {"summary": server(name).summary, "command": display(server(name).argv)}
                  for name in dict.fromkeys(n for c in CHANGES for n in (c.real, c.undone))},
-        rows=summarize(records) if records else [], micro=micro, runs=records)
+        rows=change_rows(records) if records else [], micro=micro, runs=records)
     return experiment.conclude(data, out, clock, render, conclusion)
 
 
