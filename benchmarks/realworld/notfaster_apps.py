@@ -154,13 +154,9 @@ async def _serve_aiohttp(sock, name: str) -> None:
 
 
 def serve_aiohttp(loop_name: str, workers: int, port: int) -> None:
-    """Bind one socket, fork ``workers`` processes that each serve it on loop ``loop_name``.
-
-    As gunicorn and uvicorn do: the parent listens once, before any loop exists, and every worker
-    accepts on the inherited socket.  The parent only supervises: on SIGTERM or Ctrl-C it passes
-    SIGTERM to the workers and waits for them; if a worker dies, it stops the others and exits 1
-    (a benchmark row must fail loudly, not go on with fewer workers).
-    """
+    """Bind one socket, fork ``workers`` processes that each serve it on loop ``loop_name``, as gunicorn
+    and uvicorn do.  The parent passes SIGTERM or Ctrl-C on to the workers; if a worker dies, it stops
+    the others and exits 1 (a row must fail loudly, not go on with fewer workers)."""
     factory = loop_factory(loop_name)
     name = f"aiohttp-{loop_name}"
     sock = listen("127.0.0.1", port)

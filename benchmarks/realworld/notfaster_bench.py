@@ -170,7 +170,8 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
 def versions(pg: services.Service, nginx_version: str) -> dict[str, str | None]:
     """Every program and library version the figures depend on (None: absent)."""
     wrk = version_line(["wrk", "-v"]) or ""  # "wrk debian/4.1.0-3+b2 [epoll] Copyright (C) 2012 Will Glozer"
-    return {"postgresql": pg.version, "nginx": nginx_version, "wrk": wrk.partition(" Copyright")[0].strip() or None,
+    return {"postgresql": pg.version, "nginx": nginx_version,
+            "wrk": wrk.partition(" Copyright")[0].strip() or None,
             **{library: package_version(library) for library in LIBRARIES}}
 
 
@@ -180,8 +181,7 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str]
     One PostgreSQL, started once, serves every row.  Raises ServiceMissing (before anything
     starts) when nginx, PostgreSQL or wrk is not installed.
     """
-    skipped = {app.name: app.missing() for app in apps if app.missing() is not None}
-    runnable = experiment.runnable(apps, skipped, "notfaster")
+    runnable, skipped = experiment.prepared(apps, App.missing, "notfaster")
     nginx_version = services.nginx_version()
     if shutil.which("wrk") is None:
         raise services.ServiceMissing("wrk was not found; install wrk (Debian/Ubuntu: apt-get install wrk; "
@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     layout = Layout.from_arguments(args, defaults)
     settings = {**DEFAULTS, "max_workers": 2 * layout.cores("app") + 1, "quick": args.quick,
                 **(QUICK if args.quick else {})}
-    settings.update({name: value for name in ("repeat", "max_workers") if (value := getattr(args, name)) is not None})
+    settings.update({name: getattr(args, name) for name in ("repeat", "max_workers")
+                     if getattr(args, name) is not None})
     if layout.load:
         os.sched_setaffinity(0, cpu_set(layout.load))  # the harness mostly waits: off the cores it measures
     try:

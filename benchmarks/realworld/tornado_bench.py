@@ -12,7 +12,6 @@ CPU per request of the app, of PostgreSQL and of the upstream are counted apart.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import re
 import shutil
@@ -24,7 +23,7 @@ from benchmarks import loads
 from benchmarks.harness import experiment, output
 from benchmarks.harness.layout import Layout, cpu_set, usable_cpus
 from benchmarks.harness.machine import package_version, version_line
-from benchmarks.harness.process import choose_names, launch
+from benchmarks.harness.process import choose_names, launch, warm_up
 from benchmarks.harness.render import markdown as table, number
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import loop_missing
@@ -52,30 +51,12 @@ def default_cpus() -> dict[str, str | None]:
     return {"server": first, "load": second, "db": second, "upstream": second}
 
 
-def warm_up(port: int, path: str, requests: int, timeout: float) -> str | None:
-    """GET ``path`` ``requests`` times on one keep-alive connection; None if all were 200, else why not."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        for _ in range(max(requests, 1)):
-            connection.request("GET", path)
-            response = connection.getresponse()
-            body = response.read()
-            if response.status != 200:
-                return f"GET {path} answered {response.status} {body[:80]!r}"
-    except (OSError, http.client.HTTPException) as error:
-        return f"GET {path} failed: {error!r}"
-    finally:
-        connection.close()
-    return None
-
-
 def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, layout: Layout,
             pg: services.Service | None, upstream, workdir: Path) -> dict:
     """Start the app on the cell's loop, warm its handler up, load it once with its tool, stop the app.
 
-    Returns the run's record: ``status`` ``"ok"``, ``"timeout"`` or ``"error"`` (``note`` says why);
-    the three ``*_cpu_us_per_req`` are CPU µs per completed request of the app process, of PostgreSQL
-    (services.process_tree_cpu) and of the upstream.
+    Returns the run's record: ``status`` "ok", "timeout" or "error" (``note`` says why), the tool's
+    figures and ``*_cpu_us_per_req``, CPU µs per completed request of the app, PostgreSQL, the upstream.
     """
     handler, tool, loop = cell
     record: dict = {"loop": loop, "handler": handler, "tool": tool, "status": "error", "note": None}
@@ -87,13 +68,15 @@ def measure(cell: tuple[str, str, str], base: dict, settings: loads.Settings, la
         return {**record, "note": "did not start: " + " | ".join(str(error).strip().splitlines()[-3:])}
     try:
         path = HANDLERS[handler]
-        if (failure := warm_up(app.port, path, base["warmup"], settings.socket_timeout)) is not None:
-            return {**record, "note": failure}
+        if failure := warm_up(("127.0.0.1", app.port), base["warmup"], settings.socket_timeout,
+                              path=path, body=None):
+            return {**record, "status": failure[0], "note": failure[1]}
         pids = {"app": app.pid, "upstream": upstream.pid, **({"db": pg.pid} if pg else {})}
         before = {name: services.process_tree_cpu(pid) for name, pid in pids.items()}
         settings.requests["ab-keepalive"] = base["requests"][handler]
-        result, _, text = loads.run(loads.get("ab-keepalive" if tool == "ab" else "wrk"),
-                                    f"http://127.0.0.1:{app.port}{path}", settings, workdir, layout.prefix("load"))
+        load = loads.get("ab-keepalive" if tool == "ab" else "wrk")  # -k -c 100 / -t1 -c 100
+        result, _, text = loads.run(load, f"http://127.0.0.1:{app.port}{path}", settings, workdir,
+                                    layout.prefix("load"))
         if result.completed:
             record.update({f"{name}_cpu_us_per_req": (services.process_tree_cpu(pid) - before[name]) * 1e6
                            / result.completed for name, pid in pids.items()})
@@ -177,7 +160,7 @@ def conclusion(data: dict) -> str:
         if rows := [row for row in rows if row["tool"] == tool]:
             best = max(rows, key=lambda row: row["rps"])
             parts.append(f"{handler} ({tool}) {best['loop']} {best['rps']:.0f} req/s")
-    return ("most req/s per handler: " + ", ".join(parts)) if parts else "tornado: nothing measured"
+    return experiment.sentence("most req/s per handler", parts, "tornado: nothing measured")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,13 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     loops = choose_names(args.loops, list(LOOPS), "loop", list(LOOPS))
     handlers = choose_names(args.handlers, list(HANDLERS), "handler", list(HANDLERS))
     tools = choose_names(args.tools, list(TOOLS), "tool", list(TOOLS))
-    if missing := [tool for tool in tools if shutil.which(tool) is None]:
-        raise SystemExit(f"tornado_bench: {' and '.join(missing)} not found; install ApacheBench "
-                         "(Debian: apache2-utils) and wrk, or run `bash scripts/setup.sh`")
-    skipped = {f"loop {loop}": reason for loop in loops if (reason := loop_missing(loop))}
-    loops = [loop for loop in loops if f"loop {loop}" not in skipped]
-    for name, reason in skipped.items():
-        print(f"skip {name}: {reason}", flush=True)
+    experiment.require("realworld.tornado_bench", *tools)
+    loops, skipped = experiment.prepared(loops, loop_missing)
+    skipped = {f"loop {loop}": reason for loop, reason in skipped.items()}
     layout = Layout.from_arguments(args, default_cpus())
     clock, pg = experiment.Clock(), None
     with contextlib.ExitStack() as stack:  # stops, in reverse order, whatever started
@@ -233,16 +212,13 @@ def main(argv: list[str] | None = None) -> int:
                   "ab_requests": {h: base["requests"][h] for h in handlers}, "concurrency": CONCURRENCY,
                   "warmup_requests": base["warmup"], "rows": ROWS, "postgres": PG_SETTINGS,
                   "upstream": "tinyloop's epoll stage (python -m tinyloop serve epoll)",
-                  "order": "repetition, handler, tool, then loop innermost; a fresh app per run"})
-    data.update(versions={"python": data["machine"]["python"],
-                          **{name: package_version(name) for name in ("tornado", "asyncpg", "uvloop")},
-                          "postgres": pg.version if pg else None, **data["tools"]},
-                layout={"app": layout.server, "load": layout.load, "database": layout.db,
-                        "upstream": layout.upstream},
-                skipped=skipped, runs=records, results=summarize(records), elapsed_s=clock.elapsed())
-    text = markdown(data)
-    experiment.finish(data, out, text, conclusion(data), extra={out.with_suffix(".md"): text})
-    return 0
+                  "order": "repetition, handler, tool, then loop innermost; a fresh app per run"},
+        layout={"app": layout.server, "load": layout.load, "database": layout.db, "upstream": layout.upstream},
+        skipped=skipped, runs=records, results=summarize(records))
+    data["versions"] = {"python": data["machine"]["python"],
+                        **{name: package_version(name) for name in ("tornado", "asyncpg", "uvloop")},
+                        "postgres": pg.version if pg else None, **data["tools"]}
+    return experiment.conclude(data, out, clock, markdown, conclusion, ".md")
 
 
 if __name__ == "__main__":
