@@ -175,7 +175,7 @@ def versions(pg: services.Service, nginx_version: str) -> dict[str, str | None]:
             **{library: package_version(library) for library in LIBRARIES}}
 
 
-def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str]) -> dict:
+def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str] | None) -> dict:
     """Search every app's worker count, then measure them all, interleaved; return the layout's entry.
 
     One PostgreSQL, started once, serves every row.  Raises ServiceMissing (before anything
@@ -273,7 +273,6 @@ def conclusion(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     defaults = default_layout().cpus
     parser = experiment.parser("realworld.notfaster_bench", __doc__, repeat=DEFAULTS["repeat"], pin=False,
                                results="notfaster.json")

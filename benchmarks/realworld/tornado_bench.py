@@ -164,7 +164,6 @@ def conclusion(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     parser = experiment.parser("realworld.tornado_bench", __doc__, repeat=DEFAULTS["repeat"], pin=False,
                                results="tornado.json")
     parser.add_argument("--loops", help=f"comma-separated, from {', '.join(LOOPS)} (default: all)")
