@@ -12,6 +12,7 @@ checked to be there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -53,18 +54,12 @@ def pg() -> Iterator[services.Service]:
 
 
 def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes whose process group is ``pgid`` (proc(5): field 5 of stat)."""
+    """Live (not zombie) processes whose process group is ``pgid``."""
     members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry))
+    for process in psutil.process_iter(["status"]):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
     return members
 
 

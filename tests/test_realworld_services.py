@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import psutil
 import pytest
 
 from benchmarks.realworld import services
@@ -23,11 +24,10 @@ pytestmark = pytest.mark.timeout(60)  # pytest-timeout: a service that hangs fai
 
 
 def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (proc(5): state Z)."""
+    """True while ``pid`` exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
