@@ -208,12 +208,12 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str]
     runs = {app.name: [record for record in records if record["app"] == app.name] for app in runnable}
     rows = [summarize(app, searched[app.name][0], runs[app.name], searched[app.name][1]) for app in runnable]
     rows.sort(key=lambda row: (row["p99_ms"] is None, row["p99_ms"] or 0.0))
-    entry = experiment.document("realworld.notfaster_bench", argv, clock, settings={
-        **settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL})
-    entry.update(seconds=round(clock.elapsed()), layout=dict(layout.cpus), versions=found_versions, rows=rows,
-                 skipped=skipped,
-                 runs=[record for app in runnable for record in [*searched[app.name][1], *runs[app.name]]])
-    return entry
+    return experiment.document(
+        "realworld.notfaster_bench", argv, clock,
+        settings={**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
+        seconds=round(clock.elapsed()), layout=dict(layout.cpus), versions=found_versions, rows=rows,
+        skipped=skipped,
+        runs=[record for app in runnable for record in [*searched[app.name][1], *runs[app.name]]])
 
 
 def render_markdown(data: dict) -> str:
