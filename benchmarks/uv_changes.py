@@ -2,7 +2,7 @@
 """Which move from Part III to Part IV bought how much: tinyloop.aio to tinyloop.uv, one step at a time.
 
     python -m benchmarks.uv_changes                  every step, every load, 5 interleaved repetitions
-    python -m benchmarks.uv_changes --quick          a smoke run: short loads, 1 repetition (under a minute)
+    python -m benchmarks.uv_changes --quick          a smoke run (under a minute)
     python -m benchmarks.uv_changes --reference      the full run, written where the book reads it
     python -m benchmarks.uv_changes --steps uv/no-batching,uv --loads wrk,echo-10k --repeat 7
     python -m benchmarks.uv_changes --profile        where a request's time goes once the loop is in C
@@ -10,14 +10,12 @@
     python -m benchmarks.uv_changes --serve uv/no-batching --app echo --port 8000   one server, by hand
 
 Each step (STEPS) adds one move to the step before it.  Every step serves
-Part III's HTTP Protocol under the ``wrk`` and ``wrk-pipeline`` loads
-(benchmarks/run.py's ``measure``) and benchmarks/peers/echo_server.py's
-Protocol under TCP echo of 1 KiB messages (benchmarks/echo.py's); the figure
-is the server's own CPU time per request or message.  The loop's own
-operations on aio and uv are benchmarks/micro.py's.  Writes uv_changes.json
-and .md by the harness's output rule; ``--profile`` writes profile_uv.txt
-beside them, ``--syscalls`` uv_changes_syscalls.txt (``strace -c -f`` on the
-server over one load, per answered request or echoed message).
+Part III's HTTP Protocol under ``wrk`` and ``wrk-pipeline`` (benchmarks/run.py's
+``measure``) and benchmarks/peers/echo_server.py's under TCP echo of 1 KiB
+messages (benchmarks/echo.py's); the figure is the server's own CPU time per
+request or message.  The loop's own operations on aio and uv are
+benchmarks/micro.py's.  ``--profile`` writes profile_uv.txt beside the JSON,
+``--syscalls`` uv_changes_syscalls.txt (``strace -c -f`` on the server).
 """
 
 from __future__ import annotations
@@ -64,10 +62,9 @@ LOAD_NAMES = ("wrk", "wrk-pipeline", "echo-1k")   # the default run's loads
 
 # -- The steps ----------------------------------------------------------------------------------
 #
-# Discussion: a checkout without libuv has no tinyloop.uv, and this module
-# must still import there (--help, the tests' skip reasons); a step on a
-# variant build must choose it before anything imports tinyloop.uv.  So
-# nothing here imports tinyloop.uv until a step's loop is asked for.
+# A checkout without libuv has no tinyloop.uv, and a step on a variant build
+# must choose it before tinyloop.uv._loop is imported: so nothing here imports
+# tinyloop.uv until a step's loop is asked for.
 
 def uv_missing() -> str | None:
     """Why tinyloop.uv does not import here, or None (imports it: after any uv_variants.use)."""
@@ -119,7 +116,8 @@ _STEPS = {step.key: step for step in STEPS}
 def prepare_builds(keys: list[str]) -> None:
     """Build the variant extensions that steps ``keys`` run on, before any server waits for one."""
     for build in dict.fromkeys(_STEPS[key].build for key in keys if _STEPS[key].build):
-        print(f"building tinyloop.uv's {build!r} variant (benchmarks/uv_variants.py) ...", file=sys.stderr, flush=True)
+        print(f"building tinyloop.uv's {build!r} variant (benchmarks/uv_variants.py) ...", file=sys.stderr,
+              flush=True)
         uv_variants.build(build)
 
 
@@ -164,9 +162,9 @@ def measure(key: str, load: str, value: dict, pinning: dict, workdir: Path) -> d
 
 
 def summarize(steps: list[str], load_names: list[str], records: list[dict]) -> list[dict]:
-    """One row per (load, step): CPU µs and the rate over the runs that succeeded, as
-    summary.summarize's {median, min, max, noisy}; ``speedup_previous`` (``speedup_aio``) is the step above's (aio's) median CPU
-    over this one's: above 1, this step costs less."""
+    """One row per (load, step): ``cpu_us`` and ``rate`` over the runs that succeeded, each
+    summary.summarize's {median, min, max, noisy} or None; ``speedup_previous`` (``speedup_aio``)
+    is the step above's (aio's) median CPU over this one's: above 1, this step costs less."""
     rows = []
     for load in load_names:
         first = previous = None
@@ -211,7 +209,8 @@ def render(data: dict) -> str:
 def conclusion(data: dict) -> str:
     """The run in one line: server CPU per request under wrk, step by step."""
     return experiment.sentence("uv_changes: wrk, server CPU µs per request by step", [
-        f"{row['step']} {row['cpu_us']['median']:.1f}" for row in data["rows"] if row["load"] == "wrk" and row["cpu_us"]])
+        f"{row['step']} {row['cpu_us']['median']:.1f}"
+        for row in data["rows"] if row["load"] == "wrk" and row["cpu_us"]])
 
 
 # -- The profile ----------------------------------------------------------------------------------
@@ -279,8 +278,8 @@ def count_syscalls(keys: list[str], load_names: list[str], duration: float, pinn
 
 def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path, warmup: int) -> dict:
     """``strace -c -f`` on a fresh server of step ``key`` over one run of ``load`` (``duration``
-    seconds, after ``warmup`` GET / or a second of echo, unmeasured): syscalls.measure's record
-    (``requests`` answered or messages echoed, ``calls``, ``per_request``), or a ``note`` saying why not."""
+    seconds, after ``warmup`` GET / or a second of echo, unmeasured): syscalls.measure's record,
+    ``requests`` answered (or messages echoed), ``calls`` and ``per_request``, or a ``note``."""
     app = "echo" if load in ECHO_SIZES else "http"
     # The server's name names strace's output file: no "/" in it.
     named = dataclasses.replace(server(key, app), name=f"{app}-{key.replace('/', '-')}")
@@ -294,8 +293,8 @@ def _syscalls(key: str, load: str, duration: float, pinning: dict, workdir: Path
     echo_settings = echo.Settings(duration=duration, warmup=1.0, timeout=5.0)
 
     def echo_client(seconds: float) -> int:
-        argv = [*pinning["load_prefix"], *echo.client_command(process.port, ECHO_SIZES[load], seconds, echo_settings)]
-        code, text = experiment.run_tool(argv, seconds + echo_settings.timeout + 10)
+        command = echo.client_command(process.port, ECHO_SIZES[load], seconds, echo_settings)
+        code, text = experiment.run_tool([*pinning["load_prefix"], *command], seconds + echo_settings.timeout + 10)
         result = echo.parse_client(text) if code == 0 else None
         return int(result["messages"]) if result else 0
 
@@ -354,9 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"uv_changes: the echo client cannot be built: {failure}")
     if args.syscalls:
         text = count_syscalls(keys, load_names, value["duration"] + 1, pinning, value["warmup"])
+        command = display(["python", "-m", "benchmarks.uv_changes", *argv])
         text += ("\nServer system calls per answered request (wrk) or echoed message (echo), strace -c -f on the "
-                 f"server over one run (benchmarks/syscalls.py); {display(['python', '-m', 'benchmarks.uv_changes', *argv])}"
-                 f"; load average {os.getloadavg()[0]:.2f} at the end\n")
+                 f"server over one run (benchmarks/syscalls.py); {command}; load average {os.getloadavg()[0]:.2f} "
+                 "at the end\n")
         return output.print_and_write(text, out.with_name("uv_changes_syscalls.txt"))
     if args.profile:
         text = "\n".join(profile(key, value["profile_duration"], pinning, value["warmup"]) for key in keys)

@@ -6,18 +6,9 @@
     import tinyloop.uv                 # now runs the variant's extension
 
 The product ships no benchmark switch: a design an experiment compares
-against is built here from a copy of tinyloop/uv's sources and setup.py,
-changed one way (a patch must apply exactly, ``patch --fuzz=0``, or the
-build fails: a variant never silently measures the shipped code):
-
-    shipped            unchanged, built beside the others by the same compiler
-    no-sites           every test of the instrument flag the constant False, so
-                       the C compiler drops the hook sites (trace_cost's "no hooks")
-    no-batching        write() hands every write to uv_try_write at once
-                       (uv_patches/no-batching.patch; uv_changes' ``uv/no-batching``)
-    timer-per-handle   one uv_timer_t per call_later, in libuv's heap
-                       (uvloop's design; uv_patches/timer-per-handle.patch)
-
+against (VARIANTS) is built here from a copy of tinyloop/uv's sources and
+setup.py, changed one way (a patch must apply exactly, ``patch --fuzz=0``, or
+the build fails: a variant never silently measures the shipped code).
 Builds go to benchmarks/results/local/build/uv/VARIANT/ (ignored by git),
 made under the shared build lock and reused while the sources, the patches
 and this file are unchanged; using one takes no lock.
@@ -74,10 +65,10 @@ def _patch(name: str) -> Callable[[Path], None]:
 
 # Each variant's edit of the copy's tinyloop/uv folder, in place.
 VARIANTS: dict[str, Callable[[Path], None]] = {
-    "shipped": lambda package: None,
-    "no-sites": _rewrite,
-    "no-batching": _patch("no-batching"),
-    "timer-per-handle": _patch("timer-per-handle"),
+    "shipped": lambda package: None,                 # unchanged, built by the same compiler as the others
+    "no-sites": _rewrite,                            # trace_cost's "no hooks": the compiler drops the hook sites
+    "no-batching": _patch("no-batching"),            # uv_changes' uv/no-batching: each write() tried at once
+    "timer-per-handle": _patch("timer-per-handle"),  # uvloop's design: a uv_timer_t per call_later
 }
 
 
