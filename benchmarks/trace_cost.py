@@ -51,7 +51,6 @@ from tinyloop.trace.recorder import Recorder
 LOOPS = ("aio", "uv")
 VARIANTS = ("no hooks", "off", "no-op", "recorder")
 WORKLOADS = {"http": "request", "callbacks": "callback"}
-REQUEST = b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n"
 # Operations in the short and the long run of each count (--quick: a tenth).
 SETTINGS = {"http": (200, 2_000), "callbacks": (1_000, 20_000)}
 
@@ -133,11 +132,6 @@ for _hook in HOOKS:
     setattr(NoOp, _hook, lambda self, *args: None)
 
 
-def uv_build(variant: str) -> str:
-    """The benchmarks/uv_variants.py build that uv's ``variant`` runs on."""
-    return "no-sites" if variant == "no hooks" else "shipped"
-
-
 def make_loop(loop_name: str, variant: str) -> asyncio.AbstractEventLoop:
     """A new loop of ``loop_name`` ("aio" or "uv") set up as ``variant``; for uv, whichever
     build of tinyloop.uv._loop the process imports (the worker's uv_variants.use selects it)."""
@@ -194,7 +188,7 @@ def client(port: int, requests: int, timeout: float = 600.0) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         buffer = bytearray()
         for _ in range(requests):
-            sock.sendall(REQUEST)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: trace-cost\r\n\r\n")
             status, _, body = recv_response(sock, buffer)
             if status != 200 or body != HELLO:
                 raise RuntimeError(f"GET / answered {status} {body[:40]!r}")
@@ -203,7 +197,7 @@ def client(port: int, requests: int, timeout: float = 600.0) -> None:
 def _worker(loop_name: str, variant: str, workload: str, number: int) -> None:
     """In the process callgrind counts: run one workload on one variant."""
     if loop_name == "uv":
-        uv_variants.use(uv_build(variant))
+        uv_variants.use("no-sites" if variant == "no hooks" else "shipped")
     loop = make_loop(loop_name, variant)
     try:
         if workload == "http":

@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         "workers", argv, clock,
         settings={"quick": args.quick, "repeat": pick["repeat"], "duration_s": settings.duration,
                   "warmup_requests": pick["warmup"], "pinned": pin,
-                  "cpu_source": "/proc/PID/stat utime+stime (+ reaped children) of the supervisor and its "
-                                "workers; wrk: getrusage(RUSAGE_CHILDREN) around its run"},
+                  "cpu_source": "the CPU-time clock of the supervisor and each worker, + the children they "
+                                "reaped (process_tree_cpu); wrk: getrusage(RUSAGE_CHILDREN) around its run"},
         tools={key: value for key, value in servers.tool_versions().items() if key in ("wrk", "taskset", "uvloop")},
         load={"name": WRK.name, "title": WRK.title,
               "command": display(loads.command(WRK, "http://127.0.0.1:PORT/", settings))},

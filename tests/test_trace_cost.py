@@ -129,7 +129,7 @@ def test_the_uv_build_without_sites_records_nothing() -> None:
         pytest.skip(stages.get("uv").unavailable())
     program = (
         "from benchmarks import trace_cost as t, uv_variants\n"
-        "uv_variants.use(t.uv_build('no hooks'))\n"
+        "uv_variants.use('no-sites')\n"
         "from tinyloop.trace.recorder import Recorder\n"
         "loop = t.make_loop('uv', 'recorder')\n"
         "recorder = loop._instrument.instruments[0]\n"
