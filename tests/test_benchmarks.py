@@ -437,6 +437,8 @@ QUICK_EXPERIMENTS = {
     "memory": ("KiB per idle keep-alive connection: ", "memory.json"),
     "realworld.notfaster_bench": ("load=", "notfaster.json"),  # nginx, PostgreSQL, wrk
     "realworld.tornado_bench": ("most req/s per handler: ", "tornado.json"),  # ab, wrk (PostgreSQL)
+    "workers": ("2 workers on 2 cores", "workers.json"),  # wrk
+    "trace_cost": ("trace_cost: instructions with the hooks off", "trace_cost.json"),  # valgrind: ~4 minutes
 }
 
 
@@ -455,6 +457,8 @@ def test_each_experiments_quick_run_works_and_touches_no_committed_result(name: 
         pytest.skip("ab and a C compiler are needed for the experiments' servers and clients")
     if name == "micro":
         pytest.importorskip("pyperf")
+    if (tool := {"workers": "wrk", "trace_cost": "valgrind"}.get(name)) and shutil.which(tool) is None:
+        pytest.skip(f"{name} needs {tool}")
     conclusion, json_name = QUICK_EXPERIMENTS[name]
     before = _committed_results()
     out = tmp_path / json_name
