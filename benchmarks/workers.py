@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -32,7 +30,7 @@ from benchmarks import loads, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.layout import cpu_list, taskset, usable_cpus
 from benchmarks.harness.machine import display
-from benchmarks.harness.process import warm_up
+from benchmarks.harness.process import choose_pinning, warm_up
 from benchmarks.harness.render import machine_line
 from benchmarks.harness.render import markdown as table
 from benchmarks.loads import Settings
@@ -232,13 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     pick = experiment.settings(parser, args, DEFAULTS, QUICK)
     settings = Settings(requests={}, duration=pick["duration"], socket_timeout=SOCKET_TIMEOUT, run_timeout=60.0)
     cpus = usable_cpus()
-    pin = not args.no_pin and shutil.which("taskset") is not None and len(cpus) >= 2
+    pin = choose_pinning(args.no_pin)["enabled"]  # (it moves this process beside wrk; no real-time priority)
     plan = layouts(cpus, pin)
-    if pin:
-        os.sched_setaffinity(0, {plan[-1].load_cpu})  # the harness mostly waits: keep it beside wrk
-        if plan[-1].shared:
-            print(f"note: {len(cpus)} CPUs: with 2 workers on CPUs {cpus[0]},{cpus[1]} wrk shares CPU "
-                  f"{plan[-1].load_cpu} with one of them", flush=True)
+    if plan[-1].shared:
+        print(f"note: {len(cpus)} CPUs: with 2 workers on CPUs {cpus[0]},{cpus[1]} wrk shares CPU "
+              f"{plan[-1].load_cpu} with one of them", flush=True)
     chosen, _ = experiment.prepared([name for name in args.servers.split(",") if name],
                                     lambda name: servers.prepare(server_for(name, 1)))
     cells = [(name, layout) for name in chosen for layout in plan]

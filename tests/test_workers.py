@@ -331,11 +331,12 @@ def test_benchmark_quick_run_writes_under_local_or_out_and_concludes(tmp_path) -
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "workers.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.workers", "--quick", "--servers", "epoll",
-                           "--duration", "0.5", "--out", str(out)],
+                           "--duration", "1", "--out", str(out)],  # wrk's -d takes whole seconds
                           capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
+    assert all(row["status"] == "ok" for row in data["rows"]), [row["note"] for row in data["rows"]]
     assert out.with_suffix(".md").exists()
     assert done.stdout.strip().splitlines()[-1].startswith("2 workers on 2 cores")
     refused = subprocess.run([sys.executable, "-m", "benchmarks.workers", "--quick", "--out",
