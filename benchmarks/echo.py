@@ -25,8 +25,6 @@ from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
 from benchmarks.peers.echo_server import APIS, LOOPS, loop_factory
 from benchmarks.servers import BUILD, PEER_DIR, Server
 
-REFERENCE = output.RESULTS / "echo.json"   # the book's, committed; only --reference writes it
-LOCAL = output.LOCAL / "echo.json"         # a user's run: ignored by git
 BASELINE = servers.BASELINE
 SIZES_KIB = (1, 10, 100)
 CONNECTIONS = 10
