@@ -396,7 +396,7 @@ def _output_args(*argv: str) -> tuple:
     from benchmarks.harness import output
     parser = argparse.ArgumentParser(prog="x.py")
     parser.add_argument("--quick", action="store_true")
-    output.add_arguments(parser, "x.json", "--json")
+    output.add_arguments(parser, "x.json")
     return parser, parser.parse_args(list(argv))
 
 
@@ -406,7 +406,7 @@ def test_output_rule_local_by_default_reference_only_on_purpose(tmp_path: Path) 
     assert output.json_path(parser, args, "x.json") == ROOT / "benchmarks" / "results" / "local" / "x.json"
     parser, args = _output_args("--reference")
     assert output.json_path(parser, args, "x.json") == ROOT / "benchmarks" / "results" / "x.json"
-    parser, args = _output_args("--json", str(tmp_path / "y.json"))  # an older spelling of --out
+    parser, args = _output_args("--out", str(tmp_path / "y.json"))
     assert output.json_path(parser, args, "x.json") == tmp_path / "y.json"
 
 
