@@ -140,3 +140,17 @@ def test_cpu_lists_and_the_default_layout() -> None:
         assert load and rest and not load & rest, "the load generator gets cores of its own"
         assert layout.proxy == layout.app == layout.db, "nginx, the app and PostgreSQL share the rest"
         assert load | rest == set(usable)
+
+
+def test_an_app_whose_worker_search_found_no_count_is_a_failed_row_the_table_still_shows() -> None:
+    app = APPS[0]
+    probes = [{"workers": 1, "rps": None, "p99_ms": None, "status": "error", "note": "wrk completed no request"}]
+    row = notfaster_bench.summarize(app, None, [], probes)
+    assert row["status"] == "failed" and row["note"] == "wrk completed no request"
+    assert all(row[figure] is None for figure in notfaster_bench.FIGURES)
+    ok = {**row, "app": "other", "status": "ok", "note": None, "workers": 1, "rps": 900.0, "p50_ms": 9.0,
+          "p99_ms": 20.0, "search": []}
+    rows = sorted([row, ok], key=lambda r: (r["p99_ms"] is None, r["p99_ms"] or 0.0))
+    assert [r["app"] for r in rows] == ["other", app.name], "a row without figures sorts last"
+    data = {"layouts": {"default": {"rows": rows}}}
+    assert notfaster_bench.conclusion(data).startswith("default: best p99 other")

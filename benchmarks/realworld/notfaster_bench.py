@@ -155,7 +155,8 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
     """One row of the table: the harness's fold of ``runs`` (medians, spread, noisy on req/s), the search."""
     folded = experiment.fold(runs, "app", "app", FIGURES, deciding=("rps",), ratios=())
     row = {"app": app.name, "server": app.server, "loop": app.loop, "kind": app.kind, "workers": workers,
-           "runs": len(runs), "ok_runs": 0, **folded.get(app.name, {}).get(app.name, {}),
+           "runs": len(runs), "ok_runs": 0, **dict.fromkeys(FIGURES),  # no count found: no figures
+           **folded.get(app.name, {}).get(app.name, {}),
            "search": [{key: probe.get(key) for key in ("workers", "rps", "p99_ms", "status", "note")}
                       for probe in probes]}
     row.pop("failed", None)
