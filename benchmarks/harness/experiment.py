@@ -8,6 +8,7 @@ noise and ratios (:func:`fold`), the JSON's head (:func:`document`), and the end
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -26,23 +27,25 @@ from benchmarks.harness.summary import NOISE, is_noisy, median
 from tinyloop import serving
 
 __all__ = ["SCHEMA", "Clock", "conclude", "document", "finish", "fold", "interleave", "interrupt", "least", "parser",
-           "pinning", "prepared", "require", "run_tool", "runnable", "sentence", "settings", "stop_on_sigterm"]
+           "pinning", "prepared", "require", "run_tool", "sentence", "settings"]
 
 SCHEMA = 1  # every experiment's JSON carries it; the book's directives and benchmarks.report read it
 
 
 def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = True,
-           aliases: Sequence[str] = (), results: str | None = None) -> argparse.ArgumentParser:
+           results: str | None = None) -> argparse.ArgumentParser:
     """The shared command line of ``python -m benchmarks.NAME``.
 
     ``--quick`` (a smoke run, never the reference), ``--repeat`` when the
     experiment repeats (default ``repeat``; None: no such option), ``--no-pin``
     and ``--no-realtime`` when it pins (``pin``; see :func:`pinning`), and the
-    output rule's ``--reference`` and ``--out`` (``aliases`` are older
-    spellings of ``--out``; ``results`` names the JSON, default NAME.json).
-    It also makes SIGTERM end the run as Ctrl-C does (:func:`stop_on_sigterm`).
+    output rule's ``--reference`` and ``--out`` (``results`` names the JSON,
+    default NAME.json).  It also makes SIGTERM raise KeyboardInterrupt, as
+    Ctrl-C does, so that the ``finally`` blocks stop the servers a run started.
     """
-    stop_on_sigterm()
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not over pytest's own handler
+        with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing to stop
+            serving.stop_on_sigterm()
     made = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     made.add_argument("--quick", action="store_true",
@@ -55,18 +58,8 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
                           help="do not pin server and load generator to separate CPUs")
         made.add_argument("--no-realtime", action="store_true",
                           help="do not run them at real-time priority (chrt -f 1) where allowed")
-    output.add_arguments(made, results or f"{name}.json", *aliases)
+    output.add_arguments(made, results or f"{name}.json")
     return made
-
-
-def stop_on_sigterm() -> None:
-    """Make SIGTERM raise KeyboardInterrupt (tinyloop.serving's), so that the ``finally`` blocks
-    stop the servers an experiment started; a handler someone else installed (pytest's) stays."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        try:
-            serving.stop_on_sigterm()
-        except ValueError:  # not the main thread: nothing to stop from here
-            pass
 
 
 def pinning(args: argparse.Namespace) -> dict:
@@ -116,17 +109,6 @@ def prepared(candidates: Sequence, prepare: Callable[[Any], str | None],
     if name and not ready:
         raise SystemExit(f"{name}: nothing can run here")
     return ready, skipped
-
-
-def runnable(candidates: Sequence, skipped: dict[str, str], name: str) -> list:
-    """The ``candidates`` (servers, by ``.name``) not ``skipped``, after a line for each that is
-    ({name: why}); exits (SystemExit) when none is left."""
-    for server, note in skipped.items():
-        print(f"skip {server}: {note}")
-    ready = [server for server in candidates if server.name not in skipped]
-    if not ready:
-        raise SystemExit(f"{name}: no server can run here")
-    return ready
 
 
 def least(figures: dict[str, float | None], baseline: str | None, digits: int, among: Iterable[str] | None = None,

@@ -8,25 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness.machine import ROOT
 
-__all__ = ["LOCAL", "RESULTS", "add_arguments", "json_path", "minutes", "print_and_write", "relative", "rerender",
-           "write_json", "write_text"]
+__all__ = ["LOCAL", "RESULTS", "add_arguments", "json_path", "minutes", "print_and_write", "relative", "write_json",
+           "write_text"]
 
 RESULTS = ROOT / "benchmarks" / "results"   # the book's reference results, committed
 LOCAL = RESULTS / "local"                   # every other run's, ignored by git
 
 
-def add_arguments(parser: argparse.ArgumentParser, name: str, *aliases: str) -> None:
-    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``;
-    ``aliases`` are older spellings of ``--out`` (e.g. ``"--json"``)."""
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """Give ``parser`` the output rule's two options, for an experiment whose JSON is ``name``."""
     parser.add_argument("--reference", action="store_true",
                         help=f"maintainers: write the book's committed benchmarks/results/{name} "
                              "(a full run; not with --quick or --out)")
-    parser.add_argument("--out", *aliases, dest="out", type=Path, default=None,
+    parser.add_argument("--out", type=Path, default=None,
                         help=f"where to write the JSON (default benchmarks/results/local/{name}); "
                              "its other files go beside it")
 
@@ -70,13 +68,6 @@ def print_and_write(text: str, path: Path) -> int:
     returns 0, the command's exit status."""
     print(text, end="" if text.endswith("\n") else "\n")
     print(f"wrote {relative(write_text(text, path))}")
-    return 0
-
-
-def rerender(out: Path, render: Callable[[dict], str], suffix: str = ".md") -> int:
-    """Measure nothing: write ``render`` of the JSON at ``out`` again, beside it with ``suffix``;
-    returns 0.  Raises OSError (no such file) or ValueError (not JSON) as reading it does."""
-    print(f"wrote {relative(write_text(render(json.loads(out.read_text(encoding='utf-8'))), out.with_suffix(suffix)))}")
     return 0
 
 

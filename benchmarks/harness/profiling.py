@@ -28,7 +28,7 @@ from tinyloop.serving import announce, listen
 from tinyloop.testing import ServerProcess
 
 __all__ = ["COUNTED", "LAYERS", "STAGE_LAYERS", "SYSCALLS", "by_layer", "count_calls", "layer", "profile_stage",
-           "profile_summary", "profiled", "serve_until_sigterm", "stage_layer"]
+           "profile_summary", "profiled", "serve_until_sigterm"]
 
 Function = tuple[str, int, str]  # a pstats key: file, line, name
 
@@ -119,11 +119,6 @@ def layer(function: Function, table: tuple[tuple[str, str | None], ...] = LAYERS
     path, _, name = function
     key = f"~:{name}" if path == "~" else path
     return next(label for fragment, label in table if fragment in key)
-
-
-def stage_layer(function: Function) -> str | None:
-    """:func:`layer` by STAGE_LAYERS."""
-    return layer(function, STAGE_LAYERS)
 
 
 def by_layer(stats: pstats.Stats, layer_of: Callable[[Function], str | None] = layer) -> collections.Counter[str]:
@@ -243,4 +238,4 @@ def profile_stage(stage: str, requests: int, prefix: Sequence[str] = ()) -> str:
 
     stats, served = profiled(stage, [sys.executable, "-c", _PROFILED, stage], {"server_prefix": prefix}, 0, load)
     return profile_summary(stats, served, f"{stage}: ab -k -n {requests} -c 10, serve() only", counted=(),
-                           layer_of=stage_layer, note=None)
+                           layer_of=lambda function: layer(function, STAGE_LAYERS), note=None)

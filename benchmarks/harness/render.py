@@ -32,7 +32,7 @@ def spread_cell(low_high: Iterable[float] | None, noisy: bool, digits: int = 0) 
 
 
 def median_cell(summary: dict | None, digits: int = 0, missing: str = "failed") -> str:
-    """``{"median", "min", "max"}`` (summary.median_range's) as ``"7.0 (6.5–7.4)"``; ``missing`` without."""
+    """``{"median", "min", "max"}`` (summary.summarize's) as ``"7.0 (6.5–7.4)"``; ``missing`` without."""
     if not summary or summary.get("median") is None:
         return missing
     return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}–{summary['max']:.{digits}f})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-__all__ = ["NOISE", "is_noisy", "median", "median_range", "slope", "summarize"]
+__all__ = ["NOISE", "is_noisy", "median", "slope", "summarize"]
 
 # Repetitions further apart than this (max > min x 1.25) make a row noisy.
 NOISE = 0.25
@@ -37,9 +37,6 @@ def summarize(values: Iterable[float | None]) -> dict | None:
     low, high = min(present), max(present)
     return {"median": statistics.median(present), "min": low, "max": high,
             "noisy": len(present) >= 2 and is_noisy([low, high])}
-
-
-median_range = summarize  # its old name, until aio_changes and uv_changes take summarize
 
 
 def slope(points: Iterable[tuple[float, float]]) -> float | None:
