@@ -794,6 +794,12 @@ def test_unclosed_subprocess_transport_warns(loop: asyncio.AbstractEventLoop,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run(loop, main())
+        # 3.11's ThreadedChildWatcher (the asyncio row) hands the exit over with
+        # call_soon_threadsafe while its thread still holds the transport: wait
+        # for that thread to end, or gc.collect() comes too early to warn.
+        for thread in threading.enumerate():
+            if thread.name.startswith("asyncio-waitpid-"):
+                thread.join(LIMIT)
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
 
