@@ -13,6 +13,8 @@ next test.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 import time
@@ -349,3 +351,23 @@ def test_sigterm_stops_promptly_and_releases_the_port(server: ServerProcess) -> 
         assert code == 0, "".join(proc.stderr_lines)
         assert elapsed < 3.0
         listen("127.0.0.1", proc.port).close()  # would raise EADDRINUSE if still held
+
+
+def test_threaded_client_threads_block_the_stop_signals() -> None:
+    # The kernel gives a process-directed SIGTERM to any thread not blocking it; only the main
+    # thread's accept() must be interrupted, so every client thread blocks SIGTERM and SIGINT.
+    def blocked(pid: int, tid: str) -> int:
+        with open(f"/proc/{pid}/task/{tid}/status") as status:
+            line = next(line for line in status if line.startswith("SigBlk:"))
+        return int(line.split()[1], 16)
+
+    stop = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
+    with ServerProcess("threaded") as proc:
+        with proc.connect(TIMEOUT) as idle:
+            idle.sendall(get())
+            assert recv_response(idle)[0] == 200
+            masks = {int(tid): blocked(proc.pid, tid) for tid in os.listdir(f"/proc/{proc.pid}/task")}
+    main = masks.pop(proc.pid)
+    assert not main & stop, "the main thread must take the stop signals"
+    assert masks, "the idle client has a thread of its own"
+    assert all(mask & stop == stop for mask in masks.values()), f"client threads' SigBlk: {masks}"

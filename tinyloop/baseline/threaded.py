@@ -11,6 +11,8 @@
 #   * Threads are daemons: Ctrl-C (or SIGTERM) stops the main thread's
 #     accept(), and the process exits without waiting for clients.  The
 #     kernel closes the sockets the dying threads still hold.
+#   * Client threads block SIGINT and SIGTERM, so the kernel delivers them to
+#     the main thread, the one whose accept() they must interrupt.
 #
 # Discussion: when a handler computes instead of waiting, this is hard to
 # beat on latency: the OS preempts threads, and the GIL is handed over every
@@ -31,6 +33,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 
@@ -38,6 +41,16 @@ from tinyloop.baseline.blocking import Doorman, serve_client
 from tinyloop.serving import log
 
 __all__ = ["serve"]
+
+
+# Discussion: a signal sent to a process goes to any one of its threads that
+# does not block it (signal(7)), and Python runs its handler in the main
+# thread only.  Had a client thread, waiting in recv(), taken the SIGTERM,
+# the handler would wait for the main thread to run bytecode, and the main
+# thread would wait in accept() for the next client: the server would not
+# stop.  A thread starts with its creator's signal mask (pthread_sigmask(3)),
+# so the stop signals are blocked around its start and stay blocked in it.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _serve_and_close(sock: socket.socket) -> None:
@@ -56,6 +69,9 @@ def serve(listener: socket.socket) -> None:
     try:
         while True:
             sock, address = doorman.accept(listener)
+            # The thread started below inherits this mask (see _STOP_SIGNALS).
+            # A signal sent meanwhile waits, and arrives when it is lifted.
+            unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
             # exercise thread-per-connection: begin
             thread = threading.Thread(target=_serve_and_close, args=(sock,),
                                       name=f"client-{address[0]}:{address[1]}", daemon=True)
@@ -65,5 +81,6 @@ def serve(listener: socket.socket) -> None:
                 log("threaded: cannot start a thread; closing the new connection")
                 sock.close()
             # exercise thread-per-connection: end
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
     finally:
         doorman.close()
