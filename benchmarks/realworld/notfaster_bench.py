@@ -168,6 +168,11 @@ def summarize(app: App, workers: int | None, runs: list[dict], probes: list[dict
     return row
 
 
+def calm_order(row: dict) -> tuple[bool, float]:
+    """The table's sort key: lowest p99 first, rows without one (failed) last."""
+    return row["p99_ms"] is None, row["p99_ms"] or 0.0
+
+
 def versions(pg: services.Service, nginx_version: str) -> dict[str, str | None]:
     """Every program and library version the figures depend on (None: absent)."""
     wrk = version_line(["wrk", "-v"]) or ""  # "wrk debian/4.1.0-3+b2 [epoll] Copyright (C) 2012 Will Glozer"
@@ -208,7 +213,7 @@ def run(apps: Sequence[App], layout: Layout, settings: dict, argv: Sequence[str]
         found_versions = versions(pg, nginx_version)
     runs = {app.name: [record for record in records if record["app"] == app.name] for app in runnable}
     rows = [summarize(app, searched[app.name][0], runs[app.name], searched[app.name][1]) for app in runnable]
-    rows.sort(key=lambda row: (row["p99_ms"] is None, row["p99_ms"] or 0.0))
+    rows.sort(key=calm_order)
     return experiment.document(
         "realworld.notfaster_bench", argv, clock,
         settings={**settings, "concurrency": CONCURRENCY, "sync_pool": SYNC_POOL, "async_pool": ASYNC_POOL},
