@@ -1,15 +1,14 @@
-# tinyloop/_override.py
-#
-# How a student's file takes the place of a reference module.
-#
-# The exercise checker sets ``TINYLOOP_OVERRIDE=tinyloop.raw.connection=/tmp/x.py``
-# (several pairs may be joined with ``os.pathsep``) in the environment of the
-# tests and of every server they start.  ``apply_override()`` loads each file
-# under the module's real name and puts it in ``sys.modules`` before anything
-# imports the reference, so the rest of tinyloop uses the student's code
-# without knowing.  This is why stage packages keep their ``__init__.py``
-# free of imports: a package that imported its own modules eagerly would
-# load the reference first.
+"""How a student's file takes the place of a reference module.
+
+The exercise checker sets ``TINYLOOP_OVERRIDE=tinyloop.raw.connection=/tmp/x.py``
+(several pairs may be joined with ``os.pathsep``) in the environment of the
+tests and of every server they start.  ``apply_override()`` loads each file
+under the module's real name and puts it in ``sys.modules`` before anything
+imports the reference, so the rest of tinyloop uses the student's code
+without knowing.  This is why stage packages keep their ``__init__.py``
+free of imports: a package that imported its own modules eagerly would
+load the reference first.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-# tinyloop/serving.py
-#
-# What every stage's server does the same way, so no stage has to repeat it:
-# open the listening socket, say where it listens, and turn SIGTERM into the
-# same clean stop as Ctrl-C.
+"""What every stage's server does the same way, so no stage has to repeat it:
+open the listening socket, say where it listens, and turn SIGTERM into the
+same clean stop as Ctrl-C.
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-# tinyloop/stages.py
-#
-# The book's stages, in reading order: the one table that maps a stage's name
-# (what ``python -m tinyloop serve NAME`` takes) to the module that serves it
-# and the chapter that explains it.  Chapter files are named here and nowhere
-# else in the code, so moving a chapter renames no module.
-#
-# A stage module exposes ``serve(listener)``: it takes a bound, listening
-# socket and serves HTTP with :class:`tinyloop.http.HTTPConnection` until
-# interrupted (KeyboardInterrupt), closing every socket it opened.
+"""The book's stages, in reading order: the one table that maps a stage's name
+(what ``python -m tinyloop serve NAME`` takes) to the module that serves it
+and the chapter that explains it.  Chapter files are named here and nowhere
+else in the code, so moving a chapter renames no module.
+
+A stage module exposes ``serve(listener)``: it takes a bound, listening
+socket and serves HTTP with :class:`tinyloop.http.HTTPConnection` until
+interrupted (KeyboardInterrupt), closing every socket it opened.
+"""
 
 from __future__ import annotations
 

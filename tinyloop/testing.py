@@ -1,9 +1,8 @@
-# tinyloop/testing.py
-#
-# Helpers shared by the tests, the exercise checker and the benchmark harness:
-# start a stage's server in its own process, find its port, look at its file
-# descriptors and CPU time, and stop it the way a user would (SIGTERM); hold
-# thousands of keep-alive connections to it from one thread (Crowd).
+"""Helpers shared by the tests, the exercise checker and the benchmark harness:
+start a stage's server in its own process, find its port, look at its file
+descriptors and CPU time, and stop it the way a user would (SIGTERM); hold
+thousands of keep-alive connections to it from one thread (Crowd).
+"""
 
 from __future__ import annotations
 

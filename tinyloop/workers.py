@@ -1,34 +1,33 @@
-# tinyloop/workers.py
-#
-# ``python -m tinyloop serve STAGE --workers N``: one stage's server in N
-# processes, each with a listening socket of its own on the same port, and a
-# parent that keeps N of them running.
-#
-#     holder = reserve(host, port)        # parent: bind, never listen, keep the port
-#     for each worker: fork()             # before any loop exists
-#         child: socket(); setsockopt(SO_REUSEPORT); bind(); listen(); serve()
-#     parent: wait for signals; restart a worker that dies; on SIGTERM or
-#             SIGINT, send SIGTERM to every worker, wait for them, exit 0
-#
-# SO_REUSEPORT (socket(7), Linux 3.9+) lets several sockets bind the same
-# address and port when every one of them sets it (and, on Linux, they
-# belong to the same user).  For TCP the kernel keeps the listening ones in a
-# group and picks one socket per incoming connection by a hash of the
-# connection's addresses and ports: the workers share out the connections
-# without ever sharing a socket or waking each other.
-#
-# Rules this file keeps:
-#   * Standard library only, and Unix only: fork(2), waitpid(2), kill(2).
-#     Where SO_REUSEPORT or fork is missing, reuse_port_missing() says why
-#     and the command line exits 2 before starting anything.
-#   * The parent runs no event loop and serves nothing.  It forks every
-#     worker itself, so no worker inherits a loop, a selector or a thread.
-#   * The parent never spins.  It sleeps in select(2) until a signal (a
-#     byte on the wake-up pipe), a worker's "listening" line, or the next
-#     planned restart; a worker that keeps dying at start is restarted with
-#     a growing back-off, and every restart is a log line that says so.
-#   * Nothing is left behind: on stop every worker is waited for (reaped);
-#     one that has not stopped after STOP_TIMEOUT seconds gets SIGKILL.
+"""``python -m tinyloop serve STAGE --workers N``: one stage's server in N
+processes, each with a listening socket of its own on the same port, and a
+parent that keeps N of them running.
+
+    holder = reserve(host, port)        # parent: bind, never listen, keep the port
+    for each worker: fork()             # before any loop exists
+        child: socket(); setsockopt(SO_REUSEPORT); bind(); listen(); serve()
+    parent: wait for signals; restart a worker that dies; on SIGTERM or
+            SIGINT, send SIGTERM to every worker, wait for them, exit 0
+
+SO_REUSEPORT (socket(7), Linux 3.9+) lets several sockets bind the same
+address and port when every one of them sets it (and, on Linux, they
+belong to the same user).  For TCP the kernel keeps the listening ones in a
+group and picks one socket per incoming connection by a hash of the
+connection's addresses and ports: the workers share out the connections
+without ever sharing a socket or waking each other.
+
+Rules this file keeps:
+  * Standard library only, and Unix only: fork(2), waitpid(2), kill(2).
+    Where SO_REUSEPORT or fork is missing, reuse_port_missing() says why
+    and the command line exits 2 before starting anything.
+  * The parent runs no event loop and serves nothing.  It forks every
+    worker itself, so no worker inherits a loop, a selector or a thread.
+  * The parent never spins.  It sleeps in select(2) until a signal (a
+    byte on the wake-up pipe), a worker's "listening" line, or the next
+    planned restart; a worker that keeps dying at start is restarted with
+    a growing back-off, and every restart is a log line that says so.
+  * Nothing is left behind: on stop every worker is waited for (reaped);
+    one that has not stopped after STOP_TIMEOUT seconds gets SIGKILL.
+"""
 
 from __future__ import annotations
 

@@ -1,37 +1,36 @@
-# tinyloop/aio/base_events.py
-#
-# The asyncio loop minus the I/O: scheduling with contexts, running a future
-# to completion, tasks and their factory, async generators, the default
-# executor, name resolution, and the connection logic (Happy Eyeballs,
-# create_server, Server, start_tls, sendfile) written against a few methods
-# that selector_events.py supplies.  It reads beside CPython's
-# Lib/asyncio/base_events.py, which has the same job.
-#
-# Rules this file keeps:
-#   * Part II's reactor is the base class.  The ready queue, the timer heap,
-#     the self-pipe, add_reader and the exception handler are inherited
-#     unchanged (tinyloop/callbacks/loop.py), and so is the four-step
-#     run_once, whose last step we run without Part II's per-callback
-#     wrapper when there is nothing for it to do (run_once below); this
-#     file adds what asyncio's contract asks on top: a context per
-#     callback, the running loop registered with asyncio, and the
-#     coroutine APIs.
-#   * asyncio's Future and Task are used as they are (uvloop does the same).
-#     They need four things of a loop: call_soon(..., context=),
-#     get_debug(), call_exception_handler(), and asyncio's running-loop slot
-#     set while we run (asyncio.get_running_loop() reads it).
-#   * No I/O here.  Whatever touches a socket is a method of
-#     BaseSelectorEventLoop (selector_events.py); this file only calls the
-#     ``sock_*`` coroutines and the ``_make_*_transport`` factories.
-#   * Every blocking call goes to the default executor (getaddrinfo,
-#     getnameinfo, reading a file for sendfile's fallback), never the loop's
-#     thread.
-#
-# Where this differs from CPython, and why:
-#   * Server.wait_closed() waits for the clients to leave on every Python
-#     (3.12's behaviour; 3.11's returned at once after close()).
-#   * Happy Eyeballs is one small coroutine here (_staggered_connect) where
-#     asyncio has a module of its own (staggered.py).
+"""The asyncio loop minus the I/O: scheduling with contexts, running a future
+to completion, tasks and their factory, async generators, the default
+executor, name resolution, and the connection logic (Happy Eyeballs,
+create_server, Server, start_tls, sendfile) written against a few methods
+that selector_events.py supplies.  It reads beside CPython's
+Lib/asyncio/base_events.py, which has the same job.
+
+Rules this file keeps:
+  * Part II's reactor is the base class.  The ready queue, the timer heap,
+    the self-pipe, add_reader and the exception handler are inherited
+    unchanged (tinyloop/callbacks/loop.py), and so is the four-step
+    run_once, whose last step we run without Part II's per-callback
+    wrapper when there is nothing for it to do (run_once below); this
+    file adds what asyncio's contract asks on top: a context per
+    callback, the running loop registered with asyncio, and the
+    coroutine APIs.
+  * asyncio's Future and Task are used as they are (uvloop does the same).
+    They need four things of a loop: call_soon(..., context=),
+    get_debug(), call_exception_handler(), and asyncio's running-loop slot
+    set while we run (asyncio.get_running_loop() reads it).
+  * No I/O here.  Whatever touches a socket is a method of
+    BaseSelectorEventLoop (selector_events.py); this file only calls the
+    ``sock_*`` coroutines and the ``_make_*_transport`` factories.
+  * Every blocking call goes to the default executor (getaddrinfo,
+    getnameinfo, reading a file for sendfile's fallback), never the loop's
+    thread.
+
+Where this differs from CPython, and why:
+  * Server.wait_closed() waits for the clients to leave on every Python
+    (3.12's behaviour; 3.11's returned at once after close()).
+  * Happy Eyeballs is one small coroutine here (_staggered_connect) where
+    asyncio has a module of its own (staggered.py).
+"""
 
 from __future__ import annotations
 

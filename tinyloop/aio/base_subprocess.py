@@ -1,38 +1,37 @@
-# tinyloop/aio/base_subprocess.py
-#
-# A child process seen as a transport: one object that owns the process and
-# up to three pipe transports (stdin, stdout, stderr), and turns what they
-# report into the calls of an asyncio.SubprocessProtocol.  It reads beside
-# CPython's Lib/asyncio/base_subprocess.py, which has the same job; the
-# Unix part (starting the child, learning of its exit) is in unix_events.py.
-#
-#     stdin  <-- _UnixWritePipeTransport <-- _PipeProtocol(fd 0) --+
-#     stdout --> _UnixReadPipeTransport  --> _PipeProtocol(fd 1) --+--> BaseSubprocessTransport
-#     stderr --> _UnixReadPipeTransport  --> _PipeProtocol(fd 2) --+      --> SubprocessProtocol
-#     exit   --> a child watcher (unix_events.py) -----------------+
-#
-# Rules this file keeps:
-#   * The protocol hears ``connection_made`` first and ``connection_lost``
-#     last.  Whatever happens before connection_made (data on stdout, even
-#     the exit) waits in ``_pending`` and is replayed in order after it.
-#   * ``connection_lost`` comes only when both halves are over: the process
-#     has exited (``process_exited`` called) *and* every pipe has closed
-#     (``pipe_connection_lost`` called for each).  Either may come first.
-#   * ``_wait()`` (what asyncio.subprocess.Process.wait awaits) returns the
-#     exit code: at once if it is known, else when connection_lost has run.
-#   * The exit code is the child watcher's, in ``os.waitstatus_to_exitcode``
-#     form: the exit status, or minus the signal number that killed it.
-#   * A transport nobody closed kills its child when it is collected, and
-#     says so with a ResourceWarning, as asyncio's does.
-#
-# Where this differs from CPython, and why:
-#   * The pipe transports are built synchronously when the process starts,
-#     not in a task that awaits connect_read_pipe/connect_write_pipe: so
-#     close() always has them to close, however early it is called.
-#   * Signals go through the child watcher (a pidfd where there is one:
-#     no chance of signalling a recycled pid), never through Popen, whose
-#     send_signal first polls, that is reaps, the child behind the
-#     watcher's back.
+"""A child process seen as a transport: one object that owns the process and
+up to three pipe transports (stdin, stdout, stderr), and turns what they
+report into the calls of an asyncio.SubprocessProtocol.  It reads beside
+CPython's Lib/asyncio/base_subprocess.py, which has the same job; the
+Unix part (starting the child, learning of its exit) is in unix_events.py.
+
+    stdin  <-- _UnixWritePipeTransport <-- _PipeProtocol(fd 0) --+
+    stdout --> _UnixReadPipeTransport  --> _PipeProtocol(fd 1) --+--> BaseSubprocessTransport
+    stderr --> _UnixReadPipeTransport  --> _PipeProtocol(fd 2) --+      --> SubprocessProtocol
+    exit   --> a child watcher (unix_events.py) -----------------+
+
+Rules this file keeps:
+  * The protocol hears ``connection_made`` first and ``connection_lost``
+    last.  Whatever happens before connection_made (data on stdout, even
+    the exit) waits in ``_pending`` and is replayed in order after it.
+  * ``connection_lost`` comes only when both halves are over: the process
+    has exited (``process_exited`` called) *and* every pipe has closed
+    (``pipe_connection_lost`` called for each).  Either may come first.
+  * ``_wait()`` (what asyncio.subprocess.Process.wait awaits) returns the
+    exit code: at once if it is known, else when connection_lost has run.
+  * The exit code is the child watcher's, in ``os.waitstatus_to_exitcode``
+    form: the exit status, or minus the signal number that killed it.
+  * A transport nobody closed kills its child when it is collected, and
+    says so with a ResourceWarning, as asyncio's does.
+
+Where this differs from CPython, and why:
+  * The pipe transports are built synchronously when the process starts,
+    not in a task that awaits connect_read_pipe/connect_write_pipe: so
+    close() always has them to close, however early it is called.
+  * Signals go through the child watcher (a pidfd where there is one:
+    no chance of signalling a recycled pid), never through Popen, whose
+    send_signal first polls, that is reaps, the child behind the
+    watcher's back.
+"""
 
 from __future__ import annotations
 

@@ -1,32 +1,31 @@
-# tinyloop/aio/events.py
-#
-# Handles that run their callback inside a contextvars.Context.  CPython's
-# Lib/asyncio/events.py holds them too, beside the abstract classes
-# (AbstractEventLoop, AbstractServer, the policy base) which we import from
-# asyncio rather than write again: they are the contract, not an
-# implementation.  The policy that makes asyncio use our loop is in
-# unix_events.py, with the loop, as CPython's default policy is.
-#
-# Rules this file keeps:
-#   * Part II's Handle is reused, and one method is overridden: a Part II
-#     handle calls ``callback(*args)``, an asyncio handle calls
-#     ``context.run(callback, *args)`` (PEP 567), so the callback sees the
-#     context variables of whoever scheduled it.  Everything else (the
-#     fields, cancel(), the error report) is Part II's.
-#   * Handle.__init__ sets Part II's fields itself rather than calling
-#     super().__init__(): it is the hottest constructor in the loop (the
-#     chapter's table of changes prices it).
-#   * A cancelled handle drops its callback and arguments (Part II's
-#     cancel); its context goes with them.
-#   * In debug mode a handle keeps ``_source_traceback``, the stack that
-#     made it (asyncio's name and format), and an error in its callback
-#     says where it was scheduled.  Handles can be weakly referenced, as
-#     asyncio's can.
-#
-# Where this differs from CPython: asyncio's Handle is one class; ours
-# subclasses Part II's.  asyncio formats a callback with its source line in
-# debug mode; we name the callback and, when it is a task's step, the task
-# (what a reader of a slow-callback warning needs).
+"""Handles that run their callback inside a contextvars.Context.  CPython's
+Lib/asyncio/events.py holds them too, beside the abstract classes
+(AbstractEventLoop, AbstractServer, the policy base) which we import from
+asyncio rather than write again: they are the contract, not an
+implementation.  The policy that makes asyncio use our loop is in
+unix_events.py, with the loop, as CPython's default policy is.
+
+Rules this file keeps:
+  * Part II's Handle is reused, and one method is overridden: a Part II
+    handle calls ``callback(*args)``, an asyncio handle calls
+    ``context.run(callback, *args)`` (PEP 567), so the callback sees the
+    context variables of whoever scheduled it.  Everything else (the
+    fields, cancel(), the error report) is Part II's.
+  * Handle.__init__ sets Part II's fields itself rather than calling
+    super().__init__(): it is the hottest constructor in the loop (the
+    chapter's table of changes prices it).
+  * A cancelled handle drops its callback and arguments (Part II's
+    cancel); its context goes with them.
+  * In debug mode a handle keeps ``_source_traceback``, the stack that
+    made it (asyncio's name and format), and an error in its callback
+    says where it was scheduled.  Handles can be weakly referenced, as
+    asyncio's can.
+
+Where this differs from CPython: asyncio's Handle is one class; ours
+subclasses Part II's.  asyncio formats a callback with its source line in
+debug mode; we name the callback and, when it is a task's step, the task
+(what a reader of a slow-callback warning needs).
+"""
 
 from __future__ import annotations
 

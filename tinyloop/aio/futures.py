@@ -1,10 +1,9 @@
-# tinyloop/aio/futures.py
-#
-# asyncio's Future is used as it is (see base_events.py), so this module,
-# which CPython's Lib/asyncio/futures.py names, holds only the one helper
-# CPython keeps beside its Future and every layer of the loop calls: the
-# loop, the transports and the subprocess transport all wake a waiter with
-# it.  Being below all of them, it is imported by each and imports none.
+"""asyncio's Future is used as it is (see base_events.py), so this module,
+which CPython's Lib/asyncio/futures.py names, holds only the one helper
+CPython keeps beside its Future and every layer of the loop calls: the
+loop, the transports and the subprocess transport all wake a waiter with
+it.  Being below all of them, it is imported by each and imports none.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-# tinyloop/aio/runners.py
-#
-# ``run(main())``: make a loop, run a coroutine on it, tidy up, close.
-# CPython's Lib/asyncio/runners.py has the class that does this,
-# asyncio.Runner (3.11+), and it works on any loop that keeps the contract.
-# So we write no runner of our own: ``run`` is asyncio's Runner with our
-# loop factory, as uvloop.run is.  What the Runner does, in order:
-#
-#     1. loop = new_event_loop(); loop.set_debug(debug) if debug is not None
-#     2. run main() as a task; on Ctrl-C (SIGINT in the main thread) cancel
-#        that task, and raise KeyboardInterrupt once it has unwound
-#     3. cancel every task still pending, and wait for them
-#     4. loop.shutdown_asyncgens(), loop.shutdown_default_executor()
-#     5. loop.close()
+"""``run(main())``: make a loop, run a coroutine on it, tidy up, close.
+CPython's Lib/asyncio/runners.py has the class that does this,
+asyncio.Runner (3.11+), and it works on any loop that keeps the contract.
+So we write no runner of our own: ``run`` is asyncio's Runner with our
+loop factory, as uvloop.run is.  What the Runner does, in order:
+
+    1. loop = new_event_loop(); loop.set_debug(debug) if debug is not None
+    2. run main() as a task; on Ctrl-C (SIGINT in the main thread) cancel
+       that task, and raise KeyboardInterrupt once it has unwound
+    3. cancel every task still pending, and wait for them
+    4. loop.shutdown_asyncgens(), loop.shutdown_default_executor()
+    5. loop.close()
+"""
 
 from __future__ import annotations
 

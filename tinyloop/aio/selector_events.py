@@ -1,50 +1,49 @@
-# tinyloop/aio/selector_events.py
-#
-# I/O on a selector: the ``sock_*`` coroutines, accepting connections, and
-# the transports that turn readiness into protocol calls.  It reads beside
-# CPython's Lib/asyncio/selector_events.py, which has the same classes.
-#
-# A transport replaces what Part II's streams did around every read:
-#
-#     Part II (coroutines)                      Part III (a transport)
-#     ------------------------------------      ----------------------------------
-#     add_reader, await, remove_reader,         add_reader once; each readiness
-#       recv -- per read                          calls recv and data_received
-#     send in the coroutine, await              write() sends at once; only what
-#       writability for the rest                  the kernel refuses waits for
-#                                                 add_writer
-#
-# That is the saving the chapter measures: one epoll_ctl per connection
-# instead of two per read.
-#
-# Rules this file keeps:
-#   * Two doors to the selector.  ``add_reader``/``add_writer`` are for
-#     users, and refuse a descriptor a transport owns (RuntimeError), as
-#     asyncio does; ``_add_reader``/``_add_writer`` are Part II's, unchecked,
-#     for the transports and sock_* coroutines here.
-#   * Try first, wait second.  Every operation calls the socket at once and
-#     registers interest only when the kernel says EAGAIN: on a busy
-#     connection most reads and writes never touch the selector.
-#   * A transport calls its protocol only from the loop's callbacks, never
-#     from inside ``write()`` or ``close()``: connection_made and
-#     connection_lost are scheduled with call_soon, so a protocol never sees
-#     itself re-entered.
-#   * Errors stay with their connection.  A reset peer closes that transport
-#     (quietly: a reset is ordinary); anything else also goes to the loop's
-#     exception handler.  Neither touches another connection.
-#   * At the descriptor limit the listener backs off (see _accept_connection).
-#
-# Where this differs from CPython, and why:
-#   * A plain TCP connection is set up without a task: the protocol and the
-#     transport are made in the accept callback.  asyncio makes a task per
-#     accepted connection so that one code path serves TLS too; we keep the
-#     task for TLS, whose handshake must be awaited.
-#   * At EMFILE the back-off is logged once per episode, not once per retry.
-#   * get_extra_info("socket") is the socket itself, not a wrapper that
-#     refuses close(): the reader sees the real object.
-#   * On Linux the default selector is _EpollSelector, selectors' epoll
-#     selector with a shorter select() (asyncio takes DefaultSelector as it
-#     is): it runs once per ready descriptor, on every read.
+"""I/O on a selector: the ``sock_*`` coroutines, accepting connections, and
+the transports that turn readiness into protocol calls.  It reads beside
+CPython's Lib/asyncio/selector_events.py, which has the same classes.
+
+A transport replaces what Part II's streams did around every read:
+
+    Part II (coroutines)                      Part III (a transport)
+    ------------------------------------      ----------------------------------
+    add_reader, await, remove_reader,         add_reader once; each readiness
+      recv -- per read                          calls recv and data_received
+    send in the coroutine, await              write() sends at once; only what
+      writability for the rest                  the kernel refuses waits for
+                                                add_writer
+
+That is the saving the chapter measures: one epoll_ctl per connection
+instead of two per read.
+
+Rules this file keeps:
+  * Two doors to the selector.  ``add_reader``/``add_writer`` are for
+    users, and refuse a descriptor a transport owns (RuntimeError), as
+    asyncio does; ``_add_reader``/``_add_writer`` are Part II's, unchecked,
+    for the transports and sock_* coroutines here.
+  * Try first, wait second.  Every operation calls the socket at once and
+    registers interest only when the kernel says EAGAIN: on a busy
+    connection most reads and writes never touch the selector.
+  * A transport calls its protocol only from the loop's callbacks, never
+    from inside ``write()`` or ``close()``: connection_made and
+    connection_lost are scheduled with call_soon, so a protocol never sees
+    itself re-entered.
+  * Errors stay with their connection.  A reset peer closes that transport
+    (quietly: a reset is ordinary); anything else also goes to the loop's
+    exception handler.  Neither touches another connection.
+  * At the descriptor limit the listener backs off (see _accept_connection).
+
+Where this differs from CPython, and why:
+  * A plain TCP connection is set up without a task: the protocol and the
+    transport are made in the accept callback.  asyncio makes a task per
+    accepted connection so that one code path serves TLS too; we keep the
+    task for TLS, whose handshake must be awaited.
+  * At EMFILE the back-off is logged once per episode, not once per retry.
+  * get_extra_info("socket") is the socket itself, not a wrapper that
+    refuses close(): the reader sees the real object.
+  * On Linux the default selector is _EpollSelector, selectors' epoll
+    selector with a shorter select() (asyncio takes DefaultSelector as it
+    is): it runs once per ready descriptor, on every read.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,22 @@
-# tinyloop/aio/server.py
-#
-# The ``aio`` stage: the book's HTTP server as an asyncio Protocol, on
-# tinyloop.aio's loop.  Not a mirror of a CPython file: this is the program
-# that runs on the loop, and it is the same code the benchmark's asyncio and
-# uvloop peers run (benchmarks/peers/asyncio_server.py imports it), so that
-# between those rows only the loop changes.
-#
-#   HTTPProtocol    asyncio.Protocol callbacks: data_received -> write
-#   handle_stream   the same server as a coroutine per connection on
-#                   asyncio's streams (start_server): read, write, drain
-#                   (the ``aio-streams`` stage, tinyloop/aio/streams_server.py)
-#
-# Rules this file keeps:
-#   * Written against asyncio's public API only: nothing here knows which
-#     loop runs it.
-#   * Backpressure both ways.  The Protocol stops reading while the
-#     transport's write buffer is above its high-water mark (pause_writing)
-#     and starts again below the low-water mark (resume_writing); the
-#     streams handler gets the same from ``await writer.drain()``.
+"""The ``aio`` stage: the book's HTTP server as an asyncio Protocol, on
+tinyloop.aio's loop.  Not a mirror of a CPython file: this is the program
+that runs on the loop, and it is the same code the benchmark's asyncio and
+uvloop peers run (benchmarks/peers/asyncio_server.py imports it), so that
+between those rows only the loop changes.
+
+  HTTPProtocol    asyncio.Protocol callbacks: data_received -> write
+  handle_stream   the same server as a coroutine per connection on
+                  asyncio's streams (start_server): read, write, drain
+                  (the ``aio-streams`` stage, tinyloop/aio/streams_server.py)
+
+Rules this file keeps:
+  * Written against asyncio's public API only: nothing here knows which
+    loop runs it.
+  * Backpressure both ways.  The Protocol stops reading while the
+    transport's write buffer is above its high-water mark (pause_writing)
+    and starts again below the low-water mark (resume_writing); the
+    streams handler gets the same from ``await writer.drain()``.
+"""
 
 from __future__ import annotations
 

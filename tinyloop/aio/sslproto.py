@@ -1,66 +1,65 @@
-# tinyloop/aio/sslproto.py
-#
-# TLS as a protocol between two transports.  The loop's plain transport (a
-# TCP socket) carries ciphertext and calls SSLProtocol, as it would call any
-# protocol; SSLProtocol runs OpenSSL over two memory buffers and gives the
-# application's protocol a transport of its own, _SSLProtocolTransport, that
-# carries plaintext:
-#
-#     app protocol  <-- plaintext -->  _SSLProtocolTransport
-#                                              |
-#                                         SSLProtocol:  incoming MemoryBIO --> SSLObject
-#                                              |        outgoing MemoryBIO <--
-#     plain transport  <-- ciphertext -->  the loop, the socket
-#
-# OpenSSL never sees the socket.  The ciphertext the plain transport receives
-# is written into the incoming BIO; SSLObject's do_handshake(), read(),
-# write() and unwrap() consume it and leave the records they make in the
-# outgoing BIO, which we empty into the plain transport.  So TLS here is
-# sans-I/O, like our HTTP parser: bytes in, bytes out, and the loop needs no
-# code of its own for it (the ``ssl`` docs, "Memory BIO Support").
-#
-# The session's states (SSLProtocol._state) and what moves it between them:
-#
-#   state      what is going on                  event                        next
-#   ---------  --------------------------------  ---------------------------  ---------
-#   NEW        nothing yet                       connection_made()            HANDSHAKE
-#   HANDSHAKE  do_handshake() trades records;    handshake done               WRAPPED
-#              app writes wait in the backlog    it fails, times out, or the  CLOSED
-#                                                  peer closes
-#   WRAPPED    application data flows both ways  app close(), the peer's      SHUTDOWN
-#                                                  close_notify or EOF
-#                                                fatal error, app abort()     CLOSED
-#   SHUTDOWN   our close_notify is sent; we      unwrap() done, EOF, or data  CLOSED
-#              wait for the peer's                 crossing our close_notify
-#                                                timeout, app abort()         CLOSED
-#   CLOSED     TLS is over; the plain transport is closing (or gone)
-#
-# connection_lost() may come in any state (a reset): it moves us to CLOSED
-# too, and it is the only place the app protocol hears connection_lost().
-#
-# Rules this file keeps:
-#   * One step per state.  Every event (ciphertext in, EOF, a resumed reader,
-#     close()) calls _advance(), which runs the current state's step and, when
-#     that step moved the state on, the new state's step too; the app's
-#     write() runs only the writing half of WRAPPED's step.  Every move goes
-#     through _set_state(), which checks it against _TRANSITIONS, the table
-#     above in code.
-#   * No outgoing ciphertext waits here.  Every record OpenSSL makes goes to
-#     the plain transport at once, so the plain transport's buffer is the
-#     app's write buffer: its pause_writing/resume_writing reach the app, and
-#     the app's write-buffer limits are its limits.
-#   * The app protocol hears connection_made once (unless start_tls already
-#     connected it), then data, at most one eof_received, and connection_lost
-#     exactly once, only if it heard connection_made.
-#   * Only public loop API: call_soon, call_later, call_exception_handler,
-#     get_debug.  The same file runs on asyncio's loop, uvloop and ours.
-#
-# Read beside CPython's Lib/asyncio/sslproto.py: the classes and the steps
-# have its names (SSLProtocol, _SSLProtocolTransport, _do_handshake,
-# _do_read, _do_write, _do_shutdown).  Its state UNWRAPPED is our NEW and
-# CLOSED; it has a FLUSHING state between WRAPPED and SHUTDOWN, and its own
-# write buffer with water marks, which the second rule makes unnecessary
-# here.  Each other difference is a Discussion below.
+"""TLS as a protocol between two transports.  The loop's plain transport (a
+TCP socket) carries ciphertext and calls SSLProtocol, as it would call any
+protocol; SSLProtocol runs OpenSSL over two memory buffers and gives the
+application's protocol a transport of its own, _SSLProtocolTransport, that
+carries plaintext:
+
+    app protocol  <-- plaintext -->  _SSLProtocolTransport
+                                             |
+                                        SSLProtocol:  incoming MemoryBIO --> SSLObject
+                                             |        outgoing MemoryBIO <--
+    plain transport  <-- ciphertext -->  the loop, the socket
+
+OpenSSL never sees the socket.  The ciphertext the plain transport receives
+is written into the incoming BIO; SSLObject's do_handshake(), read(),
+write() and unwrap() consume it and leave the records they make in the
+outgoing BIO, which we empty into the plain transport.  So TLS here is
+sans-I/O, like our HTTP parser: bytes in, bytes out, and the loop needs no
+code of its own for it (the ``ssl`` docs, "Memory BIO Support").
+
+The session's states (SSLProtocol._state) and what moves it between them:
+
+  state      what is going on                  event                        next
+  ---------  --------------------------------  ---------------------------  ---------
+  NEW        nothing yet                       connection_made()            HANDSHAKE
+  HANDSHAKE  do_handshake() trades records;    handshake done               WRAPPED
+             app writes wait in the backlog    it fails, times out, or the  CLOSED
+                                                 peer closes
+  WRAPPED    application data flows both ways  app close(), the peer's      SHUTDOWN
+                                                 close_notify or EOF
+                                               fatal error, app abort()     CLOSED
+  SHUTDOWN   our close_notify is sent; we      unwrap() done, EOF, or data  CLOSED
+             wait for the peer's                 crossing our close_notify
+                                               timeout, app abort()         CLOSED
+  CLOSED     TLS is over; the plain transport is closing (or gone)
+
+connection_lost() may come in any state (a reset): it moves us to CLOSED
+too, and it is the only place the app protocol hears connection_lost().
+
+Rules this file keeps:
+  * One step per state.  Every event (ciphertext in, EOF, a resumed reader,
+    close()) calls _advance(), which runs the current state's step and, when
+    that step moved the state on, the new state's step too; the app's
+    write() runs only the writing half of WRAPPED's step.  Every move goes
+    through _set_state(), which checks it against _TRANSITIONS, the table
+    above in code.
+  * No outgoing ciphertext waits here.  Every record OpenSSL makes goes to
+    the plain transport at once, so the plain transport's buffer is the
+    app's write buffer: its pause_writing/resume_writing reach the app, and
+    the app's write-buffer limits are its limits.
+  * The app protocol hears connection_made once (unless start_tls already
+    connected it), then data, at most one eof_received, and connection_lost
+    exactly once, only if it heard connection_made.
+  * Only public loop API: call_soon, call_later, call_exception_handler,
+    get_debug.  The same file runs on asyncio's loop, uvloop and ours.
+
+Read beside CPython's Lib/asyncio/sslproto.py: the classes and the steps
+have its names (SSLProtocol, _SSLProtocolTransport, _do_handshake,
+_do_read, _do_write, _do_shutdown).  Its state UNWRAPPED is our NEW and
+CLOSED; it has a FLUSHING state between WRAPPED and SHUTDOWN, and its own
+write buffer with water marks, which the second rule makes unnecessary
+here.  Each other difference is a Discussion below.
+"""
 
 from __future__ import annotations
 

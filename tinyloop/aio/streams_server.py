@@ -1,10 +1,9 @@
-# tinyloop/aio/streams_server.py
-#
-# The ``aio-streams`` stage: the same HTTP server as ``aio``, written with
-# asyncio's streams (a coroutine per connection: read, write, drain) instead
-# of a Protocol, on tinyloop.aio's loop.  Its row beside ``aio`` prices the
-# streams layer; its row beside ``coroutines`` prices Part II's streams
-# against asyncio's, both on transports.
+"""The ``aio-streams`` stage: the same HTTP server as ``aio``, written with
+asyncio's streams (a coroutine per connection: read, write, drain) instead
+of a Protocol, on tinyloop.aio's loop.  Its row beside ``aio`` prices the
+streams layer; its row beside ``coroutines`` prices Part II's streams
+against asyncio's, both on transports.
+"""
 
 from __future__ import annotations
 

@@ -1,36 +1,35 @@
-# tinyloop/aio/transports.py
-#
-# Flow control on the write side, written once for every transport that
-# buffers: sockets, datagrams, pipes.  (TLS keeps no buffer of its own: its
-# records go straight to the socket transport, whose marks the application
-# then hears through sslproto.py.)  CPython's Lib/asyncio/transports.py holds
-# the abstract transports (BaseTransport, Transport, DatagramTransport, ...)
-# and this same mixin; the abstract classes we import from asyncio, because
-# programs check ``isinstance(transport, asyncio.Transport)``.
-#
-# The contract (asyncio docs, "Transports and Protocols", "Flow Control"):
-#
-#     buffer size      what happens
-#     -----------      ------------------------------------------------------
-#     rises above      protocol.pause_writing() is called, once
-#       high water
-#     falls to or      protocol.resume_writing() is called, once, and only
-#       below low        if pause_writing was called
-#       water
-#
-# A protocol that keeps writing after pause_writing is not stopped: the
-# marks are advice.  asyncio's StreamWriter.drain() is built on this pair.
-#
-# Rules this file keeps:
-#   * The marks are in bytes.  high defaults to 64 KiB and low to a quarter
-#     of high, as in asyncio; set_write_buffer_limits(high=0) makes every
-#     write that leaves a byte unsent pause the protocol.
-#   * A protocol's pause_writing/resume_writing that raises is reported
-#     through the loop's exception handler and changes nothing else.
-#
-# Also here, for every transport: in debug mode a transport keeps
-# ``_source_traceback`` (where it was made, asyncio's name for it), and the
-# warning about a transport nobody closed says where that was.
+"""Flow control on the write side, written once for every transport that
+buffers: sockets, datagrams, pipes.  (TLS keeps no buffer of its own: its
+records go straight to the socket transport, whose marks the application
+then hears through sslproto.py.)  CPython's Lib/asyncio/transports.py holds
+the abstract transports (BaseTransport, Transport, DatagramTransport, ...)
+and this same mixin; the abstract classes we import from asyncio, because
+programs check ``isinstance(transport, asyncio.Transport)``.
+
+The contract (asyncio docs, "Transports and Protocols", "Flow Control"):
+
+    buffer size      what happens
+    -----------      ------------------------------------------------------
+    rises above      protocol.pause_writing() is called, once
+      high water
+    falls to or      protocol.resume_writing() is called, once, and only
+      below low        if pause_writing was called
+      water
+
+A protocol that keeps writing after pause_writing is not stopped: the
+marks are advice.  asyncio's StreamWriter.drain() is built on this pair.
+
+Rules this file keeps:
+  * The marks are in bytes.  high defaults to 64 KiB and low to a quarter
+    of high, as in asyncio; set_write_buffer_limits(high=0) makes every
+    write that leaves a byte unsent pause the protocol.
+  * A protocol's pause_writing/resume_writing that raises is reported
+    through the loop's exception handler and changes nothing else.
+
+Also here, for every transport: in debug mode a transport keeps
+``_source_traceback`` (where it was made, asyncio's name for it), and the
+warning about a transport nobody closed says where that was.
+"""
 
 from __future__ import annotations
 

@@ -1,49 +1,48 @@
-# tinyloop/aio/unix_events.py
-#
-# The loop as programs get it: the selector loop plus what only Unix has.
-# It reads beside CPython's Lib/asyncio/unix_events.py, whose
-# _UnixSelectorEventLoop is our SelectorEventLoop.
-#
-# Rules this file keeps:
-#   * This is the last class in the chain, and the one users make:
-#
-#         tinyloop.callbacks.loop.Loop            Part II: the reactor
-#           -> base_events.BaseEventLoop          asyncio's contract, no I/O
-#             -> selector_events.BaseSelectorEventLoop   sockets, transports
-#               -> unix_events.SelectorEventLoop         signals, pipes,
-#                                                        subprocesses, Unix sockets
-#
-#   * ``Loop``, ``new_event_loop`` and ``EventLoopPolicy`` are the public
-#     names (tinyloop.aio exports them), as uvloop's are.
-#   * A signal handler runs as an ordinary callback, between two others,
-#     never inside one (see "Signals").
-#   * No SIGCHLD handler, ever.  A child's exit is learnt from a pidfd the
-#     selector watches, or from a thread blocked in waitpid(2) for that one
-#     child, so subprocesses work from a loop in any thread, and no loop
-#     reaps another loop's children (see "Child watchers").
-#   * A pipe transport takes only a pipe, a socket or a character device
-#     (ValueError otherwise), and makes it non-blocking: a regular file is
-#     always "ready", so the selector cannot pace it.
-#
-# Where this differs from CPython, and why:
-#   * subprocess_exec/subprocess_shell and connect_read_pipe/connect_write_pipe
-#     live here, not in base_events.py: only this loop can make their
-#     transports.
-#   * Removing the last signal handler puts back the wakeup fd that was set
-#     before the first (asyncio writes -1; uvloop restores, as we do).
-#   * A write pipe over a socket pair drops what the far end sends it and
-#     closes only at its EOF or error; asyncio closes on any readability.
-#   * ``cleanup_socket`` (3.13's create_unix_server argument) is accepted on
-#     every Python we run on; its default is the running Python's behaviour
-#     (True from 3.13; before, asyncio left the socket file behind).
-#   * One child watcher per child, chosen here (asyncio 3.11 asks its
-#     policy for a process-wide one).  The exit is reported in the iteration
-#     the pidfd turns readable; asyncio waits one more.  A closed loop's
-#     watchers let go of their transports, so one nobody closed is collected
-#     and kills its child; asyncio's watcher keeps it alive until the exit.
-#   * The pipe transports report a write error other than EPIPE, ECONNRESET
-#     or EIO to the exception handler; asyncio's write pipe logs every
-#     OSError only in debug mode.
+"""The loop as programs get it: the selector loop plus what only Unix has.
+It reads beside CPython's Lib/asyncio/unix_events.py, whose
+_UnixSelectorEventLoop is our SelectorEventLoop.
+
+Rules this file keeps:
+  * This is the last class in the chain, and the one users make:
+
+        tinyloop.callbacks.loop.Loop            Part II: the reactor
+          -> base_events.BaseEventLoop          asyncio's contract, no I/O
+            -> selector_events.BaseSelectorEventLoop   sockets, transports
+              -> unix_events.SelectorEventLoop         signals, pipes,
+                                                       subprocesses, Unix sockets
+
+  * ``Loop``, ``new_event_loop`` and ``EventLoopPolicy`` are the public
+    names (tinyloop.aio exports them), as uvloop's are.
+  * A signal handler runs as an ordinary callback, between two others,
+    never inside one (see "Signals").
+  * No SIGCHLD handler, ever.  A child's exit is learnt from a pidfd the
+    selector watches, or from a thread blocked in waitpid(2) for that one
+    child, so subprocesses work from a loop in any thread, and no loop
+    reaps another loop's children (see "Child watchers").
+  * A pipe transport takes only a pipe, a socket or a character device
+    (ValueError otherwise), and makes it non-blocking: a regular file is
+    always "ready", so the selector cannot pace it.
+
+Where this differs from CPython, and why:
+  * subprocess_exec/subprocess_shell and connect_read_pipe/connect_write_pipe
+    live here, not in base_events.py: only this loop can make their
+    transports.
+  * Removing the last signal handler puts back the wakeup fd that was set
+    before the first (asyncio writes -1; uvloop restores, as we do).
+  * A write pipe over a socket pair drops what the far end sends it and
+    closes only at its EOF or error; asyncio closes on any readability.
+  * ``cleanup_socket`` (3.13's create_unix_server argument) is accepted on
+    every Python we run on; its default is the running Python's behaviour
+    (True from 3.13; before, asyncio left the socket file behind).
+  * One child watcher per child, chosen here (asyncio 3.11 asks its
+    policy for a process-wide one).  The exit is reported in the iteration
+    the pidfd turns readable; asyncio waits one more.  A closed loop's
+    watchers let go of their transports, so one nobody closed is collected
+    and kills its child; asyncio's watcher keeps it alive until the exit.
+  * The pipe transports report a write error other than EPIPE, ECONNRESET
+    or EIO to the exception handler; asyncio's write pipe logs every
+    OSError only in debug mode.
+"""
 
 from __future__ import annotations
 

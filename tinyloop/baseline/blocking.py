@@ -1,22 +1,21 @@
-# tinyloop/baseline/blocking.py
-#
-# The simplest server that works: accept one client, serve it until it
-# leaves, then accept the next.  Every call blocks, so the code reads like
-# the protocol: read, answer, read again.
-#
-# Its lesson is what it cannot do.  While one client is connected, nobody
-# else is served: a second client's connection waits in the kernel's accept
-# queue, finished by the kernel's handshake but never read.  One slow client
-# (or one that keeps its connection alive and idle) holds up everyone.  The
-# idle timeout below only bounds *how long*: a client that sends nothing for
-# IDLE_TIMEOUT seconds is dropped, so the server cannot hang forever, but it
-# still serves one client at a time.  The threaded server is the classic fix;
-# the readiness servers of Part I are the other.
-#
-# At the descriptor limit (EMFILE) a blocking accept() fails at once, before
-# it waits for a connection: a loop that retried it would spin.  Both Part 0
-# servers accept through ``Doorman``, which keeps one descriptor in reserve
-# to turn the waiting clients away with, and never spins.
+"""The simplest server that works: accept one client, serve it until it
+leaves, then accept the next.  Every call blocks, so the code reads like
+the protocol: read, answer, read again.
+
+Its lesson is what it cannot do.  While one client is connected, nobody
+else is served: a second client's connection waits in the kernel's accept
+queue, finished by the kernel's handshake but never read.  One slow client
+(or one that keeps its connection alive and idle) holds up everyone.  The
+idle timeout below only bounds *how long*: a client that sends nothing for
+IDLE_TIMEOUT seconds is dropped, so the server cannot hang forever, but it
+still serves one client at a time.  The threaded server is the classic fix;
+the readiness servers of Part I are the other.
+
+At the descriptor limit (EMFILE) a blocking accept() fails at once, before
+it waits for a connection: a loop that retried it would spin.  Both Part 0
+servers accept through ``Doorman``, which keeps one descriptor in reserve
+to turn the waiting clients away with, and never spins.
+"""
 
 from __future__ import annotations
 

@@ -1,35 +1,34 @@
-# tinyloop/baseline/threaded.py
-#
-# The honest synchronous baseline: a thread per connection, blocking calls in
-# each.  The main thread only accepts; every client gets a thread that runs
-# the blocking server's own per-client code, so a slow client now blocks only
-# its own thread.
-#
-# Rules this file keeps:
-#   * Nothing is shared between threads but the listener, which only the main
-#     thread touches; each thread owns its socket and closes it.
-#   * Threads are daemons: Ctrl-C (or SIGTERM) stops the main thread's
-#     accept(), and the process exits without waiting for clients.  The
-#     kernel closes the sockets the dying threads still hold.
-#   * Client threads block SIGINT and SIGTERM, so the kernel delivers them to
-#     the main thread, the one whose accept() they must interrupt.
-#
-# Discussion: when a handler computes instead of waiting, this is hard to
-# beat on latency: the OS preempts threads, and the GIL is handed over every
-# switch interval, so a slow handler delays the others only briefly.  Its
-# costs: a thread started per connection; memory (each thread reserves a
-# stack; see the readiness chapter for many idle clients on one thread); and
-# the GIL, which lets one thread run Python at a time, so many busy threads
-# queue for it and its tail latency under keep-alive is worse than a loop's.
-# The idle timeout inherited from the blocking server frees the thread of a
-# client that stays silent.
-#
-# Discussion: this is the Part 0 server that meets the descriptor limit, a
-# descriptor per client being all it takes.  Its accept goes through the
-# blocking server's Doorman, whose spare descriptor turns clients away
-# while the process is full, and which raises nothing but a closed
-# listener's errors: an exception out of this loop would stop the process,
-# and with it every client it serves.
+"""The honest synchronous baseline: a thread per connection, blocking calls in
+each.  The main thread only accepts; every client gets a thread that runs
+the blocking server's own per-client code, so a slow client now blocks only
+its own thread.
+
+Rules this file keeps:
+  * Nothing is shared between threads but the listener, which only the main
+    thread touches; each thread owns its socket and closes it.
+  * Threads are daemons: Ctrl-C (or SIGTERM) stops the main thread's
+    accept(), and the process exits without waiting for clients.  The
+    kernel closes the sockets the dying threads still hold.
+  * Client threads block SIGINT and SIGTERM, so the kernel delivers them to
+    the main thread, the one whose accept() they must interrupt.
+
+Discussion: when a handler computes instead of waiting, this is hard to
+beat on latency: the OS preempts threads, and the GIL is handed over every
+switch interval, so a slow handler delays the others only briefly.  Its
+costs: a thread started per connection; memory (each thread reserves a
+stack; see the readiness chapter for many idle clients on one thread); and
+the GIL, which lets one thread run Python at a time, so many busy threads
+queue for it and its tail latency under keep-alive is worse than a loop's.
+The idle timeout inherited from the blocking server frees the thread of a
+client that stays silent.
+
+Discussion: this is the Part 0 server that meets the descriptor limit, a
+descriptor per client being all it takes.  Its accept goes through the
+blocking server's Doorman, whose spare descriptor turns clients away
+while the process is full, and which raises nothing but a closed
+listener's errors: an exception out of this loop would stop the process,
+and with it every client it serves.
+"""
 
 from __future__ import annotations
 

@@ -1,40 +1,39 @@
-# tinyloop/callbacks/loop.py
-#
-# The reactor: one thread, one selector, and three places where work waits.
-#
-#     ready queue   callbacks to run in the next iteration (call_soon)
-#     timer heap    callbacks to run at a time on the loop's clock (call_at)
-#     selector      callbacks to run when a file descriptor is ready (add_reader)
-#
-# Every iteration of the loop (``run_once``) moves work from the heap and the
-# selector onto the ready queue, then runs the queue.  Nothing else in this
-# file calls a callback: whatever a program does on this loop, it does inside
-# one of those runs.
-#
-# Rules this file keeps:
-#   * The clock and the selector are injected.  The loop reads time only
-#     through ``self._clock`` and waits only in ``self._selector.select``, so a
-#     test gives it a virtual clock and a scripted selector and gets the same
-#     interleaving on every run (tests/fakes.py).
-#   * One iteration runs exactly the callbacks that were ready when it began
-#     its step 4.  A callback scheduled meanwhile waits for the next
-#     iteration, so a callback that reschedules itself cannot starve timers
-#     and I/O: the loop polls the selector between any two of its runs.
-#   * Cancelling is marking.  A cancelled handle stays where it is (in the
-#     ready queue, in the heap) and is dropped when the loop reaches it; the
-#     heap is rebuilt only when cancelled timers make up most of it.
-#   * A callback's exception never stops the loop.  It goes to the exception
-#     handler with its context, and the next callback runs.  Only
-#     KeyboardInterrupt and SystemExit pass through, out of run_forever.
-#   * Only ``call_soon_threadsafe`` may be called from another thread.
-#   * Instruments watch, at no cost when absent (tinyloop/trace/instrument.py):
-#     each hook site is one test of ``self._instrument``, which is None unless
-#     ``add_instrument`` was called, and they sit in the steps' helpers, so
-#     ``run_once`` reads the same with or without them.
-#
-# The names mirror asyncio's (``call_soon``, ``call_at``, ``add_reader``,
-# ``_run_once`` there, ``run_once`` here), so this file can be read beside
-# CPython's Lib/asyncio/base_events.py and selector_events.py.
+"""The reactor: one thread, one selector, and three places where work waits.
+
+    ready queue   callbacks to run in the next iteration (call_soon)
+    timer heap    callbacks to run at a time on the loop's clock (call_at)
+    selector      callbacks to run when a file descriptor is ready (add_reader)
+
+Every iteration of the loop (``run_once``) moves work from the heap and the
+selector onto the ready queue, then runs the queue.  Nothing else in this
+file calls a callback: whatever a program does on this loop, it does inside
+one of those runs.
+
+Rules this file keeps:
+  * The clock and the selector are injected.  The loop reads time only
+    through ``self._clock`` and waits only in ``self._selector.select``, so a
+    test gives it a virtual clock and a scripted selector and gets the same
+    interleaving on every run (tests/fakes.py).
+  * One iteration runs exactly the callbacks that were ready when it began
+    its step 4.  A callback scheduled meanwhile waits for the next
+    iteration, so a callback that reschedules itself cannot starve timers
+    and I/O: the loop polls the selector between any two of its runs.
+  * Cancelling is marking.  A cancelled handle stays where it is (in the
+    ready queue, in the heap) and is dropped when the loop reaches it; the
+    heap is rebuilt only when cancelled timers make up most of it.
+  * A callback's exception never stops the loop.  It goes to the exception
+    handler with its context, and the next callback runs.  Only
+    KeyboardInterrupt and SystemExit pass through, out of run_forever.
+  * Only ``call_soon_threadsafe`` may be called from another thread.
+  * Instruments watch, at no cost when absent (tinyloop/trace/instrument.py):
+    each hook site is one test of ``self._instrument``, which is None unless
+    ``add_instrument`` was called, and they sit in the steps' helpers, so
+    ``run_once`` reads the same with or without them.
+
+The names mirror asyncio's (``call_soon``, ``call_at``, ``add_reader``,
+``_run_once`` there, ``run_once`` here), so this file can be read beside
+CPython's Lib/asyncio/base_events.py and selector_events.py.
+"""
 
 from __future__ import annotations
 

@@ -1,38 +1,37 @@
-# tinyloop/callbacks/server.py
-#
-# Stage ``callbacks``: the HTTP server written as callbacks on the reactor.
-#
-# Compare the epoll server of Part I.  Its loop did three jobs: wait for
-# readiness, find the connection behind each ready descriptor, and keep the
-# kernel's interest list in step with what each connection wants.  The
-# reactor (loop.py) now does the first two, and this file states only the
-# third, once per connection, as callbacks:
-#
-#     listener readable  ->  Listener._on_acceptable: accept, make a Client per socket
-#     client readable    ->  Client._on_readable: recv, answer, try to send
-#     client writable    ->  Client._on_writable: send what is left
-#
-# Each callback ends in ``Client._update``, which asks the connection what it
-# wants next and adds or removes the reader and the writer to match.
-#
-# Rules this file keeps:
-#   * What one connection does with a ready socket is Part I's
-#     ``tinyloop.raw.connection.Connection``, imported, not rewritten: partial
-#     writes, a reused receive buffer, errors that close only this peer.
-#   * Write interest only while output is waiting (a connected socket is
-#     almost always writable: asking otherwise wakes the loop for nothing).
-#     Read interest only while output is below the high-water mark
-#     (backpressure: a client that does not read stops being read from).
-#   * A descriptor leaves the selector before its socket is closed: the
-#     kernel reuses the number for the next accept.
-#   * An idle keep-alive client is dropped after IDLE_TIMEOUT seconds, with
-#     one timer per connection that is re-armed, never cancelled, on activity.
-#   * Out of descriptors, the listener leaves the selector and a timer brings
-#     it back (asyncio's remedy; see Listener): the loop never spins on a
-#     listener it cannot accept from.
-#   * Ctrl-C and SIGTERM arrive as KeyboardInterrupt out of run_forever;
-#     ``serve`` then closes every connection, the listener's registration and
-#     the loop, in ``finally``.
+"""Stage ``callbacks``: the HTTP server written as callbacks on the reactor.
+
+Compare the epoll server of Part I.  Its loop did three jobs: wait for
+readiness, find the connection behind each ready descriptor, and keep the
+kernel's interest list in step with what each connection wants.  The
+reactor (loop.py) now does the first two, and this file states only the
+third, once per connection, as callbacks:
+
+    listener readable  ->  Listener._on_acceptable: accept, make a Client per socket
+    client readable    ->  Client._on_readable: recv, answer, try to send
+    client writable    ->  Client._on_writable: send what is left
+
+Each callback ends in ``Client._update``, which asks the connection what it
+wants next and adds or removes the reader and the writer to match.
+
+Rules this file keeps:
+  * What one connection does with a ready socket is Part I's
+    ``tinyloop.raw.connection.Connection``, imported, not rewritten: partial
+    writes, a reused receive buffer, errors that close only this peer.
+  * Write interest only while output is waiting (a connected socket is
+    almost always writable: asking otherwise wakes the loop for nothing).
+    Read interest only while output is below the high-water mark
+    (backpressure: a client that does not read stops being read from).
+  * A descriptor leaves the selector before its socket is closed: the
+    kernel reuses the number for the next accept.
+  * An idle keep-alive client is dropped after IDLE_TIMEOUT seconds, with
+    one timer per connection that is re-armed, never cancelled, on activity.
+  * Out of descriptors, the listener leaves the selector and a timer brings
+    it back (asyncio's remedy; see Listener): the loop never spins on a
+    listener it cannot accept from.
+  * Ctrl-C and SIGTERM arrive as KeyboardInterrupt out of run_forever;
+    ``serve`` then closes every connection, the listener's registration and
+    the loop, in ``finally``.
+"""
 
 from __future__ import annotations
 

@@ -1,34 +1,33 @@
-# tinyloop/coroutines/futures.py
-#
-# A Future: a result that is not there yet.  Someone will call set_result()
-# or set_exception() on it later (a callback of the reactor, another task, a
-# thread through call_soon_threadsafe); whoever needs the result either adds
-# a done-callback or, inside a coroutine, writes ``await future``.
-#
-# What ``await future`` does is the whole trick of this stage, and at heart
-# it is three lines of ``Future.__await__``:
-#
-#     if not self.done():
-#         yield self              # suspend: hand this future to whoever drives us
-#     return self.result()        # resumed: the result, or its exception raised here
-#
-# ``await`` is ``yield from`` for awaitables (PEP 492): the ``yield self``
-# travels up through every ``await`` in the coroutine's call chain to the
-# code that called ``coro.send()``.  That code is a Task (tasks.py); it sees
-# a future come out, asks to be called back when the future is done, and
-# sends into the coroutine again then.
-#
-# Rules this file keeps:
-#   * A future knows its loop, and its done-callbacks always run through
-#     ``loop.call_soon``, never inside set_result().  Whoever completes a
-#     future is never re-entered by the code waiting on it.
-#   * States only move forward: pending -> finished (result or exception) or
-#     pending -> cancelled.  Setting a result twice is an InvalidStateError.
-#   * An exception nobody retrieved is not lost: when the future is garbage
-#     collected it goes to the loop's exception handler.
-#   * Names and semantics follow asyncio's Future (Lib/asyncio/futures.py), so
-#     the two can be read side by side; we do not reuse it, because seeing
-#     it built is the point of this stage.
+"""A Future: a result that is not there yet.  Someone will call set_result()
+or set_exception() on it later (a callback of the reactor, another task, a
+thread through call_soon_threadsafe); whoever needs the result either adds
+a done-callback or, inside a coroutine, writes ``await future``.
+
+What ``await future`` does is the whole trick of this stage, and at heart
+it is three lines of ``Future.__await__``:
+
+    if not self.done():
+        yield self              # suspend: hand this future to whoever drives us
+    return self.result()        # resumed: the result, or its exception raised here
+
+``await`` is ``yield from`` for awaitables (PEP 492): the ``yield self``
+travels up through every ``await`` in the coroutine's call chain to the
+code that called ``coro.send()``.  That code is a Task (tasks.py); it sees
+a future come out, asks to be called back when the future is done, and
+sends into the coroutine again then.
+
+Rules this file keeps:
+  * A future knows its loop, and its done-callbacks always run through
+    ``loop.call_soon``, never inside set_result().  Whoever completes a
+    future is never re-entered by the code waiting on it.
+  * States only move forward: pending -> finished (result or exception) or
+    pending -> cancelled.  Setting a result twice is an InvalidStateError.
+  * An exception nobody retrieved is not lost: when the future is garbage
+    collected it goes to the loop's exception handler.
+  * Names and semantics follow asyncio's Future (Lib/asyncio/futures.py), so
+    the two can be read side by side; we do not reuse it, because seeing
+    it built is the point of this stage.
+"""
 
 from __future__ import annotations
 

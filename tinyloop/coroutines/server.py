@@ -1,36 +1,35 @@
-# tinyloop/coroutines/server.py
-#
-# Stage ``coroutines``: the HTTP server as one ``async def`` per connection,
-# on our streams, Tasks and the callbacks reactor.
-#
-#     data = await reader.read(READ_SIZE)      # suspend until bytes come
-#     response = http.receive_data(data)       # the sans-I/O HTTP layer
-#     writer.write(response)
-#     await writer.drain()                     # suspend while the client is slow
-#
-# It reads like the threaded server and runs like the callbacks server: each
-# ``await`` is where the Task hands the thread back to the reactor.
-#
-# And that is also its weakness, which this file lets you measure.  Between
-# two ``await``s a handler runs alone: a handler that computes for 50 ms
-# (``GET /compute?ms=50``) holds up every other connection for 50 ms.  The
-# environment variable TINYLOOP_COMPUTE picks how the server runs handlers,
-# so benchmarks/fairness.py can compare the fixes on the same code:
-#
-#     inline   (default) everything on the loop's thread: the problem
-#     thread   each HTTPConnection.receive_data call runs in a thread pool
-#              (await run_in_executor), as frameworks run synchronous views
-#     yield    /compute spends its milliseconds in 1 ms slices with
-#              ``await sleep(0)`` between them, giving the loop back
-#
-# Rules this file keeps:
-#   * One task per connection; its ``finally`` closes the writer (and with it
-#     the socket), on every way out: end of stream, error, cancellation.
-#   * Backpressure by ``await writer.drain()`` after every write: a client
-#     that does not read stops its own handler, and so stops being read.
-#   * Ctrl-C and SIGTERM arrive as KeyboardInterrupt out of the reactor;
-#     ``run`` then cancels every task (the server closes its connections in
-#     ``serve_forever``'s finally, each handler its own) and closes the loop.
+"""Stage ``coroutines``: the HTTP server as one ``async def`` per connection,
+on our streams, Tasks and the callbacks reactor.
+
+    data = await reader.read(READ_SIZE)      # suspend until bytes come
+    response = http.receive_data(data)       # the sans-I/O HTTP layer
+    writer.write(response)
+    await writer.drain()                     # suspend while the client is slow
+
+It reads like the threaded server and runs like the callbacks server: each
+``await`` is where the Task hands the thread back to the reactor.
+
+And that is also its weakness, which this file lets you measure.  Between
+two ``await``s a handler runs alone: a handler that computes for 50 ms
+(``GET /compute?ms=50``) holds up every other connection for 50 ms.  The
+environment variable TINYLOOP_COMPUTE picks how the server runs handlers,
+so benchmarks/fairness.py can compare the fixes on the same code:
+
+    inline   (default) everything on the loop's thread: the problem
+    thread   each HTTPConnection.receive_data call runs in a thread pool
+             (await run_in_executor), as frameworks run synchronous views
+    yield    /compute spends its milliseconds in 1 ms slices with
+             ``await sleep(0)`` between them, giving the loop back
+
+Rules this file keeps:
+  * One task per connection; its ``finally`` closes the writer (and with it
+    the socket), on every way out: end of stream, error, cancellation.
+  * Backpressure by ``await writer.drain()`` after every write: a client
+    that does not read stops its own handler, and so stops being read.
+  * Ctrl-C and SIGTERM arrive as KeyboardInterrupt out of the reactor;
+    ``run`` then cancels every task (the server closes its connections in
+    ``serve_forever``'s finally, each handler its own) and closes the loop.
+"""
 
 from __future__ import annotations
 

@@ -1,30 +1,29 @@
-# tinyloop/coroutines/streams.py
-#
-# Sockets with ``await``: a StreamReader to read, a StreamWriter to write,
-# ``start_server`` to accept, ``open_connection`` to connect.  The names and
-# the methods are asyncio's (Lib/asyncio/streams.py); underneath there is no
-# transport or protocol yet (those come with Part III), only the reactor's
-# readiness turned into Futures:
-#
-#     waiter = Future()
-#     loop.add_reader(sock, waiter.set_result, None)   # readable -> future done
-#     await waiter                                      # the task sleeps until then
-#     loop.remove_reader(sock)
-#
-# Rules this file keeps:
-#   * Reading is pulled: we recv only when a coroutine asks for bytes, so a
-#     handler that stops reading stops us reading, and the kernel's receive
-#     buffer and TCP's window push back on the peer.  A recv that would block
-#     waits for readiness and tries again (EAGAIN is the normal case).
-#   * Writing is pushed, with flow control: write() never blocks, it sends
-#     what the kernel takes and buffers the rest; ``await drain()`` is where a
-#     fast writer waits for a slow reader.  The buffer has a high-water mark
-#     (above it, drain() waits) and a low-water mark (drain() resumes once
-#     the buffer is back down to it), the pair asyncio's transports use.
-#   * A socket leaves the selector before it is closed, and closing wakes a
-#     reader waiting on it with ConnectionAbortedError: no task is left
-#     waiting on a descriptor that no longer exists.
-#   * At most READ_SIZE (64 KiB) bytes per recv.
+"""Sockets with ``await``: a StreamReader to read, a StreamWriter to write,
+``start_server`` to accept, ``open_connection`` to connect.  The names and
+the methods are asyncio's (Lib/asyncio/streams.py); underneath there is no
+transport or protocol yet (those come with Part III), only the reactor's
+readiness turned into Futures:
+
+    waiter = Future()
+    loop.add_reader(sock, waiter.set_result, None)   # readable -> future done
+    await waiter                                      # the task sleeps until then
+    loop.remove_reader(sock)
+
+Rules this file keeps:
+  * Reading is pulled: we recv only when a coroutine asks for bytes, so a
+    handler that stops reading stops us reading, and the kernel's receive
+    buffer and TCP's window push back on the peer.  A recv that would block
+    waits for readiness and tries again (EAGAIN is the normal case).
+  * Writing is pushed, with flow control: write() never blocks, it sends
+    what the kernel takes and buffers the rest; ``await drain()`` is where a
+    fast writer waits for a slow reader.  The buffer has a high-water mark
+    (above it, drain() waits) and a low-water mark (drain() resumes once
+    the buffer is back down to it), the pair asyncio's transports use.
+  * A socket leaves the selector before it is closed, and closing wakes a
+    reader waiting on it with ConnectionAbortedError: no task is left
+    waiting on a descriptor that no longer exists.
+  * At most READ_SIZE (64 KiB) bytes per recv.
+"""
 
 from __future__ import annotations
 

@@ -1,37 +1,36 @@
-# tinyloop/coroutines/tasks.py
-#
-# A Task runs a coroutine on the reactor, one step at a time.
-#
-# A coroutine object (what calling an ``async def`` function returns) is a
-# generator in disguise: ``coro.send(None)`` runs it up to its next
-# suspension and hands back what it yielded; ``coro.throw(exc)`` resumes it
-# with an exception raised at that point; ``StopIteration(value)`` says it
-# returned.  Nothing in Python runs a coroutine by itself.  A Task is the
-# code that does, and a step is one ``send``:
-#
-#     yielded = coro.send(None)                 # run to the next suspension
-#     yielded.add_done_callback(self._wakeup)   # a Future: wait for it
-#     ... the reactor runs other callbacks ...
-#     _wakeup -> the next step                  # the future is done: send again
-#
-# That is the whole scheduler.  The reactor of the callbacks chapter does the
-# waiting; a Task only turns "the future is done" into "send into the
-# coroutine again".  And because a Task is itself a Future (done when its
-# coroutine returns), ``await task`` works by the same Future.__await__.
-#
-# Rules this file keeps:
-#   * Only a Task calls ``coro.send`` or ``coro.throw``, and only from its
-#     ``_step``, which always runs as a reactor callback.
-#   * A coroutine may yield a Future of this loop (wait for it) or None (a
-#     bare yield: let the others run, come back next iteration); anything
-#     else is a bug in the coroutine and is thrown back into it.
-#   * Cancelling a task cancels the future it waits on, so the CancelledError
-#     comes out of the ``await`` that is waiting: the coroutine can catch it,
-#     clean up in ``finally``, and its awaited future (a sleep's timer, a
-#     socket's reader) is released.  A task may refuse by catching it; a
-#     cancel is a request, as in asyncio.
-#   * ``run(main)`` is the one entry point: it makes a loop, runs ``main`` to
-#     completion, then cancels and finishes every task left, and closes the loop.
+"""A Task runs a coroutine on the reactor, one step at a time.
+
+A coroutine object (what calling an ``async def`` function returns) is a
+generator in disguise: ``coro.send(None)`` runs it up to its next
+suspension and hands back what it yielded; ``coro.throw(exc)`` resumes it
+with an exception raised at that point; ``StopIteration(value)`` says it
+returned.  Nothing in Python runs a coroutine by itself.  A Task is the
+code that does, and a step is one ``send``:
+
+    yielded = coro.send(None)                 # run to the next suspension
+    yielded.add_done_callback(self._wakeup)   # a Future: wait for it
+    ... the reactor runs other callbacks ...
+    _wakeup -> the next step                  # the future is done: send again
+
+That is the whole scheduler.  The reactor of the callbacks chapter does the
+waiting; a Task only turns "the future is done" into "send into the
+coroutine again".  And because a Task is itself a Future (done when its
+coroutine returns), ``await task`` works by the same Future.__await__.
+
+Rules this file keeps:
+  * Only a Task calls ``coro.send`` or ``coro.throw``, and only from its
+    ``_step``, which always runs as a reactor callback.
+  * A coroutine may yield a Future of this loop (wait for it) or None (a
+    bare yield: let the others run, come back next iteration); anything
+    else is a bug in the coroutine and is thrown back into it.
+  * Cancelling a task cancels the future it waits on, so the CancelledError
+    comes out of the ``await`` that is waiting: the coroutine can catch it,
+    clean up in ``finally``, and its awaited future (a sleep's timer, a
+    socket's reader) is released.  A task may refuse by catching it; a
+    cancel is a request, as in asyncio.
+  * ``run(main)`` is the one entry point: it makes a loop, runs ``main`` to
+    completion, then cancels and finishes every task left, and closes the loop.
+"""
 
 from __future__ import annotations
 

@@ -1,29 +1,28 @@
-# tinyloop/exercises/build.py
-#
-# Build a Cython exercise: Part IV's extension, with the student's .pyx file
-# in place of the reference's.
-#
-# A Python exercise replaces a module at import time (tinyloop/_override.py).
-# A Cython file cannot be imported: it must be compiled into the extension
-# it belongs to (``_loop.pyx`` includes ``tcp.pyx``, ``timers.pyx``...), so
-# the checker builds that extension in a scratch copy and then replaces the
-# compiled module instead: TINYLOOP_OVERRIDE=tinyloop.uv._loop=/…/_loop.so
-# works because importlib loads an extension from any path.
-#
-# Rules this module keeps:
-#   * The build is the project's own: the checkout's setup.py, run in a copy
-#     holding only the package's Cython sources (and the empty __init__.py
-#     files ``cimport`` needs), so a student's file is compiled with the
-#     flags and the libuv the reference is.  Nothing in the checkout changes.
-#   * Builds are cached by content, in build/exercises/ (ignored by git):
-#     the same sources make the same module, so grading one file twice, or
-#     the reference in every test run, compiles once.  The most recently
-#     used KEEP_BUILDS stay; older ones are removed.  A build is written
-#     beside the cache and renamed into it, so two checks at once cannot see
-#     half a module.
-#   * Errors speak of the student's file: Cython's ``FILE:LINE:COL: message``
-#     for the student's file becomes ``line LINE of your file: message``.
-#   * Every subprocess has a time limit.
+"""Build a Cython exercise: Part IV's extension, with the student's .pyx file
+in place of the reference's.
+
+A Python exercise replaces a module at import time (tinyloop/_override.py).
+A Cython file cannot be imported: it must be compiled into the extension
+it belongs to (``_loop.pyx`` includes ``tcp.pyx``, ``timers.pyx``...), so
+the checker builds that extension in a scratch copy and then replaces the
+compiled module instead: TINYLOOP_OVERRIDE=tinyloop.uv._loop=/…/_loop.so
+works because importlib loads an extension from any path.
+
+Rules this module keeps:
+  * The build is the project's own: the checkout's setup.py, run in a copy
+    holding only the package's Cython sources (and the empty __init__.py
+    files ``cimport`` needs), so a student's file is compiled with the
+    flags and the libuv the reference is.  Nothing in the checkout changes.
+  * Builds are cached by content, in build/exercises/ (ignored by git):
+    the same sources make the same module, so grading one file twice, or
+    the reference in every test run, compiles once.  The most recently
+    used KEEP_BUILDS stay; older ones are removed.  A build is written
+    beside the cache and renamed into it, so two checks at once cannot see
+    half a module.
+  * Errors speak of the student's file: Cython's ``FILE:LINE:COL: message``
+    for the student's file becomes ``line LINE of your file: message``.
+  * Every subprocess has a time limit.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
-# tinyloop/exercises/catalog.py
-#
-# Every exercise of the book, gathered from the chapters' catalogs.
-#
-# Each chapter's author keeps one module ``tinyloop/exercises/catalog_<chapter>.py``
-# that defines ``EXERCISES = [Exercise(...), ...]``.  This module finds them
-# all by listing the package (nothing here names a chapter), so adding a
-# chapter's exercises touches no shared file.
-#
-# Rules this module keeps:
-#   * Names are unique across the book: a duplicate is an error that names
-#     both catalogs, raised on first use rather than letting one shadow the
-#     other.
-#   * Order is reading order: chapters in the order of the stage table
-#     (tinyloop/stages.py), chapters it does not know after them, by name;
-#     within a chapter, the catalog's own order.
+"""Every exercise of the book, gathered from the chapters' catalogs.
+
+Each chapter's author keeps one module ``tinyloop/exercises/catalog_<chapter>.py``
+that defines ``EXERCISES = [Exercise(...), ...]``.  This module finds them
+all by listing the package (nothing here names a chapter), so adding a
+chapter's exercises touches no shared file.
+
+Rules this module keeps:
+  * Names are unique across the book: a duplicate is an error that names
+    both catalogs, raised on first use rather than letting one shadow the
+    other.
+  * Order is reading order: chapters in the order of the stage table
+    (tinyloop/stages.py), chapters it does not know after them, by name;
+    within a chapter, the catalog's own order.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-# tinyloop/exercises/catalog_asyncio.py
-#
-# The exercises of the asyncio chapter (Part III): a transport's write path
-# with its high-water mark, the try-then-wait shape of the sock_*
-# coroutines, and the listener's back-off at the descriptor limit.  Each is
-# graded by the HTTP suite on both aio stages and by the suite that runs the
-# region's code: the conformance suite's aio row, or the limits tests.
+"""The exercises of the asyncio chapter (Part III): a transport's write path
+with its high-water mark, the try-then-wait shape of the sock_*
+coroutines, and the listener's back-off at the descriptor limit.  Each is
+graded by the HTTP suite on both aio stages and by the suite that runs the
+region's code: the conformance suite's aio row, or the limits tests.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-# tinyloop/exercises/catalog_baselines.py
-#
-# The exercises of the baselines chapter (Part 0): the blocking server's
-# limits, and the thread per connection that lifts them.
+"""The exercises of the baselines chapter (Part 0): the blocking server's
+limits, and the thread per connection that lifts them.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-# tinyloop/exercises/catalog_callbacks.py
-#
-# The exercises of the callbacks chapter (Part II): the timer heap with lazy
-# cancellation, the loop's one iteration in four steps, and the server's
-# bookkeeping of read and write interest.
+"""The exercises of the callbacks chapter (Part II): the timer heap with lazy
+cancellation, the loop's one iteration in four steps, and the server's
+bookkeeping of read and write interest.
+"""
 
 from __future__ import annotations
 

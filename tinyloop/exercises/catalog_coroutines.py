@@ -1,7 +1,6 @@
-# tinyloop/exercises/catalog_coroutines.py
-#
-# The exercises of the coroutines chapter (Part II): a Task's step, its
-# cancellation, readiness as a future, and a writer's flow control.
+"""The exercises of the coroutines chapter (Part II): a Task's step, its
+cancellation, readiness as a future, and a writer's flow control.
+"""
 
 from __future__ import annotations
 

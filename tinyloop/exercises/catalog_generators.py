@@ -1,8 +1,7 @@
-# tinyloop/exercises/catalog_generators.py
-#
-# The exercises of the generators chapter (Part II): the two halves of the
-# trampoline that keeps a task's stack of generators, and the trap that
-# turns a sleep into a timer on the reactor.
+"""The exercises of the generators chapter (Part II): the two halves of the
+trampoline that keeps a task's stack of generators, and the trap that
+turns a sleep into a timer on the reactor.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-# tinyloop/exercises/catalog_libuv.py
-#
-# The exercises of the libuv chapter (Part IV), written in Cython: the timer
-# heap behind one uv_timer_t, the ready queue run from an idle handle, and
-# a turn's writes sent in one writev.  The student's file is a .pyx file;
-# the checker builds tinyloop.uv._loop with it (tinyloop/exercises/build.py)
-# and runs, on that build, the exercise's own tests
-# (tests/test_exercise_libuv.py), then the conformance suite's uv row and
-# the HTTP suite on both uv stages.
+"""The exercises of the libuv chapter (Part IV), written in Cython: the timer
+heap behind one uv_timer_t, the ready queue run from an idle handle, and
+a turn's writes sent in one writev.  The student's file is a .pyx file;
+the checker builds tinyloop.uv._loop with it (tinyloop/exercises/build.py)
+and runs, on that build, the exercise's own tests
+(tests/test_exercise_libuv.py), then the conformance suite's uv row and
+the HTTP suite on both uv stages.
+"""
 
 from __future__ import annotations
 

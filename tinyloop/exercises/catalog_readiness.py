@@ -1,9 +1,8 @@
-# tinyloop/exercises/catalog_readiness.py
-#
-# The exercises of the readiness chapter (Part I): what a non-blocking
-# connection does when its socket is ready, the loops on select(2),
-# poll(2) and epoll(7) that find out which sockets are, and what a loop does
-# with a listener it cannot accept from.
+"""The exercises of the readiness chapter (Part I): what a non-blocking
+connection does when its socket is ready, the loops on select(2),
+poll(2) and epoll(7) that find out which sockets are, and what a loop does
+with a listener it cannot accept from.
+"""
 
 from __future__ import annotations
 

@@ -1,44 +1,43 @@
-# tinyloop/exercises/checker.py
-#
-# Grade a student's file for one exercise.
-#
-# The checker trusts nothing it has not run.  In order, it asks:
-#   1. does the file compile?                        (compile(), in-process)
-#   2. is the exercise written at all?               (the placeholder is gone)
-#   3. does it define what the reference module does? (the right file was given)
-#   4. do the exercise's tests pass with it?         (pytest, in a subprocess:
-#      its own tests first, then the wider suites' tests that run its code,
-#      reach.py, each run stopped at the first failure)
-#   5. does the stage's server keep its loop properties with it?  (properties.py,
-#      measured while step 4's wider tests run, shown only if they pass)
-# and stops at the first step that fails, because later steps would only
-# repeat the same failure in a harder-to-read form.  (The loop properties
-# are all measured: each tells something the others do not.)  When tests
-# fail on a stage's server, the checker also runs that server once with the
-# file and shows the traceback it printed: a test sees only a closed socket.
-#
-# The tests' processes write only in the check's temporary directory (TMPDIR
-# points there); tinyloop/exercises/guard.py, installed at start-up in each
-# of them, refuses to delete or overwrite a file outside it, and a refusal
-# fails the check.
-#
-# The student's file replaces the reference module through TINYLOOP_OVERRIDE
-# (tinyloop/_override.py), set in the environment of the pytest run and of
-# every server process: in-process tests and servers started by tests, or by
-# step 5, all load the student's code under the reference module's name.
-#
-# A Cython exercise (Part IV: ``Exercise.extension`` is set) cannot be
-# compiled by compile() nor loaded from its source: steps 1 and 3 read its
-# lines, a build step comes before the tests (tinyloop/exercises/build.py
-# compiles the extension with the student's file in a scratch copy), and
-# TINYLOOP_OVERRIDE then replaces the compiled module by that build.
-#
-# Rules this module keeps:
-#   * Output fits on a screen: one line per step, at most a few failures with
-#     two lines each, and a last line that says PASSED or FAILED.
-#   * Messages speak of the student's file and line numbers, never of the
-#     checker's internals.
-#   * Every subprocess has a time limit.
+"""Grade a student's file for one exercise.
+
+The checker trusts nothing it has not run.  In order, it asks:
+  1. does the file compile?                        (compile(), in-process)
+  2. is the exercise written at all?               (the placeholder is gone)
+  3. does it define what the reference module does? (the right file was given)
+  4. do the exercise's tests pass with it?         (pytest, in a subprocess:
+     its own tests first, then the wider suites' tests that run its code,
+     reach.py, each run stopped at the first failure)
+  5. does the stage's server keep its loop properties with it?  (properties.py,
+     measured while step 4's wider tests run, shown only if they pass)
+and stops at the first step that fails, because later steps would only
+repeat the same failure in a harder-to-read form.  (The loop properties
+are all measured: each tells something the others do not.)  When tests
+fail on a stage's server, the checker also runs that server once with the
+file and shows the traceback it printed: a test sees only a closed socket.
+
+The tests' processes write only in the check's temporary directory (TMPDIR
+points there); tinyloop/exercises/guard.py, installed at start-up in each
+of them, refuses to delete or overwrite a file outside it, and a refusal
+fails the check.
+
+The student's file replaces the reference module through TINYLOOP_OVERRIDE
+(tinyloop/_override.py), set in the environment of the pytest run and of
+every server process: in-process tests and servers started by tests, or by
+step 5, all load the student's code under the reference module's name.
+
+A Cython exercise (Part IV: ``Exercise.extension`` is set) cannot be
+compiled by compile() nor loaded from its source: steps 1 and 3 read its
+lines, a build step comes before the tests (tinyloop/exercises/build.py
+compiles the extension with the student's file in a scratch copy), and
+TINYLOOP_OVERRIDE then replaces the compiled module by that build.
+
+Rules this module keeps:
+  * Output fits on a screen: one line per step, at most a few failures with
+    two lines each, and a last line that says PASSED or FAILED.
+  * Messages speak of the student's file and line numbers, never of the
+    checker's internals.
+  * Every subprocess has a time limit.
+"""
 
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
-# tinyloop/exercises/cli.py
-#
-# The three exercise commands of ``python -m tinyloop`` (tinyloop/cli.py
-# parses the arguments and calls these):
-#
-#   exercises               list them, by chapter
-#   start NAME [FILE]       write the starter file (NAME.py, or NAME.pyx for
-#                           a Cython exercise), say what to do
-#   check NAME [FILE]       grade a solution (--format text|json|junit)
-#
-# grade, progress and classroom are in tinyloop/exercises/grading.py.
-#
-# Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
-# usage error (no such exercise or file, a file in the way).  Errors go to
-# standard error in one line; nothing here prints a traceback at a student.
+"""The three exercise commands of ``python -m tinyloop`` (tinyloop/cli.py
+parses the arguments and calls these):
+
+  exercises               list them, by chapter
+  start NAME [FILE]       write the starter file (NAME.py, or NAME.pyx for
+                          a Cython exercise), say what to do
+  check NAME [FILE]       grade a solution (--format text|json|junit)
+
+grade, progress and classroom are in tinyloop/exercises/grading.py.
+
+Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
+usage error (no such exercise or file, a file in the way).  Errors go to
+standard error in one line; nothing here prints a traceback at a student.
+"""
 
 from __future__ import annotations
 

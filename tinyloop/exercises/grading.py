@@ -1,25 +1,24 @@
-# tinyloop/exercises/grading.py
-#
-# The checker's verdicts in the forms teachers' tools read, and the
-# commands around them:
-#
-#   check NAME [FILE] --format json|junit   one report, as JSON or JUnit XML
-#   grade DIR [--out OUT]                   every student's files in DIR:
-#                                           grades.csv and, per student, a
-#                                           Gradescope-style results.json
-#   progress [DIR]                          which exercises pass, by chapter
-#   classroom DIR                           a student repository: starters,
-#                                           a GitHub Classroom autograding
-#                                           configuration, a README
-#
-# Rules this module keeps:
-#   * A student's check runs in its own subprocess with a time limit, in
-#     its own session: a crash or a hang costs that row only, and nothing
-#     it started outlives the limit.
-#   * A missing, empty or binary file is marked in its row and skipped.
-#   * Nothing is written into the checkout: grade writes into OUT (default
-#     DIR/grades), progress keeps the last verdicts in the user's cache
-#     folder (~/.cache/tinyloop), keyed by the file's path and contents.
+"""The checker's verdicts in the forms teachers' tools read, and the
+commands around them:
+
+  check NAME [FILE] --format json|junit   one report, as JSON or JUnit XML
+  grade DIR [--out OUT]                   every student's files in DIR:
+                                          grades.csv and, per student, a
+                                          Gradescope-style results.json
+  progress [DIR]                          which exercises pass, by chapter
+  classroom DIR                           a student repository: starters,
+                                          a GitHub Classroom autograding
+                                          configuration, a README
+
+Rules this module keeps:
+  * A student's check runs in its own subprocess with a time limit, in
+    its own session: a crash or a hang costs that row only, and nothing
+    it started outlives the limit.
+  * A missing, empty or binary file is marked in its row and skipped.
+  * Nothing is written into the checkout: grade writes into OUT (default
+    DIR/grades), progress keeps the last verdicts in the user's cache
+    folder (~/.cache/tinyloop), keyed by the file's path and contents.
+"""
 
 from __future__ import annotations
 

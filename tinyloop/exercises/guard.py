@@ -1,35 +1,34 @@
-# tinyloop/exercises/guard.py
-#
-# Keep a student's code from deleting or overwriting files outside the check.
-#
-# The checker runs a student's file in its test process and in every server
-# the tests start.  In each of those processes (tinyloop/exercises/startup/
-# sitecustomize.py installs it at start-up, from the environment the checker
-# sets) an audit hook (PEP 578, sys.addaudithook) refuses, with a
-# PermissionError that names the path:
-#
-#   * removing a file or a directory: os.remove, os.unlink, os.rmdir,
-#     shutil.rmtree (and so shutil.move's clean-up);
-#   * renaming onto or away from a path: os.rename, os.replace;
-#   * truncating a file that exists: open(..., "w"), os.open(..., O_TRUNC),
-#     os.truncate;
-#
-# outside the check's temporary directory (TMPDIR points there, so tempfile
-# and pytest's tmp_path are inside it), unless this process created the path
-# during the check (a test's own mkdtemp() under /tmp, a UNIX socket it
-# bound).  Each refusal is also appended to a log the checker reads, so a
-# student's code that catches the PermissionError still fails the check.
-#
-# What it cannot see: calls that do not go through Python's os module (the C
-# of a Cython exercise calling unlink(2), ctypes, a program the code execs).
-# It is a guard against mistakes, not a sandbox: grade untrusted files in a
-# container.
-#
-# Rules this module keeps:
-#   * Standard library only, and cheap: the hook sees every audit event of
-#     the process (every import), so it returns at once for the others.
-#   * Nothing here opens a descriptor except to log a refusal: a test may
-#     run the process out of descriptors on purpose.
+"""Keep a student's code from deleting or overwriting files outside the check.
+
+The checker runs a student's file in its test process and in every server
+the tests start.  In each of those processes (tinyloop/exercises/startup/
+sitecustomize.py installs it at start-up, from the environment the checker
+sets) an audit hook (PEP 578, sys.addaudithook) refuses, with a
+PermissionError that names the path:
+
+  * removing a file or a directory: os.remove, os.unlink, os.rmdir,
+    shutil.rmtree (and so shutil.move's clean-up);
+  * renaming onto or away from a path: os.rename, os.replace;
+  * truncating a file that exists: open(..., "w"), os.open(..., O_TRUNC),
+    os.truncate;
+
+outside the check's temporary directory (TMPDIR points there, so tempfile
+and pytest's tmp_path are inside it), unless this process created the path
+during the check (a test's own mkdtemp() under /tmp, a UNIX socket it
+bound).  Each refusal is also appended to a log the checker reads, so a
+student's code that catches the PermissionError still fails the check.
+
+What it cannot see: calls that do not go through Python's os module (the C
+of a Cython exercise calling unlink(2), ctypes, a program the code execs).
+It is a guard against mistakes, not a sandbox: grade untrusted files in a
+container.
+
+Rules this module keeps:
+  * Standard library only, and cheap: the hook sees every audit event of
+    the process (every import), so it returns at once for the others.
+  * Nothing here opens a descriptor except to log a refusal: a test may
+    run the process out of descriptors on purpose.
+"""
 
 from __future__ import annotations
 

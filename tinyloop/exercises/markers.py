@@ -1,34 +1,33 @@
-# tinyloop/exercises/markers.py
-#
-# Solution regions in the reference source, and the files cut from them.
-#
-# A region is marked by two comment lines at the indentation of the code:
-#
-#     <indent># exercise NAME: begin
-#     <indent>...the solution lines...
-#     <indent># exercise NAME: end
-#
-# Rules this file keeps:
-#   * Markers are found with ``tokenize``, so only real comments count: the
-#     marker text quoted in a docstring (as above) is not a marker.  A
-#     comment that looks like a marker but is misspelt is an error, never
-#     silently ignored.
-#   * A region is a whole run of sibling statements at the markers'
-#     indentation: begin and end match, do not nest, share their indentation,
-#     hold at least one statement, and cut no statement in half (checked on
-#     the ``ast``).  Replacing it by one ``raise`` therefore leaves valid
-#     Python, and the starter is compiled to prove it.
-#   * One exercise may own several regions in one file; all are cut.
-#   * The starter and the reference differ only inside the exercise's
-#     regions, so a student can diff them after the fact.  Both keep that
-#     exercise's markers (they show where to write) and drop every other
-#     exercise's markers, keeping their code: the file then points at one
-#     task, and a region of another exercise reads as the plain reference
-#     code it is.
-#   * A Cython file (``.pyx``: Part IV) has the same markers, but no ``ast``
-#     to check them on: there a region is checked by its lines alone (whole
-#     lines at or inside the markers' indentation, the first at it), and the
-#     build proves the starter (tinyloop/exercises/build.py).
+"""Solution regions in the reference source, and the files cut from them.
+
+A region is marked by two comment lines at the indentation of the code:
+
+    <indent># exercise NAME: begin
+    <indent>...the solution lines...
+    <indent># exercise NAME: end
+
+Rules this file keeps:
+  * Markers are found with ``tokenize``, so only real comments count: the
+    marker text quoted in a docstring (as above) is not a marker.  A
+    comment that looks like a marker but is misspelt is an error, never
+    silently ignored.
+  * A region is a whole run of sibling statements at the markers'
+    indentation: begin and end match, do not nest, share their indentation,
+    hold at least one statement, and cut no statement in half (checked on
+    the ``ast``).  Replacing it by one ``raise`` therefore leaves valid
+    Python, and the starter is compiled to prove it.
+  * One exercise may own several regions in one file; all are cut.
+  * The starter and the reference differ only inside the exercise's
+    regions, so a student can diff them after the fact.  Both keep that
+    exercise's markers (they show where to write) and drop every other
+    exercise's markers, keeping their code: the file then points at one
+    task, and a region of another exercise reads as the plain reference
+    code it is.
+  * A Cython file (``.pyx``: Part IV) has the same markers, but no ``ast``
+    to check them on: there a region is checked by its lines alone (whole
+    lines at or inside the markers' indentation, the first at it), and the
+    build proves the starter (tinyloop/exercises/build.py).
+"""
 
 from __future__ import annotations
 

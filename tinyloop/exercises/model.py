@@ -1,10 +1,9 @@
-# tinyloop/exercises/model.py
-#
-# What an exercise is.  The solution lives in the reference source between
-# marker comments; this record says where, what the student is asked to do,
-# and which tests grade it.  Starter, reference and tests can then never
-# disagree: the starter is the reference with the region cut out, and the
-# tests are the stage's own.
+"""What an exercise is.  The solution lives in the reference source between
+marker comments; this record says where, what the student is asked to do,
+and which tests grade it.  Starter, reference and tests can then never
+disagree: the starter is the reference with the region cut out, and the
+tests are the stage's own.
+"""
 
 from __future__ import annotations
 

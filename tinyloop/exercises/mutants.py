@@ -1,32 +1,31 @@
-# tinyloop/exercises/mutants.py
-#
-# Wrong solutions of the kinds students write, made from the reference by
-# editing its text: they measure the checker where cosmic-ray's operators
-# (an operator swapped, a number nudged) do not reach.
-#
-#   condition-true, condition-false   an `if`/`elif`/`while` test replaced by
-#                                     True or False, or one operand of a
-#                                     returned `and` (`or`) made True (False):
-#                                     a case not told apart
-#   buffer-not-emptied                a statement that takes bytes out of a
-#                                     buffer (`del buf[:n]`, `.clear()`,
-#                                     `.popleft()`, a tail kept) left out
-#   offset-not-advanced               an augmented assignment (`x += n`,
-#                                     `size -= sent`) or a skip of what was
-#                                     sent (`data = data[sent:]`) left out:
-#                                     a count or offset that does not move
-#   registration-not-removed          a call that removes a registration
-#                                     (remove_reader/writer, unregister,
-#                                     uv_*_stop, Py_DECREF) left out
-#
-# Rules this module keeps:
-#   * Text in, text out, one line changed per mutant, indentation kept, so
-#     the operators apply to Cython (.pyx) as to Python: `pass` and `True`
-#     are both languages' words.
-#   * Only lines inside the exercise's marked regions are changed, and a
-#     Python mutant that does not compile is dropped (never counted).
-#   * Standard library only (the package's rule); the runner that grades
-#     the mutants is scripts/mutation.py.
+"""Wrong solutions of the kinds students write, made from the reference by
+editing its text: they measure the checker where cosmic-ray's operators
+(an operator swapped, a number nudged) do not reach.
+
+  condition-true, condition-false   an `if`/`elif`/`while` test replaced by
+                                    True or False, or one operand of a
+                                    returned `and` (`or`) made True (False):
+                                    a case not told apart
+  buffer-not-emptied                a statement that takes bytes out of a
+                                    buffer (`del buf[:n]`, `.clear()`,
+                                    `.popleft()`, a tail kept) left out
+  offset-not-advanced               an augmented assignment (`x += n`,
+                                    `size -= sent`) or a skip of what was
+                                    sent (`data = data[sent:]`) left out:
+                                    a count or offset that does not move
+  registration-not-removed          a call that removes a registration
+                                    (remove_reader/writer, unregister,
+                                    uv_*_stop, Py_DECREF) left out
+
+Rules this module keeps:
+  * Text in, text out, one line changed per mutant, indentation kept, so
+    the operators apply to Cython (.pyx) as to Python: `pass` and `True`
+    are both languages' words.
+  * Only lines inside the exercise's marked regions are changed, and a
+    Python mutant that does not compile is dropped (never counted).
+  * Standard library only (the package's rule); the runner that grades
+    the mutants is scripts/mutation.py.
+"""
 
 from __future__ import annotations
 

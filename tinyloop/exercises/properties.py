@@ -1,25 +1,24 @@
-# tinyloop/exercises/properties.py
-#
-# Loop properties: what a correct server does that a test of its output
-# cannot see.  Each is measured from outside on a running server process
-# (tinyloop.testing.ServerProcess), with Linux's /proc as the instrument:
-#
-#   single_thread  one thread serves many clients at once (an event loop,
-#                  not a thread per connection)
-#   idle_cpu       no CPU while nothing happens (the loop blocks in its wait,
-#                  it does not spin)
-#   no_fd_growth   every connection's descriptor is closed when the client
-#                  leaves, whether it said goodbye, reset, or left mid-request
-#   slow_client    a client that dribbles its request does not hold up others
-#
-# Rules this module keeps:
-#   * Each property gets a fresh server, so one failure does not colour the
-#     next measurement.
-#   * Everything is bounded: every socket has a timeout, every wait a
-#     deadline, every count a limit (see Limits); a hung server fails a
-#     property, it never hangs the checker.
-#   * A result's message says what was measured, in numbers, and what to
-#     look at in the code.
+"""Loop properties: what a correct server does that a test of its output
+cannot see.  Each is measured from outside on a running server process
+(tinyloop.testing.ServerProcess), with Linux's /proc as the instrument:
+
+  single_thread  one thread serves many clients at once (an event loop,
+                 not a thread per connection)
+  idle_cpu       no CPU while nothing happens (the loop blocks in its wait,
+                 it does not spin)
+  no_fd_growth   every connection's descriptor is closed when the client
+                 leaves, whether it said goodbye, reset, or left mid-request
+  slow_client    a client that dribbles its request does not hold up others
+
+Rules this module keeps:
+  * Each property gets a fresh server, so one failure does not colour the
+    next measurement.
+  * Everything is bounded: every socket has a timeout, every wait a
+    deadline, every count a limit (see Limits); a hung server fails a
+    property, it never hangs the checker.
+  * A result's message says what was measured, in numbers, and what to
+    look at in the code.
+"""
 
 from __future__ import annotations
 

@@ -1,36 +1,35 @@
-# tinyloop/exercises/reach.py
-#
-# Which of an exercise's wider tests run the exercise's code.
-#
-# The checker's wide step (tinyloop/exercises/checker.py) runs the suites of
-# every stage that imports the module a region is cut from.  Most of those
-# tests never execute the region: a conformance test of timers does not
-# write on a transport.  A test that does not run the student's code cannot
-# fail because of it, so it only makes the student wait.
-#
-# This module measures, once, which tests do run it, and keeps the answer
-# next to the exercises (reach.json):
-#
-#   * compute(): the reference file with a call to hit() put first in each
-#     of the exercise's regions, run through the whole wide suite as a
-#     student's file would be (TINYLOOP_OVERRIDE).  A hit in the pytest
-#     process counts for the test running; a hit in another process (a
-#     server a test started) is appended to a file with its time
-#     (CLOCK_MONOTONIC, one clock for every process) and counts for the test
-#     that was running then (both neighbours when it falls between two).
-#   * The pytest plugin (``-p tinyloop.exercises.reach``): with
-#     ``--tinyloop-reach-log`` it records each test's times for compute();
-#     with ``--tinyloop-reach NAME`` it deselects the tests reach.json says
-#     never ran NAME's code, and puts the HTTP suites last.
-#
-# Rules this module keeps:
-#   * Staleness costs time, never strength.  What is stored is the tests
-#     seen NOT to reach the region, so a test added since is run; and each
-#     entry carries a digest of the region's reference text: when the region
-#     changed, the entry is ignored and every test runs
-#     (tests/test_exercise_reach.py fails until it is recomputed).
-#   * hit() does no blocking call in the pytest process (the conformance
-#     suite runs under blockbuster): there it only counts.
+"""Which of an exercise's wider tests run the exercise's code.
+
+The checker's wide step (tinyloop/exercises/checker.py) runs the suites of
+every stage that imports the module a region is cut from.  Most of those
+tests never execute the region: a conformance test of timers does not
+write on a transport.  A test that does not run the student's code cannot
+fail because of it, so it only makes the student wait.
+
+This module measures, once, which tests do run it, and keeps the answer
+next to the exercises (reach.json):
+
+  * compute(): the reference file with a call to hit() put first in each
+    of the exercise's regions, run through the whole wide suite as a
+    student's file would be (TINYLOOP_OVERRIDE).  A hit in the pytest
+    process counts for the test running; a hit in another process (a
+    server a test started) is appended to a file with its time
+    (CLOCK_MONOTONIC, one clock for every process) and counts for the test
+    that was running then (both neighbours when it falls between two).
+  * The pytest plugin (``-p tinyloop.exercises.reach``): with
+    ``--tinyloop-reach-log`` it records each test's times for compute();
+    with ``--tinyloop-reach NAME`` it deselects the tests reach.json says
+    never ran NAME's code, and puts the HTTP suites last.
+
+Rules this module keeps:
+  * Staleness costs time, never strength.  What is stored is the tests
+    seen NOT to reach the region, so a test added since is run; and each
+    entry carries a digest of the region's reference text: when the region
+    changed, the entry is ignored and every test runs
+    (tests/test_exercise_reach.py fails until it is recomputed).
+  * hit() does no blocking call in the pytest process (the conformance
+    suite runs under blockbuster): there it only counts.
+"""
 
 from __future__ import annotations
 

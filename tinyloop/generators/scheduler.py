@@ -1,37 +1,36 @@
-# tinyloop/generators/scheduler.py
-#
-# A coroutine scheduler on the callbacks reactor, where each task's call
-# stack is kept by hand.
-#
-# The callbacks chapter left us with a reactor that calls a function when a
-# socket is ready or a timer is due, and with code cut into those functions.
-# Here the code is written straight again, as generators, and the scheduler
-# turns it back into callbacks: a coroutine yields a *trap* (traps.py) to say
-# what it waits for; the scheduler registers a reactor callback for that
-# event; the callback resumes the coroutine where it stopped.
-#
-# Rules this file keeps:
-#   * A task is a stack of generators.  The bottom one is the coroutine the
-#     task was spawned with; the top one runs.  Yielding a generator *calls*
-#     it: push.  A generator that returns hands ``StopIteration.value`` to the
-#     one below: pop, send.  An exception that escapes a generator is thrown
-#     into the one below: pop, throw.  Yielding a tuple is a trap.  The loop
-#     that does all this is the trampoline, ``Scheduler._trampoline``.
-#   * The trampoline is the only place that resumes a generator.  Every
-#     reactor callback the scheduler registers (readiness, a timer, the ready
-#     queue) ends in ``_step``, which calls it.
-#   * A trap handler either answers at once (the task goes on in the same
-#     step, without a trip through the reactor) or suspends the task and
-#     leaves in ``task._undo`` how to withdraw what it registered.  Exactly one
-#     event wakes a suspended task: cancelling withdraws the registration
-#     before it wakes the task with Cancelled.
-#   * Tasks own their sockets; the scheduler owns only its registrations.
-#     ``close()`` closes every task's generators, so their ``finally`` blocks
-#     run and close what they opened.
-#   * An error ends its task only.  It is reported with the task and its
-#     traceback (``on_error``), joiners receive it, and the scheduler goes on.
-#     KeyboardInterrupt and SystemExit end their task and then propagate out
-#     of the reactor, as Ctrl-C should.
+"""A coroutine scheduler on the callbacks reactor, where each task's call
+stack is kept by hand.
+
+The callbacks chapter left us with a reactor that calls a function when a
+socket is ready or a timer is due, and with code cut into those functions.
+Here the code is written straight again, as generators, and the scheduler
+turns it back into callbacks: a coroutine yields a *trap* (traps.py) to say
+what it waits for; the scheduler registers a reactor callback for that
+event; the callback resumes the coroutine where it stopped.
+
+Rules this file keeps:
+  * A task is a stack of generators.  The bottom one is the coroutine the
+    task was spawned with; the top one runs.  Yielding a generator *calls*
+    it: push.  A generator that returns hands ``StopIteration.value`` to the
+    one below: pop, send.  An exception that escapes a generator is thrown
+    into the one below: pop, throw.  Yielding a tuple is a trap.  The loop
+    that does all this is the trampoline, ``Scheduler._trampoline``.
+  * The trampoline is the only place that resumes a generator.  Every
+    reactor callback the scheduler registers (readiness, a timer, the ready
+    queue) ends in ``_step``, which calls it.
+  * A trap handler either answers at once (the task goes on in the same
+    step, without a trip through the reactor) or suspends the task and
+    leaves in ``task._undo`` how to withdraw what it registered.  Exactly one
+    event wakes a suspended task: cancelling withdraws the registration
+    before it wakes the task with Cancelled.
+  * Tasks own their sockets; the scheduler owns only its registrations.
+    ``close()`` closes every task's generators, so their ``finally`` blocks
+    run and close what they opened.
+  * An error ends its task only.  It is reported with the task and its
+    traceback (``on_error``), joiners receive it, and the scheduler goes on.
+    KeyboardInterrupt and SystemExit end their task and then propagate out
+    of the reactor, as Ctrl-C should.
+"""
 
 from __future__ import annotations
 

@@ -1,24 +1,23 @@
-# tinyloop/generators/server.py
-#
-# Stage ``generators``: the HTTP server as straight-line code again, one task
-# per connection, on the stack scheduler.
-#
-# Compare the callbacks server: there, one connection's life is cut into
-# callbacks (readable, writable) that share state through an object.  Here it
-# is one loop in one generator, read top to bottom: wait, receive, answer,
-# send, again.  The scheduler cuts it at each ``yield`` for us.
-#
-# Rules this file keeps:
-#   * A coroutine calls another by yielding it (``data = yield recv(sock)``)
-#     and waits by yielding a trap function's generator (``yield
-#     read_wait(sock)``); the stack scheduler makes both work.  There is no
-#     ``yield from`` in this file: yieldfrom_server.py is this file with it.
-#   * Every socket is closed by the task that owns it, in ``finally``: after
-#     the last response is sent, at end of stream, on a reset, and when the
-#     scheduler closes the task at shutdown.
-#   * One recv per wake-up, at most READ_SIZE (64 KiB) bytes; output is sent
-#     whole before the next read, so a client that does not read stops being
-#     read from (backpressure through TCP's window), and stalls only its task.
+"""Stage ``generators``: the HTTP server as straight-line code again, one task
+per connection, on the stack scheduler.
+
+Compare the callbacks server: there, one connection's life is cut into
+callbacks (readable, writable) that share state through an object.  Here it
+is one loop in one generator, read top to bottom: wait, receive, answer,
+send, again.  The scheduler cuts it at each ``yield`` for us.
+
+Rules this file keeps:
+  * A coroutine calls another by yielding it (``data = yield recv(sock)``)
+    and waits by yielding a trap function's generator (``yield
+    read_wait(sock)``); the stack scheduler makes both work.  There is no
+    ``yield from`` in this file: yieldfrom_server.py is this file with it.
+  * Every socket is closed by the task that owns it, in ``finally``: after
+    the last response is sent, at end of stream, on a reset, and when the
+    scheduler closes the task at shutdown.
+  * One recv per wake-up, at most READ_SIZE (64 KiB) bytes; output is sent
+    whole before the next read, so a client that does not read stops being
+    read from (backpressure through TCP's window), and stalls only its task.
+"""
 
 from __future__ import annotations
 

@@ -1,29 +1,28 @@
-# tinyloop/generators/traps.py
-#
-# Traps: the only way a coroutine speaks to the scheduler.
-#
-# A coroutine here is a plain generator.  It never registers a callback and
-# never touches the reactor.  When it must wait (for a socket, for time, for
-# another task) or ask for something only the scheduler can do (start a task,
-# name the running task), it *yields a trap*: a tuple ``(name, *args)`` such
-# as ``("trap_read_wait", sock)``.  The scheduler looks the name up in its
-# table of ``trap_*`` methods, carries the request out, and resumes the
-# coroutine with the answer: the value of its ``yield`` expression, or an
-# exception raised at that ``yield``.  This is how an operating system kernel
-# is entered (a trap instruction with a call number), and the name is curio's.
-#
-# Rules this file keeps:
-#   * One tiny generator function per trap, and these functions are the only
-#     places in tinyloop that yield a trap.  Everything else calls them, so a
-#     reader who wants to know what a coroutine can ask of the scheduler reads
-#     this file and nothing else.
-#   * The same functions serve both schedulers.  Under the stack scheduler a
-#     coroutine writes ``yield read_wait(sock)``: the generator is pushed on
-#     the task's stack, yields its trap, and returns the answer to its caller.
-#     Under the yield-from scheduler it writes ``yield from read_wait(sock)``
-#     and the interpreter passes the trap through.
-#   * A trap's first element is the name of the scheduler method that handles
-#     it, so a search for ``trap_sleep`` finds both ends.
+"""Traps: the only way a coroutine speaks to the scheduler.
+
+A coroutine here is a plain generator.  It never registers a callback and
+never touches the reactor.  When it must wait (for a socket, for time, for
+another task) or ask for something only the scheduler can do (start a task,
+name the running task), it *yields a trap*: a tuple ``(name, *args)`` such
+as ``("trap_read_wait", sock)``.  The scheduler looks the name up in its
+table of ``trap_*`` methods, carries the request out, and resumes the
+coroutine with the answer: the value of its ``yield`` expression, or an
+exception raised at that ``yield``.  This is how an operating system kernel
+is entered (a trap instruction with a call number), and the name is curio's.
+
+Rules this file keeps:
+  * One tiny generator function per trap, and these functions are the only
+    places in tinyloop that yield a trap.  Everything else calls them, so a
+    reader who wants to know what a coroutine can ask of the scheduler reads
+    this file and nothing else.
+  * The same functions serve both schedulers.  Under the stack scheduler a
+    coroutine writes ``yield read_wait(sock)``: the generator is pushed on
+    the task's stack, yields its trap, and returns the answer to its caller.
+    Under the yield-from scheduler it writes ``yield from read_wait(sock)``
+    and the interpreter passes the trap through.
+  * A trap's first element is the name of the scheduler method that handles
+    it, so a search for ``trap_sleep`` finds both ends.
+"""
 
 from __future__ import annotations
 

@@ -1,22 +1,21 @@
-# tinyloop/generators/yieldfrom.py
-#
-# The same scheduler, with ``yield from`` keeping each task's stack.
-#
-# ``yield from callee`` (PEP 380, Python 3.3) does inside the interpreter what
-# the stack scheduler's trampoline does by hand: it runs the callee until it
-# returns, passes everything the callee yields up to whoever resumed the
-# caller, passes every value and exception sent down back into the callee,
-# and makes the callee's ``return`` value the value of the expression.  The
-# chain of suspended frames *is* the stack.  A task is then one generator,
-# and stepping it is a single ``send`` that comes back with a trap.
-#
-# Rules this file keeps:
-#   * Everything but the trampoline is inherited: the trap table and its
-#     handlers, spawn, join, cancel, close, error reports.  What changes is
-#     one method, so the two schedulers can be read side by side.
-#   * Coroutines call with ``yield from``; a generator yielded bare is a
-#     mistake (it would be a call on the stack scheduler), raised in the task
-#     as TypeError at that ``yield``.
+"""The same scheduler, with ``yield from`` keeping each task's stack.
+
+``yield from callee`` (PEP 380, Python 3.3) does inside the interpreter what
+the stack scheduler's trampoline does by hand: it runs the callee until it
+returns, passes everything the callee yields up to whoever resumed the
+caller, passes every value and exception sent down back into the callee,
+and makes the callee's ``return`` value the value of the expression.  The
+chain of suspended frames *is* the stack.  A task is then one generator,
+and stepping it is a single ``send`` that comes back with a trap.
+
+Rules this file keeps:
+  * Everything but the trampoline is inherited: the trap table and its
+    handlers, spawn, join, cancel, close, error reports.  What changes is
+    one method, so the two schedulers can be read side by side.
+  * Coroutines call with ``yield from``; a generator yielded bare is a
+    mistake (it would be a call on the stack scheduler), raised in the task
+    as TypeError at that ``yield``.
+"""
 
 from __future__ import annotations
 

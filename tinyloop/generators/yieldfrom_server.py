@@ -1,17 +1,16 @@
-# tinyloop/generators/yieldfrom_server.py
-#
-# Stage ``yieldfrom``: the generators server, with ``yield from`` doing the
-# calls and the yield-from scheduler running it.
-#
-# This file is server.py with two changes: every call to a coroutine is
-# ``yield from callee(...)`` instead of ``yield callee(...)``, and the tasks
-# run on YieldFromScheduler.  The code reads the same; what differs is who
-# keeps the stack (the interpreter, in the chain of suspended frames) and
-# what reaches the scheduler (traps only).  The coroutines are kept side by
-# side on purpose, as the chapter's pair of listings; what is not a
-# coroutine (``close_socket``) comes from Part I, as in server.py.
-#
-# Rules this file keeps: those of server.py.
+"""Stage ``yieldfrom``: the generators server, with ``yield from`` doing the
+calls and the yield-from scheduler running it.
+
+This file is server.py with two changes: every call to a coroutine is
+``yield from callee(...)`` instead of ``yield callee(...)``, and the tasks
+run on YieldFromScheduler.  The code reads the same; what differs is who
+keeps the stack (the interpreter, in the chain of suspended frames) and
+what reaches the scheduler (traps only).  The coroutines are kept side by
+side on purpose, as the chapter's pair of listings; what is not a
+coroutine (``close_socket``) comes from Part I, as in server.py.
+
+Rules this file keeps: those of server.py.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-# tinyloop/http/app.py
-#
-# The one small application every stage serves, so that the benchmark table
-# compares loops and nothing else:
-#
-#   GET  /        a short fixed body
-#   POST /echo    the request body, back again (exercises uploads and reads)
-#   GET  /compute?ms=N
-#                 burn N milliseconds of CPU (at most 1000) before answering:
-#                 the handler that shows what cooperative scheduling costs
-#   anything else 404, or 405 for a known path with the wrong method
+"""The one small application every stage serves, so that the benchmark table
+compares loops and nothing else:
+
+  GET  /        a short fixed body
+  POST /echo    the request body, back again (exercises uploads and reads)
+  GET  /compute?ms=N
+                burn N milliseconds of CPU (at most 1000) before answering:
+                the handler that shows what cooperative scheduling costs
+  anything else 404, or 405 for a known path with the wrong method
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,20 @@
-# tinyloop/http/connection.py
-#
-# One server-side HTTP connection, still without I/O: the parser, the
-# application and the rules for keep-alive joined into a single call,
-#
-#     outgoing = connection.receive_data(incoming)
-#
-# which is all that every stage's server needs.  Whatever the stage (a thread,
-# a readiness loop, a coroutine), it reads bytes, hands them here, writes what
-# comes back, and closes when ``should_close`` is true and the output is sent.
-#
-# Rules this file keeps:
-#   * ``receive_data`` never raises on anything the peer sends: a malformed
-#     request becomes an error response and ``should_close``.
-#   * Pipelined requests that arrive in one read are answered in one string
-#     of bytes, in order, so a server sends them with one system call (the
-#     Japronto lesson: fewer, larger writes).
-#   * Nothing is answered after a response that closes the connection.
+"""One server-side HTTP connection, still without I/O: the parser, the
+application and the rules for keep-alive joined into a single call,
+
+    outgoing = connection.receive_data(incoming)
+
+which is all that every stage's server needs.  Whatever the stage (a thread,
+a readiness loop, a coroutine), it reads bytes, hands them here, writes what
+comes back, and closes when ``should_close`` is true and the output is sent.
+
+Rules this file keeps:
+  * ``receive_data`` never raises on anything the peer sends: a malformed
+    request becomes an error response and ``should_close``.
+  * Pipelined requests that arrive in one read are answered in one string
+    of bytes, in order, so a server sends them with one system call (the
+    Japronto lesson: fewer, larger writes).
+  * Nothing is answered after a response that closes the connection.
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,26 @@
-# tinyloop/http/parser.py
-#
-# A sans-I/O parser for HTTP/1.1 requests (RFC 9112): bytes in, requests out.
-#
-# Rules this file keeps:
-#   * No sockets, no clocks, no threads.  ``feed()`` takes the bytes a server
-#     read; ``next_request()`` hands back one whole request or ``None`` when it
-#     needs more.  The same parser therefore runs under every stage of the book,
-#     from a blocking server to a libuv loop, and is tested with bytes alone.
-#   * Everything the parser will accept is decided in this file, and every
-#     refusal is an ``HTTPError`` carrying the status code a server should
-#     answer with (400, 413, 414, 431, 501, 505).  After an error the parser is
-#     finished: the connection's framing can no longer be trusted.
-#   * Sizes are bounded before they are buffered: a peer cannot make us hold a
-#     request line, a head or a body larger than the limits.  Searches resume
-#     where the last one stopped, or look at most one line's limit back, so a
-#     peer that sends one byte at a time cannot make the work quadratic.
-#   * Where the RFC lets a recipient choose between leniency and refusal, we
-#     refuse whatever could make two parsers disagree about where a message
-#     ends (request smuggling), and are lenient only where it cannot.
-#
-# Reading order: the grammar (regular expressions), then ``RequestParser``:
-# the head (request line and fields), its framing (how long is the body?),
-# then the body, by Content-Length or by chunked transfer coding.
+"""A sans-I/O parser for HTTP/1.1 requests (RFC 9112): bytes in, requests out.
+
+Rules this file keeps:
+  * No sockets, no clocks, no threads.  ``feed()`` takes the bytes a server
+    read; ``next_request()`` hands back one whole request or ``None`` when it
+    needs more.  The same parser therefore runs under every stage of the book,
+    from a blocking server to a libuv loop, and is tested with bytes alone.
+  * Everything the parser will accept is decided in this file, and every
+    refusal is an ``HTTPError`` carrying the status code a server should
+    answer with (400, 413, 414, 431, 501, 505).  After an error the parser is
+    finished: the connection's framing can no longer be trusted.
+  * Sizes are bounded before they are buffered: a peer cannot make us hold a
+    request line, a head or a body larger than the limits.  Searches resume
+    where the last one stopped, or look at most one line's limit back, so a
+    peer that sends one byte at a time cannot make the work quadratic.
+  * Where the RFC lets a recipient choose between leniency and refusal, we
+    refuse whatever could make two parsers disagree about where a message
+    ends (request smuggling), and are lenient only where it cannot.
+
+Reading order: the grammar (regular expressions), then ``RequestParser``:
+the head (request line and fields), its framing (how long is the body?),
+then the body, by Content-Length or by chunked transfer coding.
+"""
 
 from __future__ import annotations
 

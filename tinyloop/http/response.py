@@ -1,14 +1,13 @@
-# tinyloop/http/response.py
-#
-# Responses to bytes.  The rules this file keeps:
-#   * A response always says how long its body is (Content-Length; 1xx and
-#     204 responses have no body), so the peer finds its end without waiting
-#     for the connection to close, and keep-alive works for HTTP/1.0 and 1.1.
-#   * The status line always says HTTP/1.1, the version we implement, even to
-#     an HTTP/1.0 client (RFC 9110 section 2.5); what changes for 1.0 is only
-#     the Connection header that keep-alive needs.
-#   * No clock is read here: the Date header's value is passed in, and
-#     ``http_date`` turns a time it is given into one.
+"""Responses to bytes.  The rules this file keeps:
+  * A response always says how long its body is (Content-Length; 1xx and
+    204 responses have no body), so the peer finds its end without waiting
+    for the connection to close, and keep-alive works for HTTP/1.0 and 1.1.
+  * The status line always says HTTP/1.1, the version we implement, even to
+    an HTTP/1.0 client (RFC 9110 section 2.5); what changes for 1.0 is only
+    the Connection header that keep-alive needs.
+  * No clock is read here: the Date header's value is passed in, and
+    ``http_date`` turns a time it is given into one.
+"""
 
 from __future__ import annotations
 

@@ -1,32 +1,31 @@
-# tinyloop/raw/accept.py
-#
-# Accepting on a non-blocking listener, for every readiness server (select,
-# poll, epoll, epoll-et, kqueue) and every loop of Part II: take every
-# connection that waits, and when the process runs out of descriptors, rest.
-#
-# Rules this file keeps:
-#   * Accept until EAGAIN.  One readiness report on a listener may stand for
-#     many queued connections; taking them all saves a wait for each, and an
-#     edge-triggered server must (no new edge comes for those already queued).
-#   * Out of descriptors is "not now", never a crash and never a spin.  On
-#     EMFILE, ENFILE, ENOBUFS or ENOMEM the Acceptor starts a *rest* of
-#     ACCEPT_RETRY_DELAY seconds and says when it ends; the server leaves the
-#     listener out of its wait until then (asyncio's remedy).  How it waits
-#     is the server's business: Part I's servers have no timers, so they
-#     pass the rest as their system call's timeout; Part II's set a timer.
-#   * One log line when an episode begins and one when it ends, whatever
-#     the number of retries between.
-#
-# Discussion: why rest at all?  A level-triggered listener with connections
-# queued is readable, whether or not we can accept them.  At EMFILE accept
-# leaves them queued, so every wait returns at once, reporting the same
-# listener, and the server spins a core doing nothing but failing to accept,
-# while its own clients wait behind it.  Taking the listener out of the
-# interest set stops the reports; the rest's timeout brings it back.  Edge-
-# triggered epoll does not spin, but fails the other way: the connections
-# left queued raise no new edge, so it must retry on its own when the rest
-# is over.  The readiness chapter measures both, and compares the remedies of
-# asyncio, libuv and nginx.
+"""Accepting on a non-blocking listener, for every readiness server (select,
+poll, epoll, epoll-et, kqueue) and every loop of Part II: take every
+connection that waits, and when the process runs out of descriptors, rest.
+
+Rules this file keeps:
+  * Accept until EAGAIN.  One readiness report on a listener may stand for
+    many queued connections; taking them all saves a wait for each, and an
+    edge-triggered server must (no new edge comes for those already queued).
+  * Out of descriptors is "not now", never a crash and never a spin.  On
+    EMFILE, ENFILE, ENOBUFS or ENOMEM the Acceptor starts a *rest* of
+    ACCEPT_RETRY_DELAY seconds and says when it ends; the server leaves the
+    listener out of its wait until then (asyncio's remedy).  How it waits
+    is the server's business: Part I's servers have no timers, so they
+    pass the rest as their system call's timeout; Part II's set a timer.
+  * One log line when an episode begins and one when it ends, whatever
+    the number of retries between.
+
+Discussion: why rest at all?  A level-triggered listener with connections
+queued is readable, whether or not we can accept them.  At EMFILE accept
+leaves them queued, so every wait returns at once, reporting the same
+listener, and the server spins a core doing nothing but failing to accept,
+while its own clients wait behind it.  Taking the listener out of the
+interest set stops the reports; the rest's timeout brings it back.  Edge-
+triggered epoll does not spin, but fails the other way: the connections
+left queued raise no new edge, so it must retry on its own when the rest
+is over.  The readiness chapter measures both, and compares the remedies of
+asyncio, libuv and nginx.
+"""
 
 from __future__ import annotations
 

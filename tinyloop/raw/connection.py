@@ -1,33 +1,32 @@
-# tinyloop/raw/connection.py
-#
-# What one connection does when the kernel says its socket is ready, written
-# once for every readiness server (select, poll, epoll, epoll-et, kqueue).
-# The servers differ only in how they learn *which* sockets are ready; this
-# file is what they do next.
-#
-# Rules this file keeps:
-#   * No waiting.  Every socket here is non-blocking; a call the kernel cannot
-#     complete at once raises BlockingIOError (EAGAIN) and we return, to be
-#     called again when the server's system call says the socket is ready.
-#   * The server owns registration and the socket's lifetime.  A Connection
-#     never closes itself: it reports ``done``, and the server unregisters the
-#     descriptor *before* calling ``close()`` (epoll_ctl on a closed fd fails
-#     with EBADF, and a closed fd number is soon reused by the next accept).
-#   * A peer that resets, stalls or floods harms only itself: errors close that
-#     connection alone, nothing here blocks, and ``wants_read`` turns off while
-#     the connection's unsent output is above the high-water mark.
-#   * Partial reads and partial writes are the normal case, not the exception.
-#     HTTPConnection reassembles requests from any split of the byte stream;
-#     the outgoing buffer keeps whatever the kernel did not take.
-#
-# A server drives a Connection like this (level-triggered):
-#
-#     conn = Connection(sock)                     # sock from Acceptor.accept()
-#     ... wait for readiness on conn.fileno(): read if conn.wants_read,
-#         write if conn.wants_write ...
-#     if readable: conn.on_readable()
-#     if writable: conn.on_writable()
-#     if conn.done: unregister(conn.fileno()); conn.close()
+"""What one connection does when the kernel says its socket is ready, written
+once for every readiness server (select, poll, epoll, epoll-et, kqueue).
+The servers differ only in how they learn *which* sockets are ready; this
+file is what they do next.
+
+Rules this file keeps:
+  * No waiting.  Every socket here is non-blocking; a call the kernel cannot
+    complete at once raises BlockingIOError (EAGAIN) and we return, to be
+    called again when the server's system call says the socket is ready.
+  * The server owns registration and the socket's lifetime.  A Connection
+    never closes itself: it reports ``done``, and the server unregisters the
+    descriptor *before* calling ``close()`` (epoll_ctl on a closed fd fails
+    with EBADF, and a closed fd number is soon reused by the next accept).
+  * A peer that resets, stalls or floods harms only itself: errors close that
+    connection alone, nothing here blocks, and ``wants_read`` turns off while
+    the connection's unsent output is above the high-water mark.
+  * Partial reads and partial writes are the normal case, not the exception.
+    HTTPConnection reassembles requests from any split of the byte stream;
+    the outgoing buffer keeps whatever the kernel did not take.
+
+A server drives a Connection like this (level-triggered):
+
+    conn = Connection(sock)                     # sock from Acceptor.accept()
+    ... wait for readiness on conn.fileno(): read if conn.wants_read,
+        write if conn.wants_write ...
+    if readable: conn.on_readable()
+    if writable: conn.on_writable()
+    if conn.done: unregister(conn.fileno()); conn.close()
+"""
 
 from __future__ import annotations
 

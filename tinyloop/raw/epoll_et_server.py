@@ -1,42 +1,41 @@
-# tinyloop/raw/epoll_et_server.py
-#
-# epoll(7) in edge-triggered mode (EPOLLET).
-#
-# Level-triggered epoll answers "is this socket ready?" on every call, for as
-# long as it is.  Edge-triggered epoll answers "did this socket *become*
-# ready?": a descriptor is reported when new data arrives or room appears in
-# its send buffer, once, and then not again until the next such change.
-#
-# Rules that follow (epoll(7), "Level-triggered and edge-triggered"):
-#   * Drain to EAGAIN.  After an edge we accept, recv and send until the
-#     kernel says EAGAIN, because bytes we leave behind will not be reported
-#     again.  Reading 64 KiB of a 200 KiB request and waiting would hang.
-#   * Register once.  Every socket is registered for EPOLLIN | EPOLLOUT |
-#     EPOLLET when accepted and never modified; wanting to write or not is our
-#     own state, not the kernel's.  The level-triggered server pays an
-#     epoll_ctl(2) call each time its interest changes; this one never does.
-#   * Pausing is ours to undo.  When backpressure stops reading (output above
-#     the high-water mark) before EAGAIN, no new edge will announce the bytes
-#     still waiting.  They are read after the next send makes room: the send
-#     buffer filled (that is how output piled up), so an EPOLLOUT edge will
-#     come when the peer takes some, and the loop below reads again then.
-#
-#   * Fairness is ours too.  A keep-alive client that sends its next request
-#     as soon as it reads an answer may never let its socket reach EAGAIN, and
-#     draining it "to EAGAIN" would serve it alone while every other
-#     connection waits (measured: 4 epoll_wait calls for 1000 requests from
-#     `ab -k -c 10`).  So a connection gets a budget of reads and sends per
-#     turn; one that spends it is put on a list of unfinished connections,
-#     served again on the next turn, and the wait does not block while that
-#     list is non-empty (no edge will come for bytes already there).  nginx
-#     and libuv bound their per-wakeup work the same way.
-#
-#   * A deferred accept is ours to retry.  Out of descriptors, the accept
-#     loop stops before EAGAIN and the connections still queued will raise
-#     no new edge: waiting for one would leave them, and every client after
-#     them, unanswered forever.  So the listener stays registered (an edge
-#     costs nothing while it rests), the wait's timeout ends the rest, and
-#     the loop then accepts without an edge (Acceptor.retry_due).
+"""epoll(7) in edge-triggered mode (EPOLLET).
+
+Level-triggered epoll answers "is this socket ready?" on every call, for as
+long as it is.  Edge-triggered epoll answers "did this socket *become*
+ready?": a descriptor is reported when new data arrives or room appears in
+its send buffer, once, and then not again until the next such change.
+
+Rules that follow (epoll(7), "Level-triggered and edge-triggered"):
+  * Drain to EAGAIN.  After an edge we accept, recv and send until the
+    kernel says EAGAIN, because bytes we leave behind will not be reported
+    again.  Reading 64 KiB of a 200 KiB request and waiting would hang.
+  * Register once.  Every socket is registered for EPOLLIN | EPOLLOUT |
+    EPOLLET when accepted and never modified; wanting to write or not is our
+    own state, not the kernel's.  The level-triggered server pays an
+    epoll_ctl(2) call each time its interest changes; this one never does.
+  * Pausing is ours to undo.  When backpressure stops reading (output above
+    the high-water mark) before EAGAIN, no new edge will announce the bytes
+    still waiting.  They are read after the next send makes room: the send
+    buffer filled (that is how output piled up), so an EPOLLOUT edge will
+    come when the peer takes some, and the loop below reads again then.
+
+  * Fairness is ours too.  A keep-alive client that sends its next request
+    as soon as it reads an answer may never let its socket reach EAGAIN, and
+    draining it "to EAGAIN" would serve it alone while every other
+    connection waits (measured: 4 epoll_wait calls for 1000 requests from
+    `ab -k -c 10`).  So a connection gets a budget of reads and sends per
+    turn; one that spends it is put on a list of unfinished connections,
+    served again on the next turn, and the wait does not block while that
+    list is non-empty (no edge will come for bytes already there).  nginx
+    and libuv bound their per-wakeup work the same way.
+
+  * A deferred accept is ours to retry.  Out of descriptors, the accept
+    loop stops before EAGAIN and the connections still queued will raise
+    no new edge: waiting for one would leave them, and every client after
+    them, unanswered forever.  So the listener stays registered (an edge
+    costs nothing while it rests), the wait's timeout ends the rest, and
+    the loop then accepts without an edge (Acceptor.retry_due).
+"""
 
 from __future__ import annotations
 

@@ -1,124 +1,123 @@
-# tinyloop/raw/kqueue_emulation.py
-#
-# select.kqueue's API on Linux, built on epoll(7), so that the kqueue server,
-# and any program written against ``select.kqueue``, runs and is tested here
-# as it would on FreeBSD or macOS.  ``kqueue_api()`` at the end of the file is
-# the one platform switch: the real ``select`` module where kqueue exists,
-# this module where only epoll does.
-#
-# Rules this file keeps:
-#   * Same names, numbers and errors as ``select.kqueue``.  The constants are
-#     those of <sys/event.h>; a change that fails is reported as kevent(2)
-#     reports it (an EV_ERROR event, or OSError when the event list has no
-#     room); control() checks its arguments as CPython's does.
-#   * One epoll item per kqueue registration, so each (ident, filter) pair
-#     has its own mode, enabled state and user data, exactly as in kqueue.
-#   * Where Linux cannot give what kqueue gives, the emulation says so below
-#     ("What is not exact") rather than guessing quietly.
-#   * Standard library only.  One thread per kqueue, as with any poller here.
-#
-# Some facts about kqueue and epoll
-# ---------------------------------
-# Both keep the interest list in the kernel and hand back only what is
-# ready: O(ready) per call, not O(registered) like select(2) and poll(2).
-# They differ in what a registration *is*:
-#
-#   * kqueue registers an (ident, filter) pair.  Reading and writing on one
-#     socket are two registrations ("knotes"), EVFILT_READ and EVFILT_WRITE,
-#     each with its own flags (EV_ONESHOT, EV_CLEAR), its own enabled or
-#     disabled state and its own udata.  epoll registers a descriptor once,
-#     as one item with one bit mask (EPOLLIN | EPOLLOUT) and one set of mode
-#     flags (EPOLLET, EPOLLONESHOT) shared by both directions.
-#   * kqueue changes and waits in one system call: kevent(2) takes a change
-#     list and returns an event list, so a server batches its changes into its
-#     next wait.  epoll pays one epoll_ctl(2) per change, then epoll_wait(2).
-#   * EV_CLEAR is edge-triggering, like EPOLLET: the event is reported, its
-#     state reset, and it is reported again only when the filter triggers
-#     again (new data, new room).  EV_ONESHOT deletes the registration after
-#     one delivery; EPOLLONESHOT only disables it, to be re-armed with
-#     EPOLL_CTL_MOD.  EV_DISABLE keeps a registration that reports nothing.
-#   * kqueue says how much, not only whether: ``data`` is the number of bytes
-#     readable (for a listening socket, the connections waiting to be
-#     accepted) or the room left in the send buffer.  The end of the stream is
-#     a flag on the read event, EV_EOF, with the bytes still unread in
-#     ``data``.  epoll reports bits: EPOLLRDHUP (the peer shut down its
-#     writing side), EPOLLHUP (both directions are down), EPOLLERR (a
-#     pending error); EPOLLHUP and EPOLLERR are reported whether asked or not.
-#   * Closing a descriptor removes its knotes (kqueue(2): "Calling close() on
-#     a file descriptor will remove any kevents that reference the
-#     descriptor"), so a kqueue server just closes.  epoll drops an item only
-#     when the open file is released, after every dup() of it is closed
-#     (epoll(7), Q6), and never tells user space it did.
-#   * The queue is itself a descriptor in both: it can be polled, and put in
-#     another epoll instance or kqueue.  Nesting is what makes this file work.
-#
-# The mapping
-# -----------
-# epoll's item is keyed by (epoll instance, descriptor).  The same socket may
-# therefore sit in two epoll instances with two different masks and modes.
-# So the emulation keeps one epoll instance per filter: a knote for
-# (fd, EVFILT_READ) is an item for fd in the READ instance, asking EPOLLIN |
-# EPOLLRDHUP, and a knote for (fd, EVFILT_WRITE) is an item in the WRITE
-# instance, asking EPOLLOUT.  Each item carries EPOLLET exactly when its own
-# knote has EV_CLEAR, so a socket can be edge-triggered for reading and
-# level-triggered for writing, with no compromise.  (One instance cannot do
-# that: EPOLLET would apply to both directions.  A level-triggered item could
-# imitate EV_CLEAR only by guessing which readiness is new; an edge-triggered
-# one could imitate level-triggering by re-arming with EPOLL_CTL_MOD after
-# each delivery, but that re-arm also re-reports the other direction.)
-#
-# A third epoll instance holds the two per-filter instances, level-triggered,
-# and is the descriptor ``fileno()`` returns: one epoll_wait on it sleeps
-# until either filter has something.  Then each ready instance is asked, with
-# a zero timeout, for its events.  When only one filter has registrations, we
-# wait on its instance directly and save a system call (for a server that
-# enables write interest only while output is waiting, that is most calls).
-#
-#   kqueue                       emulation
-#   EV_ADD (new knote)           EPOLL_CTL_ADD into the filter's instance
-#   EV_ADD (existing knote)      EPOLL_CTL_MOD: epoll re-checks readiness, as
-#                                kqueue re-runs the filter; udata is updated
-#   EV_DELETE, EV_DISABLE        EPOLL_CTL_DEL (a disabled knote lives on in
-#                                our table only); EV_ENABLE: EPOLL_CTL_ADD
-#   EV_CLEAR                     EPOLLET on that knote's item
-#   EV_ONESHOT                   EPOLL_CTL_DEL right after the one delivery
-#   EV_EOF on EVFILT_READ        EPOLLRDHUP or EPOLLHUP
-#   EV_EOF on EVFILT_WRITE       EPOLLHUP or EPOLLERR
-#   data, EVFILT_READ            FIONREAD (bytes queued); for a listening TCP
-#                                socket, the accept queue's length (TCP_INFO)
-#   data, EVFILT_WRITE           sockets: SO_SNDBUF - SIOCOUTQ; pipes:
-#                                F_GETPIPE_SZ - FIONREAD
-#   close(fd)                    noticed at the next change naming fd: if
-#                                fstat(fd) shows another file, the old knotes
-#                                are forgotten (see below)
-#
-# What is not exact
-# -----------------
-#   * ``fflags`` is always 0.  kqueue puts a socket's pending error there;
-#     reading it on Linux (SO_ERROR) would clear it, and the program's next
-#     recv() or send() would no longer see it.  The error reaches the program
-#     there instead.
-#   * ``data`` is Linux's nearest figure.  SO_SNDBUF counts the kernel's
-#     bookkeeping too (socket(7): the value is doubled), so the room reported
-#     for writing is generous; where Linux cannot tell (a Unix-domain listening
-#     socket, an eventfd) ``data`` is 0.
-#   * EV_ENABLE of an EV_CLEAR knote reports it at once if its condition holds
-#     (epoll re-checks readiness whenever an item is added), where kqueue
-#     reports it only if it triggered while disabled.  Edge-triggered code
-#     reads until EAGAIN, so the extra event costs one empty read.
-#   * A knote whose descriptor was closed is forgotten lazily, when a change
-#     names that descriptor number again (or when the kqueue closes), and a
-#     descriptor dup()ed before the close keeps reporting events, as in epoll.
-#   * kqueue returns events in the order they triggered; we return one
-#     filter's events, then the other's, alternating which comes first so
-#     that neither starves when ``maxevents`` is small.
-#   * Only EVFILT_READ and EVFILT_WRITE.  Other filters raise
-#     NotImplementedError; regular files, which kqueue reports always ready,
-#     are refused by epoll (EPERM).  EV_RECEIPT, EV_DISPATCH and NOTE_LOWAT
-#     (``fflags``/``data`` of a change) are not emulated.
-#   * Returned ``flags`` follow FreeBSD: the knote's flags without EV_ADD,
-#     EV_DELETE, EV_ENABLE and EV_DISABLE, plus EV_EOF.  Portable code tests
-#     single bits (``flags & KQ_EV_EOF``), never whole values.
+"""select.kqueue's API on Linux, built on epoll(7), so that the kqueue server,
+and any program written against ``select.kqueue``, runs and is tested here
+as it would on FreeBSD or macOS.  ``kqueue_api()`` at the end of the file is
+the one platform switch: the real ``select`` module where kqueue exists,
+this module where only epoll does.
+
+Rules this file keeps:
+  * Same names, numbers and errors as ``select.kqueue``.  The constants are
+    those of <sys/event.h>; a change that fails is reported as kevent(2)
+    reports it (an EV_ERROR event, or OSError when the event list has no
+    room); control() checks its arguments as CPython's does.
+  * One epoll item per kqueue registration, so each (ident, filter) pair
+    has its own mode, enabled state and user data, exactly as in kqueue.
+  * Where Linux cannot give what kqueue gives, the emulation says so below
+    ("What is not exact") rather than guessing quietly.
+  * Standard library only.  One thread per kqueue, as with any poller here.
+
+Some facts about kqueue and epoll
+---------------------------------
+Both keep the interest list in the kernel and hand back only what is
+ready: O(ready) per call, not O(registered) like select(2) and poll(2).
+They differ in what a registration *is*:
+
+  * kqueue registers an (ident, filter) pair.  Reading and writing on one
+    socket are two registrations ("knotes"), EVFILT_READ and EVFILT_WRITE,
+    each with its own flags (EV_ONESHOT, EV_CLEAR), its own enabled or
+    disabled state and its own udata.  epoll registers a descriptor once,
+    as one item with one bit mask (EPOLLIN | EPOLLOUT) and one set of mode
+    flags (EPOLLET, EPOLLONESHOT) shared by both directions.
+  * kqueue changes and waits in one system call: kevent(2) takes a change
+    list and returns an event list, so a server batches its changes into its
+    next wait.  epoll pays one epoll_ctl(2) per change, then epoll_wait(2).
+  * EV_CLEAR is edge-triggering, like EPOLLET: the event is reported, its
+    state reset, and it is reported again only when the filter triggers
+    again (new data, new room).  EV_ONESHOT deletes the registration after
+    one delivery; EPOLLONESHOT only disables it, to be re-armed with
+    EPOLL_CTL_MOD.  EV_DISABLE keeps a registration that reports nothing.
+  * kqueue says how much, not only whether: ``data`` is the number of bytes
+    readable (for a listening socket, the connections waiting to be
+    accepted) or the room left in the send buffer.  The end of the stream is
+    a flag on the read event, EV_EOF, with the bytes still unread in
+    ``data``.  epoll reports bits: EPOLLRDHUP (the peer shut down its
+    writing side), EPOLLHUP (both directions are down), EPOLLERR (a
+    pending error); EPOLLHUP and EPOLLERR are reported whether asked or not.
+  * Closing a descriptor removes its knotes (kqueue(2): "Calling close() on
+    a file descriptor will remove any kevents that reference the
+    descriptor"), so a kqueue server just closes.  epoll drops an item only
+    when the open file is released, after every dup() of it is closed
+    (epoll(7), Q6), and never tells user space it did.
+  * The queue is itself a descriptor in both: it can be polled, and put in
+    another epoll instance or kqueue.  Nesting is what makes this file work.
+
+The mapping
+-----------
+epoll's item is keyed by (epoll instance, descriptor).  The same socket may
+therefore sit in two epoll instances with two different masks and modes.
+So the emulation keeps one epoll instance per filter: a knote for
+(fd, EVFILT_READ) is an item for fd in the READ instance, asking EPOLLIN |
+EPOLLRDHUP, and a knote for (fd, EVFILT_WRITE) is an item in the WRITE
+instance, asking EPOLLOUT.  Each item carries EPOLLET exactly when its own
+knote has EV_CLEAR, so a socket can be edge-triggered for reading and
+level-triggered for writing, with no compromise.  (One instance cannot do
+that: EPOLLET would apply to both directions.  A level-triggered item could
+imitate EV_CLEAR only by guessing which readiness is new; an edge-triggered
+one could imitate level-triggering by re-arming with EPOLL_CTL_MOD after
+each delivery, but that re-arm also re-reports the other direction.)
+
+A third epoll instance holds the two per-filter instances, level-triggered,
+and is the descriptor ``fileno()`` returns: one epoll_wait on it sleeps
+until either filter has something.  Then each ready instance is asked, with
+a zero timeout, for its events.  When only one filter has registrations, we
+wait on its instance directly and save a system call (for a server that
+enables write interest only while output is waiting, that is most calls).
+
+  kqueue                       emulation
+  EV_ADD (new knote)           EPOLL_CTL_ADD into the filter's instance
+  EV_ADD (existing knote)      EPOLL_CTL_MOD: epoll re-checks readiness, as
+                               kqueue re-runs the filter; udata is updated
+  EV_DELETE, EV_DISABLE        EPOLL_CTL_DEL (a disabled knote lives on in
+                               our table only); EV_ENABLE: EPOLL_CTL_ADD
+  EV_CLEAR                     EPOLLET on that knote's item
+  EV_ONESHOT                   EPOLL_CTL_DEL right after the one delivery
+  EV_EOF on EVFILT_READ        EPOLLRDHUP or EPOLLHUP
+  EV_EOF on EVFILT_WRITE       EPOLLHUP or EPOLLERR
+  data, EVFILT_READ            FIONREAD (bytes queued); for a listening TCP
+                               socket, the accept queue's length (TCP_INFO)
+  data, EVFILT_WRITE           sockets: SO_SNDBUF - SIOCOUTQ; pipes:
+                               F_GETPIPE_SZ - FIONREAD
+  close(fd)                    noticed at the next change naming fd: if
+                               fstat(fd) shows another file, the old knotes
+                               are forgotten (see below)
+
+What is not exact
+-----------------
+  * ``fflags`` is always 0.  kqueue puts a socket's pending error there;
+    reading it on Linux (SO_ERROR) would clear it, and the program's next
+    recv() or send() would no longer see it.  The error reaches the program
+    there instead.
+  * ``data`` is Linux's nearest figure.  SO_SNDBUF counts the kernel's
+    bookkeeping too (socket(7): the value is doubled), so the room reported
+    for writing is generous; where Linux cannot tell (a Unix-domain listening
+    socket, an eventfd) ``data`` is 0.
+  * EV_ENABLE of an EV_CLEAR knote reports it at once if its condition holds
+    (epoll re-checks readiness whenever an item is added), where kqueue
+    reports it only if it triggered while disabled.  Edge-triggered code
+    reads until EAGAIN, so the extra event costs one empty read.
+  * A knote whose descriptor was closed is forgotten lazily, when a change
+    names that descriptor number again (or when the kqueue closes), and a
+    descriptor dup()ed before the close keeps reporting events, as in epoll.
+  * kqueue returns events in the order they triggered; we return one
+    filter's events, then the other's, alternating which comes first so
+    that neither starves when ``maxevents`` is small.
+  * Only EVFILT_READ and EVFILT_WRITE.  Other filters raise
+    NotImplementedError; regular files, which kqueue reports always ready,
+    are refused by epoll (EPERM).  EV_RECEIPT, EV_DISPATCH and NOTE_LOWAT
+    (``fflags``/``data`` of a change) are not emulated.
+  * Returned ``flags`` follow FreeBSD: the knote's flags without EV_ADD,
+    EV_DELETE, EV_ENABLE and EV_DISABLE, plus EV_EOF.  Portable code tests
+    single bits (``flags & KQ_EV_EOF``), never whole values.
+"""
 
 from __future__ import annotations
 

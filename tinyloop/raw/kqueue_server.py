@@ -1,41 +1,40 @@
-# tinyloop/raw/kqueue_server.py
-#
-# The epoll server again, on kqueue(2), written the way kqueue is meant to
-# be used:
-#
-#     kq = select.kqueue()                        # kqueue(2)
-#     changes.append(select.kevent(fd, KQ_FILTER_READ, KQ_EV_ADD))
-#     events = kq.control(changes, MAX_EVENTS)    # kevent(2): apply, then wait
-#     for event in events: ... event.ident, event.filter, event.flags, event.data
-#
-# Three things change from epoll:
-#   * A registration is an (fd, filter) pair, not an fd.  Each connection gets
-#     two, a READ filter and a WRITE filter, added together when it is
-#     accepted (WRITE disabled), then switched with EV_ENABLE and EV_DISABLE.
-#     Write interest is enabled only while output waits: a connected socket is
-#     almost always writable, and a level-triggered WRITE filter left on would
-#     wake us for nothing, forever.
-#   * Changes are batched.  While we handle one round of events we append
-#     the changes they call for to a list, and the next control() call makes
-#     them all and then waits, in one system call.  The epoll server pays one
-#     epoll_ctl(2) per change on top of each epoll_wait(2).
-#   * close() deletes a descriptor's filters (kqueue(2)), so a finished
-#     connection is simply closed, with no EV_DELETE.  The other side of that
-#     coin: a change list must never name a descriptor we have closed, or, as
-#     the number is soon reused by accept(), a change meant for the old
-#     connection would land on the new one.  So a connection's changes are
-#     made after all of this round's events, and only if it stays open.
-#
-# Out of descriptors, the listener's READ filter is disabled (EV_DISABLE)
-# for the Acceptor's rest, the wait's timeout ends the rest, and EV_ENABLE
-# brings it back, both in the change list like every other change: nginx's
-# ngx_disable_accept_events and its timer, without the timer.
-#
-# kqueue exists on BSD and macOS.  On Linux, kqueue_api() gives the
-# emulation on epoll (tinyloop/raw/kqueue_emulation.py); the code below is
-# the same on both, and says at start-up which one it runs on.  (Emulated,
-# a batch saves nothing: control() makes each change with its own
-# epoll_ctl(2) before it waits.  The saving is a real kqueue's.)
+"""The epoll server again, on kqueue(2), written the way kqueue is meant to
+be used:
+
+    kq = select.kqueue()                        # kqueue(2)
+    changes.append(select.kevent(fd, KQ_FILTER_READ, KQ_EV_ADD))
+    events = kq.control(changes, MAX_EVENTS)    # kevent(2): apply, then wait
+    for event in events: ... event.ident, event.filter, event.flags, event.data
+
+Three things change from epoll:
+  * A registration is an (fd, filter) pair, not an fd.  Each connection gets
+    two, a READ filter and a WRITE filter, added together when it is
+    accepted (WRITE disabled), then switched with EV_ENABLE and EV_DISABLE.
+    Write interest is enabled only while output waits: a connected socket is
+    almost always writable, and a level-triggered WRITE filter left on would
+    wake us for nothing, forever.
+  * Changes are batched.  While we handle one round of events we append
+    the changes they call for to a list, and the next control() call makes
+    them all and then waits, in one system call.  The epoll server pays one
+    epoll_ctl(2) per change on top of each epoll_wait(2).
+  * close() deletes a descriptor's filters (kqueue(2)), so a finished
+    connection is simply closed, with no EV_DELETE.  The other side of that
+    coin: a change list must never name a descriptor we have closed, or, as
+    the number is soon reused by accept(), a change meant for the old
+    connection would land on the new one.  So a connection's changes are
+    made after all of this round's events, and only if it stays open.
+
+Out of descriptors, the listener's READ filter is disabled (EV_DISABLE)
+for the Acceptor's rest, the wait's timeout ends the rest, and EV_ENABLE
+brings it back, both in the change list like every other change: nginx's
+ngx_disable_accept_events and its timer, without the timer.
+
+kqueue exists on BSD and macOS.  On Linux, kqueue_api() gives the
+emulation on epoll (tinyloop/raw/kqueue_emulation.py); the code below is
+the same on both, and says at start-up which one it runs on.  (Emulated,
+a batch saves nothing: control() makes each change with its own
+epoll_ctl(2) before it waits.  The saving is a real kqueue's.)
+"""
 
 from __future__ import annotations
 

@@ -1,29 +1,28 @@
-# tinyloop/raw/poll_server.py
-#
-# The select server again, on poll(2):
-#
-#     poller.register(fd, POLLIN)      # interest in one descriptor
-#     poller.modify(fd, POLLIN | POLLOUT)
-#     poller.unregister(fd)
-#     for fd, events in poller.poll(timeout_ms): ...
-#
-# poll takes an array of (fd, events) pairs instead of three bit sets, so any
-# descriptor number works: no FD_SETSIZE.  Python's poll object keeps that
-# array between calls, so we register and modify interest as it changes
-# instead of rebuilding sets.  But the kernel still keeps nothing: every call
-# copies the whole array in, checks every descriptor and copies it back, so
-# one wakeup still costs O(n) in the number of connections, however few are
-# ready.  epoll(7) is the fix.
-#
-# poll is level-triggered, like select: a descriptor is reported for as long
-# as it is ready.  The loop is ``serve_with``, written against the methods
-# poll and epoll share, because epoll_server.py runs it unchanged.  POLLHUP and POLLERR are reported whether asked for or not
-# (poll(2)); we let the next recv or send find out what happened.
-#
-# Level-triggered also means a listener we cannot accept from (out of
-# descriptors) is reported on every call.  So while the Acceptor rests, the
-# listener is unregistered, and the wait's timeout, the only clock this
-# loop has, says when to register it again (see tinyloop/raw/accept.py).
+"""The select server again, on poll(2):
+
+    poller.register(fd, POLLIN)      # interest in one descriptor
+    poller.modify(fd, POLLIN | POLLOUT)
+    poller.unregister(fd)
+    for fd, events in poller.poll(timeout_ms): ...
+
+poll takes an array of (fd, events) pairs instead of three bit sets, so any
+descriptor number works: no FD_SETSIZE.  Python's poll object keeps that
+array between calls, so we register and modify interest as it changes
+instead of rebuilding sets.  But the kernel still keeps nothing: every call
+copies the whole array in, checks every descriptor and copies it back, so
+one wakeup still costs O(n) in the number of connections, however few are
+ready.  epoll(7) is the fix.
+
+poll is level-triggered, like select: a descriptor is reported for as long
+as it is ready.  The loop is ``serve_with``, written against the methods
+poll and epoll share, because epoll_server.py runs it unchanged.  POLLHUP and POLLERR are reported whether asked for or not
+(poll(2)); we let the next recv or send find out what happened.
+
+Level-triggered also means a listener we cannot accept from (out of
+descriptors) is reported on every call.  So while the Acceptor rests, the
+listener is unregistered, and the wait's timeout, the only clock this
+loop has, says when to register it again (see tinyloop/raw/accept.py).
+"""
 
 from __future__ import annotations
 

@@ -1,29 +1,28 @@
-# tinyloop/raw/select_server.py
-#
-# One thread, many clients, on select(2): the oldest readiness call.
-#
-#     readable, writable, _ = select.select(readers, writers, [], timeout)
-#
-# We hand the kernel three sets of descriptors; it blocks until at least one
-# is ready (readable: data, EOF or a pending connection; writable: room in
-# the send buffer), and hands back the ready ones.  No socket call of ours
-# then blocks, because we only make the calls the kernel just said will not.
-#
-# What it costs (select(2), "BUGS" and "NOTES"):
-#   * The kernel keeps no interest list.  We rebuild the sets on every call,
-#     the kernel copies them in and scans every descriptor, and we scan the
-#     results: O(n) in the number of connections, ready or not.
-#   * An fd_set is a bit array of FD_SETSIZE (1024) bits.  A descriptor
-#     numbered 1024 or more cannot be put in one at all (C code would write
-#     past the array; Python raises ValueError).  So this server refuses, with
-#     a log line, any connection whose descriptor is that high, and goes on
-#     serving the others.  poll(2) lifts this limit; epoll(7) lifts the scan.
-#
-# select is level-triggered: a socket is reported for as long as it is ready,
-# so reading 64 KiB of a larger request is fine; the rest is reported again.
-# The listener too: while the process is out of descriptors it stays
-# readable, so the loop leaves it out of the read set for a rest, and
-# select's timeout (its only clock) ends the rest.  See tinyloop/raw/accept.py.
+"""One thread, many clients, on select(2): the oldest readiness call.
+
+    readable, writable, _ = select.select(readers, writers, [], timeout)
+
+We hand the kernel three sets of descriptors; it blocks until at least one
+is ready (readable: data, EOF or a pending connection; writable: room in
+the send buffer), and hands back the ready ones.  No socket call of ours
+then blocks, because we only make the calls the kernel just said will not.
+
+What it costs (select(2), "BUGS" and "NOTES"):
+  * The kernel keeps no interest list.  We rebuild the sets on every call,
+    the kernel copies them in and scans every descriptor, and we scan the
+    results: O(n) in the number of connections, ready or not.
+  * An fd_set is a bit array of FD_SETSIZE (1024) bits.  A descriptor
+    numbered 1024 or more cannot be put in one at all (C code would write
+    past the array; Python raises ValueError).  So this server refuses, with
+    a log line, any connection whose descriptor is that high, and goes on
+    serving the others.  poll(2) lifts this limit; epoll(7) lifts the scan.
+
+select is level-triggered: a socket is reported for as long as it is ready,
+so reading 64 KiB of a larger request is fine; the rest is reported again.
+The listener too: while the process is out of descriptors it stays
+readable, so the loop leaves it out of the read set for a rest, and
+select's timeout (its only clock) ends the rest.  See tinyloop/raw/accept.py.
+"""
 
 from __future__ import annotations
 

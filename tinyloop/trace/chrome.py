@@ -1,22 +1,21 @@
-# tinyloop/trace/chrome.py
-#
-# The Chrome Trace Event Format: writing a trace file, and checking one.
-#
-# The format (Google's "Trace Event Format" document, which chrome://tracing,
-# Perfetto's UI and viztracer's vizviewer read) is JSON: an object whose
-# ``traceEvents`` is a list of events, each ``{"name", "ph", "ts", "pid",
-# "tid", ...}``.  ``ph`` is the phase: B/E begin and end a span on a thread,
-# X is a complete span with ``dur``, i an instant (``s``: "t" thread, "p"
-# process, "g" global), C a counter (``args`` maps series to numbers), M
-# metadata (``process_name``, ``thread_name``, ``*_sort_index``).  ``ts`` and
-# ``dur`` are in microseconds.
-#
-# Rules this file keeps:
-#   * A file written here is always whole: the JSON is made in memory and
-#     written with one call, so a crash or Ctrl-C mid-trace leaves either no
-#     file or a valid one (see Recorder.write for the partial trace).
-#   * ``problems()`` is the format check every test runs on what we write;
-#     it checks the document's rules, not our own habits.
+"""The Chrome Trace Event Format: writing a trace file, and checking one.
+
+The format (Google's "Trace Event Format" document, which chrome://tracing,
+Perfetto's UI and viztracer's vizviewer read) is JSON: an object whose
+``traceEvents`` is a list of events, each ``{"name", "ph", "ts", "pid",
+"tid", ...}``.  ``ph`` is the phase: B/E begin and end a span on a thread,
+X is a complete span with ``dur``, i an instant (``s``: "t" thread, "p"
+process, "g" global), C a counter (``args`` maps series to numbers), M
+metadata (``process_name``, ``thread_name``, ``*_sort_index``).  ``ts`` and
+``dur`` are in microseconds.
+
+Rules this file keeps:
+  * A file written here is always whole: the JSON is made in memory and
+    written with one call, so a crash or Ctrl-C mid-trace leaves either no
+    file or a valid one (see Recorder.write for the partial trace).
+  * ``problems()`` is the format check every test runs on what we write;
+    it checks the document's rules, not our own habits.
+"""
 
 from __future__ import annotations
 

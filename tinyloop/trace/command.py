@@ -1,26 +1,25 @@
-# tinyloop/trace/command.py
-#
-# ``python -m tinyloop trace``: record a stage under a small load, or any
-# asyncio program, and write the trace (JSON) and its timeline (HTML).
-#
-#     python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
-#     python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
-#
-# Rules this file keeps:
-#   * In-process.  The stage's server runs in the main thread, as under
-#     ``serve``; a second thread sends the load on 127.0.0.1 and, when it is
-#     done, interrupts the server with SIGINT, which every stage already
-#     treats as its end.  So the recorder sees the server's own loop, made
-#     by the stage's own code (instrument.for_new_loops).
-#   * What was recorded is always written: when the load ends, when the
-#     script raises (one line on stderr, exit 1), on Ctrl-C (exit 130).  The
-#     output folder is checked before anything runs, so a path that cannot
-#     be written fails at once, with one line.
-#   * Stages with a loop of ours (Parts II-IV) are recorded through their
-#     hooks; the readiness servers of Part I have no loop object, so their
-#     waits are recorded by wrapping select/poll/epoll (ReadinessProbe);
-#     the baselines have no loop at all and are refused.
-#   * Output goes to ``traces/`` by default, which git ignores.
+"""``python -m tinyloop trace``: record a stage under a small load, or any
+asyncio program, and write the trace (JSON) and its timeline (HTML).
+
+    python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
+    python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
+
+Rules this file keeps:
+  * In-process.  The stage's server runs in the main thread, as under
+    ``serve``; a second thread sends the load on 127.0.0.1 and, when it is
+    done, interrupts the server with SIGINT, which every stage already
+    treats as its end.  So the recorder sees the server's own loop, made
+    by the stage's own code (instrument.for_new_loops).
+  * What was recorded is always written: when the load ends, when the
+    script raises (one line on stderr, exit 1), on Ctrl-C (exit 130).  The
+    output folder is checked before anything runs, so a path that cannot
+    be written fails at once, with one line.
+  * Stages with a loop of ours (Parts II-IV) are recorded through their
+    hooks; the readiness servers of Part I have no loop object, so their
+    waits are recorded by wrapping select/poll/epoll (ReadinessProbe);
+    the baselines have no loop at all and are refused.
+  * Output goes to ``traces/`` by default, which git ignores.
+"""
 
 from __future__ import annotations
 

@@ -1,30 +1,29 @@
-# tinyloop/trace/instrument.py
-#
-# The instrument protocol: what a loop tells an observer as it runs.
-#
-# An *instrument* is any object with some of the hook methods of
-# :class:`Instrument` below; the loop calls the ones it has, at fixed points
-# of its iteration (the model is ``trio.abc.Instrument``, whose names these
-# follow where trio has the same hook).  A loop keeps its instruments in one
-# :class:`InstrumentSet`, in the attribute ``loop._instrument``, which is None
-# when there are none.
-#
-# Rules this file keeps:
-#   * Zero cost when nobody listens.  A hook site in a loop is
-#     ``if self._instrument is not None: self._instrument.hook(...)``: one
-#     attribute test, no call.  (tinyloop.uv tests a C-level flag instead.)
-#   * Hooks are optional.  An instrument implements only the hooks it wants;
-#     the set looks them up once, when the instrument is added, so a hook the
-#     instrument lacks costs nothing per call either.
-#   * An instrument never breaks the loop.  A hook that raises an Exception
-#     has its instrument removed from the loop and the error logged on the
-#     "tinyloop.trace" logger, with the traceback; the loop goes on.
-#     KeyboardInterrupt and SystemExit pass through, as from a callback.
-#   * This module imports no loop and no asyncio (the Part II loops import
-#     it), so it works for every loop.  asyncio's tasks step as plain
-#     callbacks; the set recognises them (see ``_asyncio_task``) and reports
-#     their steps through the task hooks, so one recorder sees tasks on
-#     tinyloop.aio, tinyloop.uv and stdlib asyncio alike.
+"""The instrument protocol: what a loop tells an observer as it runs.
+
+An *instrument* is any object with some of the hook methods of
+:class:`Instrument` below; the loop calls the ones it has, at fixed points
+of its iteration (the model is ``trio.abc.Instrument``, whose names these
+follow where trio has the same hook).  A loop keeps its instruments in one
+:class:`InstrumentSet`, in the attribute ``loop._instrument``, which is None
+when there are none.
+
+Rules this file keeps:
+  * Zero cost when nobody listens.  A hook site in a loop is
+    ``if self._instrument is not None: self._instrument.hook(...)``: one
+    attribute test, no call.  (tinyloop.uv tests a C-level flag instead.)
+  * Hooks are optional.  An instrument implements only the hooks it wants;
+    the set looks them up once, when the instrument is added, so a hook the
+    instrument lacks costs nothing per call either.
+  * An instrument never breaks the loop.  A hook that raises an Exception
+    has its instrument removed from the loop and the error logged on the
+    "tinyloop.trace" logger, with the traceback; the loop goes on.
+    KeyboardInterrupt and SystemExit pass through, as from a callback.
+  * This module imports no loop and no asyncio (the Part II loops import
+    it), so it works for every loop.  asyncio's tasks step as plain
+    callbacks; the set recognises them (see ``_asyncio_task``) and reports
+    their steps through the task hooks, so one recorder sees tasks on
+    tinyloop.aio, tinyloop.uv and stdlib asyncio alike.
+"""
 
 from __future__ import annotations
 

@@ -1,28 +1,27 @@
-# tinyloop/trace/outside.py
-#
-# Recording loops that have no hooks: stdlib asyncio and uvloop, from outside.
-#
-# Neither loop calls an instrument, so we stand where we can see it pass:
-#
-#   what                      asyncio (a subclass + a wrapped selector)   uvloop (a subclass)
-#   run start and end         run_forever, overridden                     run_forever, overridden
-#   the I/O wait, timeout,    the selector's select(), wrapped            not seen: libuv polls in C
-#     ready events
-#   timers made due           the heap's shrinkage between the wait and   not seen
-#                             the first callback (cancelled ones count)
-#   each callback, its name   every callback wrapped when scheduled       call_soon/call_later/call_at and
-#                             (call_soon, call_at, _add_reader)           add_reader only: uvloop's own
-#                                                                         transports and servers call
-#                                                                         Python from C, unseen
-#   task spawn, steps, exit   from the step callbacks (instrument.py)     the same
-#   transport bytes, syscalls not seen (they would need the transport     not seen
-#                             classes patched)
-#
-# Rules this file keeps:
-#   * Subclass and wrap; never copy a loop's code and never patch asyncio or
-#     uvloop themselves, so what is recorded is those loops as they are.
-#   * The wrapper is the only thing in a callback's path, and with no
-#     instrument it calls straight through.
+"""Recording loops that have no hooks: stdlib asyncio and uvloop, from outside.
+
+Neither loop calls an instrument, so we stand where we can see it pass:
+
+  what                      asyncio (a subclass + a wrapped selector)   uvloop (a subclass)
+  run start and end         run_forever, overridden                     run_forever, overridden
+  the I/O wait, timeout,    the selector's select(), wrapped            not seen: libuv polls in C
+    ready events
+  timers made due           the heap's shrinkage between the wait and   not seen
+                            the first callback (cancelled ones count)
+  each callback, its name   every callback wrapped when scheduled       call_soon/call_later/call_at and
+                            (call_soon, call_at, _add_reader)           add_reader only: uvloop's own
+                                                                        transports and servers call
+                                                                        Python from C, unseen
+  task spawn, steps, exit   from the step callbacks (instrument.py)     the same
+  transport bytes, syscalls not seen (they would need the transport     not seen
+                            classes patched)
+
+Rules this file keeps:
+  * Subclass and wrap; never copy a loop's code and never patch asyncio or
+    uvloop themselves, so what is recorded is those loops as they are.
+  * The wrapper is the only thing in a callback's path, and with no
+    instrument it calls straight through.
+"""
 
 from __future__ import annotations
 

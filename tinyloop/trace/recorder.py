@@ -1,31 +1,30 @@
-# tinyloop/trace/recorder.py
-#
-# The flight recorder: an instrument that keeps the loop's last N events as
-# a Chrome trace (chrome.py), which Perfetto, chrome://tracing and
-# timeline.py draw.
-#
-# What it records, on these tracks (Chrome's "threads" of process 1):
-#
-#     tid 1   the loop   spans: run > wait | timers | callbacks > each callback
-#                        (and a loop's own phases, uv's idle and check);
-#                        instants: read, write (bytes and system calls)
-#     tid 2+  one per task, in order of first sight: a span per step, with
-#                        what the step ended waiting on; spawned/exited instants
-#     counters           ready queue, ready descriptors per wait, bytes
-#                        buffered per transport, a generator task's stack depth
-#
-# Rules this file keeps:
-#   * Time is the loop's clock, read when a hook is called (``clock``), in
-#     microseconds since the recorder was made; on a virtual clock a trace is
-#     the same on every run.
-#   * Spans are written as complete X events when they end, so dropping old
-#     events never leaves a begin without its end.  Track names (M events)
-#     are kept apart from the ring and always written.
-#   * Memory is bounded: the events live in a ``deque(maxlen=capacity)``; once
-#     it is full each new event pushes out the oldest, and the trace says how
-#     many were dropped (``otherData.dropped_events``).
-#   * Never raises from a hook for a reason of its own (and if it did, the
-#     loop would remove it: see instrument.py).
+"""The flight recorder: an instrument that keeps the loop's last N events as
+a Chrome trace (chrome.py), which Perfetto, chrome://tracing and
+timeline.py draw.
+
+What it records, on these tracks (Chrome's "threads" of process 1):
+
+    tid 1   the loop   spans: run > wait | timers | callbacks > each callback
+                       (and a loop's own phases, uv's idle and check);
+                       instants: read, write (bytes and system calls)
+    tid 2+  one per task, in order of first sight: a span per step, with
+                       what the step ended waiting on; spawned/exited instants
+    counters           ready queue, ready descriptors per wait, bytes
+                       buffered per transport, a generator task's stack depth
+
+Rules this file keeps:
+  * Time is the loop's clock, read when a hook is called (``clock``), in
+    microseconds since the recorder was made; on a virtual clock a trace is
+    the same on every run.
+  * Spans are written as complete X events when they end, so dropping old
+    events never leaves a begin without its end.  Track names (M events)
+    are kept apart from the ring and always written.
+  * Memory is bounded: the events live in a ``deque(maxlen=capacity)``; once
+    it is full each new event pushes out the oldest, and the trace says how
+    many were dropped (``otherData.dropped_events``).
+  * Never raises from a hook for a reason of its own (and if it did, the
+    loop would remove it: see instrument.py).
+"""
 
 from __future__ import annotations
 

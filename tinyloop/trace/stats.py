@@ -1,24 +1,23 @@
-# tinyloop/trace/stats.py
-#
-# ``python -m tinyloop serve STAGE --stats``: a live panel of the running
-# loop, as tokio-console shows a tokio runtime.
-#
-#     iterations/s       how often the loop went round (waits per second)
-#     wait / timers /    the share of wall time in each step of the
-#     callbacks          iteration (uv: the poll phase's callbacks count
-#                        as callbacks, the rest of it as wait)
-#     ready queue        its length when the callbacks step began: last, max
-#     slowest callbacks  the longest single callbacks of the last windows
-#     tasks              alive now (spawned, not yet exited), steps per second
-#
-# Rules this file keeps:
-#   * Costs nothing unless asked for: nothing here is imported by ``serve``
-#     without ``--stats``, and the loop's hooks stay one attribute test.
-#   * The hooks only add to counters in the loop's thread; the panel's
-#     thread takes the whole window at once (one attribute swap) every
-#     refresh, so the two never share a half-updated window.
-#   * The panel is drawn by rich (tinyloop stays standard-library only:
-#     rich is in the dev extra, and its absence is a one-line message).
+"""``python -m tinyloop serve STAGE --stats``: a live panel of the running
+loop, as tokio-console shows a tokio runtime.
+
+    iterations/s       how often the loop went round (waits per second)
+    wait / timers /    the share of wall time in each step of the
+    callbacks          iteration (uv: the poll phase's callbacks count
+                       as callbacks, the rest of it as wait)
+    ready queue        its length when the callbacks step began: last, max
+    slowest callbacks  the longest single callbacks of the last windows
+    tasks              alive now (spawned, not yet exited), steps per second
+
+Rules this file keeps:
+  * Costs nothing unless asked for: nothing here is imported by ``serve``
+    without ``--stats``, and the loop's hooks stay one attribute test.
+  * The hooks only add to counters in the loop's thread; the panel's
+    thread takes the whole window at once (one attribute swap) every
+    refresh, so the two never share a half-updated window.
+  * The panel is drawn by rich (tinyloop stays standard-library only:
+    rich is in the dev extra, and its absence is a one-line message).
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,20 @@
-# tinyloop/trace/timeline.py
-#
-# A trace drawn as one self-contained page: HTML with an inline SVG, no
-# script, no stylesheet or font from anywhere, so it opens from disk in any
-# browser (and in the book, which is built offline).
-#
-#     loop (…)          [run ......................................... ]
-#                       [wait   ][timers][callbacks [cb][cb]  ][wait ]
-#     task main                          [step]
-#     ready queue       ▁▁▃▃▁▁                                   (counters)
-#
-# Rules this file keeps:
-#   * It reads only the Trace Event Format (chrome.py's description), never
-#     the recorder's insides, so it draws any trace with X, i and C events:
-#     ours, or one written by another tool.
-#   * Every span and instant carries an SVG <title>: hovering shows its
-#     name, start, duration and arguments, without JavaScript.
-#   * Bounded: past ``max_spans`` spans it draws the latest ones and says so.
+"""A trace drawn as one self-contained page: HTML with an inline SVG, no
+script, no stylesheet or font from anywhere, so it opens from disk in any
+browser (and in the book, which is built offline).
+
+    loop (…)          [run ......................................... ]
+                      [wait   ][timers][callbacks [cb][cb]  ][wait ]
+    task main                          [step]
+    ready queue       ▁▁▃▃▁▁                                   (counters)
+
+Rules this file keeps:
+  * It reads only the Trace Event Format (chrome.py's description), never
+    the recorder's insides, so it draws any trace with X, i and C events:
+    ours, or one written by another tool.
+  * Every span and instant carries an SVG <title>: hovering shows its
+    name, start, duration and arguments, without JavaScript.
+  * Bounded: past ``max_spans`` spans it draws the latest ones and says so.
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,26 @@
-# tinyloop/uv/loop.py
-#
-# The Python face of Part IV: tinyloop.uv.Loop is Part III's loop with a C
-# base class in front of it.
-#
-# Rules this file keeps:
-#   * Subclass, override: Loop inherits every method of Part III's
-#     SelectorEventLoop, and the C base (tinyloop/uv/_loop.pyx) comes first
-#     in the method resolution order, so each method it defines replaces
-#     Part III's and every other method is Part III's, unchanged.
-#   * Only what cannot be said in C is here: the class itself, the one
-#     transport factory that picks uv_tcp for TCP, and the same three ways
-#     in as Part III (new_event_loop, run, EventLoopPolicy).
-#   * The extension is optional (setup.py).  Without it, importing this
-#     module raises an ImportError that says what to install.
-#
-# Discussion: why a mixin and not a rewrite?  uvloop rewrote asyncio's
-# loop in Cython, all of it.  Here the point is to find what is worth
-# moving, so we move only what the profile of Part III's loop points at
-# (chapters/libuv.md): the ready queue and handles, the timer heap,
-# readiness, and the TCP transport.  Sockets' sock_* coroutines, Unix
-# sockets, pipes, subprocesses, signals, TLS, the executor and the server
-# object stay Part III's Python, running on the C core: they are not on the
-# path of a request.
+"""The Python face of Part IV: tinyloop.uv.Loop is Part III's loop with a C
+base class in front of it.
+
+Rules this file keeps:
+  * Subclass, override: Loop inherits every method of Part III's
+    SelectorEventLoop, and the C base (tinyloop/uv/_loop.pyx) comes first
+    in the method resolution order, so each method it defines replaces
+    Part III's and every other method is Part III's, unchanged.
+  * Only what cannot be said in C is here: the class itself, the one
+    transport factory that picks uv_tcp for TCP, and the same three ways
+    in as Part III (new_event_loop, run, EventLoopPolicy).
+  * The extension is optional (setup.py).  Without it, importing this
+    module raises an ImportError that says what to install.
+
+Discussion: why a mixin and not a rewrite?  uvloop rewrote asyncio's
+loop in Cython, all of it.  Here the point is to find what is worth
+moving, so we move only what the profile of Part III's loop points at
+(chapters/libuv.md): the ready queue and handles, the timer heap,
+readiness, and the TCP transport.  Sockets' sock_* coroutines, Unix
+sockets, pipes, subprocesses, signals, TLS, the executor and the server
+object stay Part III's Python, running on the C core: they are not on the
+path of a request.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-# tinyloop/uv/server.py
-#
-# The ``uv`` and ``uv-streams`` stages: Part III's HTTP server, unchanged, on
-# Part IV's loop.  Only the loop factory differs from tinyloop/aio/server.py,
-# so every difference between the two stages' rows in the benchmark table
-# is the loop's.
+"""The ``uv`` and ``uv-streams`` stages: Part III's HTTP server, unchanged, on
+Part IV's loop.  Only the loop factory differs from tinyloop/aio/server.py,
+so every difference between the two stages' rows in the benchmark table
+is the loop's.
+"""
 
 from __future__ import annotations
 

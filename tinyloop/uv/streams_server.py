@@ -1,6 +1,4 @@
-# tinyloop/uv/streams_server.py
-#
-# The ``uv-streams`` stage's module (a stage module exposes ``serve``).
+"""The ``uv-streams`` stage's module (a stage module exposes ``serve``)."""
 
 from __future__ import annotations
 
