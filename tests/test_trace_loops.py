@@ -126,6 +126,46 @@ def test_aio_transport_reads_and_writes() -> None:
     validate(recorder.trace())
 
 
+def test_aio_write_reports_what_pause_writing_sets_off() -> None:
+    """An observer must not change what it observes: a protocol's pause_writing, called from a
+    write that the instruments report, writes to another transport, and that write is reported
+    too (a version that took the instruments off the loop for the observed write lost it)."""
+    loop = SelectorEventLoop()
+    wrote: list[tuple[Any, int]] = []
+
+    class Writes:
+        def transport_wrote(self, transport: Any, nbytes: int, syscalls: int, buffered: int) -> None:
+            wrote.append((transport, nbytes))
+
+    class PausesIntoOther(asyncio.Protocol):
+        other: Any = None
+
+        def pause_writing(self) -> None:
+            self.other.write(b"paused")
+
+    async def main() -> tuple[Any, Any]:
+        pairs = [socket.socketpair() for _ in range(2)]
+        pairs[0][0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        full, _ = await loop.connect_accepted_socket(PausesIntoOther, pairs[0][0])
+        other, _ = await loop.connect_accepted_socket(asyncio.Protocol, pairs[1][0])
+        full.get_protocol().other = other
+        full.write(b"x" * (1024 * 1024))  # more than the kernel takes: over the high-water mark
+        for transport in (full, other):
+            transport.abort()
+        for a, b in pairs:
+            a.close()
+            b.close()
+        return full, other
+
+    loop.add_instrument(Writes())
+    try:
+        full, other = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [t for t, _ in wrote] == [other, full], "both writes reported, the inner one first"
+    assert wrote[0][1] == len(b"paused")
+
+
 async def _echo_count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     total = len(await reader.read())
     writer.write(str(total).encode())

@@ -835,7 +835,7 @@ class _SelectorSocketTransport(_SelectorTransport):
                 logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
             return
-        if self._loop._instrument is not None:  # tinyloop.trace: see _write_observed
+        if self._loop._instrument is not None and not self._observing:  # tinyloop.trace: see _write_observed
             self._write_observed(data)
             return
         # exercise transport-write: begin
@@ -860,25 +860,34 @@ class _SelectorSocketTransport(_SelectorTransport):
         self._maybe_pause_protocol()
         # exercise transport-write: end
 
+    # True while _write_observed's own call of write() runs (a class default:
+    # no field to set in __init__, and write()'s test reads it only when an
+    # instrument is installed).
+    _observing = False
+
     def _write_observed(self, data: Any) -> None:
         """:meth:`write` with instruments installed: write, then report what the kernel took.
 
         Discussion: write()'s fast path returns from the middle, right after
         its send, so the report is made around it.  What went to the buffer
         is what the kernel did not take; a send was tried only if the buffer
-        was empty.  The loop's instrument set is swapped out for the one
-        call, so write() takes its plain path (and the socket's own hooks
-        stay one attribute test).
+        was empty.  The transport marks itself (``_observing``) for the one
+        call, so write() takes its plain path; the loop's instruments stay
+        installed, and whatever the call sets off (the protocol's
+        pause_writing writing to another transport, say) is reported as it
+        would be without this transport's report: an observer must not
+        change what it observes.
         """
-        loop, buffered, size = self._loop, self._buffer_size, len(data)
-        instrument, loop._instrument = loop._instrument, None
+        buffered, size = self._buffer_size, len(data)
+        self._observing = True
         try:
             self.write(data)
         finally:
-            if loop._instrument is None:
-                loop._instrument = instrument
+            self._observing = False
         taken = max(0, size - (self._buffer_size - buffered))  # (a fatal error empties the buffer)
-        instrument.transport_wrote(self, taken, 0 if buffered else 1, self._buffer_size)
+        instrument = self._loop._instrument  # (a hook that raised may have removed the last one)
+        if instrument is not None:
+            instrument.transport_wrote(self, taken, 0 if buffered else 1, self._buffer_size)
 
     def writelines(self, list_of_data: Any) -> None:
         """Write every bytes-like in the iterable, as one send where the kernel takes it."""
