@@ -91,6 +91,8 @@ PEERS: tuple[Server, ...] = (
     _asyncio("asyncio", "streams", "stdlib asyncio, start_server streams"),
     _asyncio("uvloop", "protocol", "the same Protocol code on uvloop"),
     _asyncio("uvloop", "streams", "the same streams code on uvloop"),
+    _asyncio("rloop", "protocol", "the same Protocol code on rloop (Rust)"),
+    _asyncio("rloop", "streams", "the same streams code on rloop (Rust)"),
     go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
     Server("node-http", "peer", "Node.js http module", peer_argv("node/server.js"), needs="node"),
     c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
@@ -216,4 +218,4 @@ def tool_versions() -> dict[str, str | None]:
             ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]),
             ("node", ["node", "--version"]),
             ("cc", [os.environ.get("CC", "cc"), "--version"]), ("taskset", ["taskset", "--version"]))}
-    return {**versions, "uvloop": package_version("uvloop"), "matplotlib": package_version("matplotlib")}
+    return {**versions, **{name: package_version(name) for name in ("uvloop", "rloop", "matplotlib")}}

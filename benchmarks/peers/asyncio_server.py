@@ -2,9 +2,11 @@
 """The yardstick every stage is measured against: the aio stages' own HTTP Protocol and streams
 handler (tinyloop/aio/server.py) on stdlib asyncio or uvloop, so only the loop and the API differ.
 
-    python benchmarks/peers/asyncio_server.py --api protocol|streams --loop asyncio|uvloop --port 0
+    python benchmarks/peers/asyncio_server.py --api protocol|streams --loop asyncio|uvloop|rloop --port 0
 
-It prints the announce line when it listens and stops cleanly on SIGTERM or Ctrl-C.
+It prints the announce line when it listens and stops cleanly on SIGTERM or Ctrl-C.  It awaits a
+future, not ``Server.serve_forever()``: on rloop 0.5.0 serve_forever() stops listening (after it,
+``ss -lt`` shows no listener and a connect is refused).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from tinyloop.serving import announce, listen, log
 async def serve(name: str, api: str, port: int) -> None:
     """The aio stages' serve_on, on whichever loop runs this; SIGTERM or Ctrl-C stops it."""
     sock = listen("127.0.0.1", port)
-    serving = asyncio.ensure_future(serve_on(sock, api, ready=lambda: announce(name, sock)))
+    # rloop 0.5.0's create_server takes the socket over and closes our object: announce from a copy.
+    shown = sock.dup()
+    serving = asyncio.ensure_future(serve_on(sock, api, ready=lambda: (announce(name, shown), shown.close())))
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, serving.cancel)
     with contextlib.suppress(asyncio.CancelledError):
@@ -33,11 +37,12 @@ async def serve(name: str, api: str, port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--api", choices=("protocol", "streams"), default="protocol")
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop", "rloop"), default="asyncio")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    # asyncio.run, or uvloop.run: the same on a new uvloop loop.
-    importlib.import_module(args.loop).run(serve(f"{args.loop}-{args.api}", args.api, args.port))
+    factory = asyncio.new_event_loop if args.loop == "asyncio" else importlib.import_module(args.loop).new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(f"{args.loop}-{args.api}", args.api, args.port))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ __all__ = ["APIS", "LOOPS", "EchoProtocol", "echo_stream", "loop_factory", "main
 LOOPS: dict[str, str] = {
     "asyncio": "asyncio:new_event_loop",
     "uvloop": "uvloop:new_event_loop",
+    "rloop": "rloop:new_event_loop",
     "aio": "tinyloop.aio:new_event_loop",
     "uv": "tinyloop.uv:new_event_loop",
 }
@@ -82,8 +83,8 @@ async def serve(name: str, api: str, port: int) -> None:
         server = await asyncio.get_running_loop().create_server(EchoProtocol, sock=sock)
     else:
         server = await asyncio.start_server(echo_stream, sock=sock)
-    async with server:
-        announce(name, sock)
+    async with server:  # not serve_forever(): on rloop 0.5.0 it stops listening
+        announce(name, server.sockets[0])  # rloop 0.5.0 took ``sock`` over and closed our object
         await stop.wait()
         server.close()
         if hasattr(server, "abort_clients"):  # drop the clients still connected (3.13's, and tinyloop.aio's)
