@@ -25,6 +25,10 @@
 #     from their source, and each of their pages says that the extension
 #     was not built and what the C base class adds.  TINYLOOP_BOOK_NO_UV=1
 #     builds that way on purpose (tests/test_docs.py).
+#   * A module's docstring is written for help() and the reader of the file:
+#     plain text, with indented tables and lists.  Where it is not also valid
+#     reStructuredText, its first paragraph stays prose (autosummary's summary
+#     line) and the rest is shown as written, in a literal block.
 
 from __future__ import annotations
 
@@ -170,10 +174,33 @@ def _say_extension_missing(app: Sphinx, what: str, name: str, obj: object, optio
                      ""]
 
 
+def _is_clean_rst(text: str) -> bool:
+    """True when docutils parses ``text`` without a warning (roles Sphinx adds are stripped first)."""
+    import re
+    from docutils.core import publish_doctree
+    from docutils.utils import Reporter
+    plain = re.sub(r":[\w:]+:`([^`]*)`", r"``\1``", text)
+    doctree = publish_doctree(plain, settings_overrides={"report_level": Reporter.SEVERE_LEVEL + 1,
+                                                         "halt_level": Reporter.SEVERE_LEVEL + 1})
+    return not any(m["level"] >= Reporter.WARNING_LEVEL for m in doctree.findall(nodes.system_message))
+
+
+def _module_text_as_written(app: Sphinx, what: str, name: str, obj: object, options: object,
+                            lines: list[str]) -> None:
+    if what != "module" or "" not in lines or _is_clean_rst("\n".join(lines)):
+        return
+    end = lines.index("")
+    if not _is_clean_rst("\n".join(lines[:end])):
+        end = 1  # a first paragraph that is itself a list: only its first line is prose
+    rest = lines[end:]
+    lines[end:] = ["", ".. code-block:: text", "", *("    " + line if line else "" for line in rest)]
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.setup_extension("sphinx.ext.autodoc")
     app.add_config_value("book_uv_missing", "", "env", types=[str])
     app.connect("config-inited", _mock_missing_extension)
+    app.connect("autodoc-process-docstring", _module_text_as_written)
     app.connect("autodoc-process-docstring", _say_extension_missing)
     app.connect("missing-reference", _resolve_by_last_name)
     app.connect("autodoc-process-signature", _parsable_signature)
