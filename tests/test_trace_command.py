@@ -291,3 +291,62 @@ def test_ctrl_c_while_a_stage_is_traced_writes_what_was_recorded(tmp_path: Path)
     assert "Traceback" not in stderr, stderr
     events = load(tmp_path / "callbacks.json")["traceEvents"]
     assert sum(e["name"] == "Client._on_readable" for e in events) > 10
+
+
+# -- stopping a traced stage with SIGINT ------------------------------------------------------
+
+# The coroutines stage serving a short load from a child process, with an
+# instrument that sends this process SIGINT from inside a hook at its Nth call:
+# the signal's handler then runs within a task's step, where KeyboardInterrupt
+# used to leave the task neither scheduled nor waiting, and run()'s
+# cancellation waited for it forever.
+_SIGINT_IN_A_HOOK = """
+import os, signal, subprocess, sys
+from tinyloop import stages
+from tinyloop.serving import listen
+from tinyloop.trace.instrument import for_new_loops
+hook, nth = sys.argv[1], int(sys.argv[2])
+calls = 0
+
+class Interrupter:
+    pass
+
+def interrupt(*args):
+    global calls
+    calls += 1
+    if calls == nth:
+        os.kill(os.getpid(), signal.SIGINT)
+        [None for _ in range(3)]   # Python calls, where the handler runs
+
+setattr(Interrupter, hook, interrupt)
+sock = listen("127.0.0.1", 0)
+client = ("import http.client, sys\\n"
+          "for _ in range(3):\\n"
+          "    c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=5)\\n"
+          "    try:\\n"
+          "        [(c.request('GET', '/'), c.getresponse().read()) for _ in range(3)]\\n"
+          "    except OSError:\\n"
+          "        pass\\n")
+load = subprocess.Popen([sys.executable, "-c", client, str(sock.getsockname()[1])])
+try:
+    with for_new_loops(Interrupter()):
+        stages.load("coroutines").serve(sock)
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+finally:
+    load.kill()
+    load.wait()
+"""
+
+
+@pytest.mark.parametrize("hook,nth", [("before_task_step", 1), ("before_task_step", 3),
+                                      ("before_callback", 1), ("after_task_step", 2)])
+def test_sigint_inside_a_task_step_stops_the_coroutines_stage(hook: str, nth: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run([sys.executable, "-c", _SIGINT_IN_A_HOOK, hook, str(nth)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"SIGINT at the {nth}th {hook} did not stop the server within 20 s")
+    assert done.stdout.strip() == "stopped", done.stdout + done.stderr
+    assert "Error" not in done.stderr, done.stderr

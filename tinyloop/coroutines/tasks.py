@@ -34,9 +34,12 @@ Rules this file keeps:
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import types
 import weakref
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator, Iterator
 from typing import Any
 
 from tinyloop.callbacks.loop import Loop, get_running_loop
@@ -347,15 +350,20 @@ def run(main: Coroutine[Any, Any, Any], *, debug: bool | None = None, loop: Loop
     ``finally`` blocks close what they hold; the default executor is shut
     down and the loop closed.  ``main``'s exception, or the
     KeyboardInterrupt, propagates.  ``loop`` runs on a given loop instead of
-    a new one (it is closed all the same).  Like ``asyncio.run``.
+    a new one (it is closed all the same).  Like ``asyncio.run``, and like
+    its ``Runner``, a first Ctrl-C (SIGINT) cancels ``main`` and ``run``
+    raises KeyboardInterrupt once ``main`` has finished (see :func:`_sigint_cancels`).
     """
     loop = loop if loop is not None else Loop(debug=debug)
     try:
         task = Task(main, loop=loop)
         task.add_done_callback(lambda _: loop.stop())
-        loop.run_forever()
+        with _sigint_cancels(loop, task) as interrupted:
+            loop.run_forever()
         if not task.done():
             raise RuntimeError("the loop stopped before main() finished")
+        if interrupted and task.cancelled():
+            raise KeyboardInterrupt
         return task.result()
     finally:
         try:
@@ -363,6 +371,43 @@ def run(main: Coroutine[Any, Any, Any], *, debug: bool | None = None, loop: Loop
             shutdown_default_executor(loop)
         finally:
             loop.close()
+
+
+@contextlib.contextmanager
+def _sigint_cancels(loop: Loop, main: Task) -> Iterator[list[int]]:
+    """While the ``with`` block runs ``main``: the first SIGINT cancels ``main`` instead of raising.
+
+    Yields a list that holds the signal once it came.  Discussion: Python's
+    default handler raises KeyboardInterrupt at whatever bytecode the main
+    thread is running, possibly inside a Task's ``_step`` after the step
+    was taken off the ready queue and before the task waits on a future
+    again.  Such a task is neither scheduled nor waiting: ``cancel()`` can
+    only mark it, no step ever comes, and the cancellation that ``run``
+    does next never ends (an instrument's hook, run at the start of each
+    step, widens that window).  So, as asyncio's ``Runner`` does
+    (Lib/asyncio/runners.py), the first SIGINT becomes ``main.cancel()``, a
+    request the task takes at its next ``await``, and a write to the
+    self-pipe wakes a wait that has no timeout; a second one raises at once.
+    Only in the main thread, and only if SIGINT has Python's default handler.
+    """
+    interrupted: list[int] = []
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield interrupted
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if interrupted or main.done():
+            raise KeyboardInterrupt
+        interrupted.append(signum)
+        main.cancel()
+        loop.call_soon_threadsafe(lambda: None)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _cancel_all_tasks(loop: Loop) -> None:
