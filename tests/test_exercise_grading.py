@@ -117,20 +117,6 @@ def _processes_overriding_with(folder: Path) -> list[str]:
     return found
 
 
-def test_classroom_writes_a_student_repository(tmp_path: Path) -> None:
-    target = tmp_path / "class"
-    done = tinyloop("classroom", str(target), "--source", "https://example.org/tinyloop", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    config = json.loads((target / ".github" / "classroom" / "autograding.json").read_text())
-    names = [t["name"] for t in config["tests"]]
-    assert names == [e.name for e in catalog.exercises()]
-    for exercise in catalog.exercises():
-        text = (target / markers.default_file(exercise)).read_text()
-        assert markers.unwritten_lines(text, exercise.name), f"{exercise.name}: not a starter"
-    assert "https://example.org/tinyloop" in (target / "README.md").read_text()
-    assert tinyloop("classroom", str(target), cwd=tmp_path).returncode == 2, "a folder in use is refused"
-
-
 def test_progress_lists_every_exercise_by_chapter(tmp_path: Path) -> None:
     (tmp_path / f"{EXERCISE}.py").write_text(markers.starter(catalog.get(EXERCISE)))
     done = tinyloop("progress", str(tmp_path), cwd=tmp_path)

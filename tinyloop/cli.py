@@ -11,7 +11,7 @@
   python -m tinyloop watch EXERCISE [FILE]     check again on every save
   python -m tinyloop progress [DIR]            which exercises pass, by chapter
   python -m tinyloop grade DIR [--out OUT]     grade a folder of students' files (CSV, results.json)
-  python -m tinyloop classroom DIR             write a student repository (starters, autograding)
+  python -m tinyloop classroom DIR [--source URL[@REF]]   a GitHub Classroom repository (starters, workflow)
   python -m tinyloop book [--serve] [--class]  build the book (and serve it on 127.0.0.1)
   python -m tinyloop quiz [NAME] [--list]      predict the order of a program's lines, then see it
 """
@@ -124,8 +124,8 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _classroom(args: argparse.Namespace) -> int:
-    from tinyloop.exercises import grading
-    return grading.classroom(args.dir, args.source)
+    from tinyloop.exercises import classroom
+    return classroom.classroom(args.dir, args.source)
 
 
 def _quiz(args: argparse.Namespace) -> int:
@@ -189,8 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     grade.set_defaults(func=_grade)
     classroom = sub.add_parser("classroom", help="write a student repository for GitHub Classroom")
     classroom.add_argument("dir", help="a new folder")
-    classroom.add_argument("--source", help="the tinyloop repository students check against "
-                                            "(default: this checkout's origin)")
+    classroom.add_argument("--source", metavar="URL[@REF]",
+                           help="the tinyloop repository GitHub's runners and students clone, at REF (a commit "
+                                "or tag; default: this checkout's commit); default URL: this checkout's origin, "
+                                "which must then be a URL, not a local path")
     classroom.set_defaults(func=_classroom)
     book = sub.add_parser("book", help="build the book from this checkout, print where to open it")
     book.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")

@@ -6,9 +6,8 @@ commands around them:
                                           grades.csv and, per student, a
                                           Gradescope-style results.json
   progress [DIR]                          which exercises pass, by chapter
-  classroom DIR                           a student repository: starters,
-                                          a GitHub Classroom autograding
-                                          configuration, a README
+
+(classroom DIR, a GitHub Classroom repository, is tinyloop/exercises/classroom.py.)
 
 Rules this module keeps:
   * A student's check runs in its own subprocess with a time limit, in
@@ -29,7 +28,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -37,7 +35,7 @@ from pathlib import Path
 from tinyloop.exercises import catalog, markers
 from tinyloop.exercises.checker import Report, stop_session
 
-__all__ = ["GRADE_TIMEOUT", "classroom", "grade", "progress", "record", "report_json", "report_junit"]
+__all__ = ["GRADE_TIMEOUT", "grade", "progress", "record", "report_json", "report_junit"]
 
 GRADE_TIMEOUT = 600.0  # seconds for one student's check of one exercise
 
@@ -237,97 +235,4 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {target / 'grades.csv'} and {len(students)} results.json in {target}")
-    return 0
-
-
-# --- classroom: a student repository ----------------------------------------------------------
-
-def classroom(directory: str | os.PathLike[str], source: str | None = None) -> int:
-    """Write a student repository into ``directory`` (which must not exist or be empty):
-    every exercise's starter, ``.github/classroom/autograding.json`` (one test per
-    exercise, ``python -m tinyloop check NAME``), the workflow that runs it, and
-    a README.  ``source`` is the tinyloop repository students check against
-    (default: this checkout's ``origin``).  Returns 0, or 2 if ``directory`` is in use."""
-    target = Path(directory)
-    if target.exists() and any(target.iterdir()):
-        print(f"tinyloop: {target} is not empty; give a new folder", file=sys.stderr)
-        return 2
-    if source is None:
-        from tinyloop.exercises.checker import repository_root
-        try:
-            source = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repository_root(),
-                                    capture_output=True, text=True, timeout=10).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            source = None
-        source = source or "https://github.com/OWNER/tinyloop"
-    target.mkdir(parents=True, exist_ok=True)
-    tests = []
-    lines = []
-    for chapter in catalog.chapters():
-        lines.append(f"\n## {chapter}\n")
-        for exercise in catalog.by_chapter(chapter):
-            filename = markers.default_file(exercise)
-            (target / filename).write_text(markers.starter(exercise, filename))
-            lines.append(f"- `{filename}`: {exercise.title} "
-                         f"(`python -m tinyloop check {exercise.name} {filename}`)")
-            tests.append({"name": exercise.name, "setup": "",
-                          "run": f"python -m tinyloop check {exercise.name} {filename}",
-                          "input": "", "output": "", "comparison": "included",
-                          "timeout": int(GRADE_TIMEOUT // 60), "points": 1})
-    github = target / ".github"
-    (github / "classroom").mkdir(parents=True)
-    (github / "classroom" / "autograding.json").write_text(json.dumps({"tests": tests}, indent=2) + "\n")
-    (github / "workflows").mkdir()
-    (github / "workflows" / "classroom.yml").write_text(textwrap.dedent(f"""\
-        # GitHub Classroom's autograding: each exercise is one test (.github/classroom/autograding.json)
-        name: Autograding
-        on: [push, workflow_dispatch]
-        permissions:
-          checks: write
-          actions: read
-          contents: read
-        jobs:
-          autograding:
-            runs-on: ubuntu-latest
-            timeout-minutes: 60
-            steps:
-              - uses: actions/checkout@v4
-              - uses: actions/setup-python@v5
-                with:
-                  python-version: "3.11"
-              - name: tinyloop, whose tests grade the exercises
-                run: |
-                  sudo apt-get install -y libuv1-dev
-                  git clone --depth 1 {source} ../tinyloop
-                  pip install -e "../tinyloop[dev]"
-              - uses: education/autograding@v1
-        """))
-    (target / ".gitignore").write_text("__pycache__/\n")
-    (target / "README.md").write_text(textwrap.dedent(f"""\
-        # tinyloop exercises
-
-        Each file here is an exercise of the tinyloop book, with the part you
-        write cut out: find the `raise NotImplementedError` between the
-        `# exercise NAME: begin` and `# exercise NAME: end` markers, and write
-        your code there.  The book's chapter says what the code must do, and
-        `python -m tinyloop start NAME` prints the instructions again.
-
-        Set up once (Linux or macOS, Python 3.11 or newer; a C compiler and
-        libuv for the libuv chapter):
-
-            git clone {source} ../tinyloop
-            python -m venv .venv && source .venv/bin/activate
-            pip install -e "../tinyloop[dev]"
-
-        Check an exercise as often as you like (a wrong solution fails in
-        seconds; a right one runs every suite and loop property, under a
-        minute):
-
-            python -m tinyloop check NAME FILE
-            python -m tinyloop progress       # which exercises pass, by chapter
-
-        Every push runs the same checks on GitHub (the Actions tab); each
-        passing exercise is worth one point.
-        """) + "\n## The exercises\n" + "\n".join(lines) + "\n")
-    print(f"wrote {len(tests)} starters, .github/classroom/autograding.json and README.md in {target}")
     return 0
