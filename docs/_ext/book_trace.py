@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -244,10 +245,17 @@ def _recorded_runs() -> dict[str, tuple[str, list[str], list[tuple[str, tuple[st
         text = io.StringIO()
         cli.side_by_side(outcomes, text, width=30)
         out[quiz.name] = (text.getvalue().rstrip(),
-                          [f"{o.loop} ({o.problem})" for o in outcomes.values() if o.lines is None],
+                          [f"{o.loop} ({_without_paths(o)})" for o in outcomes.values() if o.lines is None],
                           [(o.loop, o.lines) for o in outcomes.values()
                            if o.lines is not None and not quiz.agrees(o.loop, o.lines)])
     return out
+
+
+def _without_paths(outcome: Any) -> str:
+    """Why a loop did not run, without the building machine's paths (a reader's page shows it)."""
+    if outcome.unavailable:
+        return "not installed where this book was built"
+    return re.sub(r"(?:/[^/\s'\"()]+)+/([^/\s'\"()]+)", r"\1", outcome.problem)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
