@@ -6,7 +6,8 @@ parses the arguments and calls these):
                           a Cython exercise), say what to do
   check NAME [FILE]       grade a solution (--format text|json|junit)
 
-grade, progress and classroom are in tinyloop/exercises/grading.py.
+grade and progress are in tinyloop/exercises/grading.py, classroom in
+tinyloop/exercises/classroom.py.
 
 Each returns the process's exit code: 0 passed (or done), 1 failed, 2 a
 usage error (no such exercise or file, a file in the way).  Errors go to
@@ -19,6 +20,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from tinyloop.exercises import catalog, checker, markers
@@ -76,7 +78,8 @@ def start(name: str, file: str | None) -> int:
 
 
 def check(name: str, file: str | None, fmt: str = "text") -> int:
-    """``fmt``: "text" (for a student), "json" or "junit" (for a teacher's tools)."""
+    """``fmt``: "text" (for a student: the verdict is also remembered for
+    ``progress``), "json" or "junit" (for a teacher's tools: nothing is remembered)."""
     try:
         exercise = catalog.get(name)
     except KeyError as error:
@@ -85,6 +88,7 @@ def check(name: str, file: str | None, fmt: str = "text") -> int:
     # SIGTERM (grade's or the mutation runner's time-out) becomes an exit, so
     # the checker's finally blocks stop the test session it started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    started = time.monotonic()
     try:
         # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
         # and skips the diagnosis (the mutation runner, scripts/mutation.py):
@@ -94,12 +98,16 @@ def check(name: str, file: str | None, fmt: str = "text") -> int:
     except checker.CheckerError as error:
         return _error(str(error))
     from tinyloop.exercises import grading
-    grading.record(report)
+    if fmt == "text":
+        # A student's own check is remembered for `progress`; json and junit
+        # are for a teacher's tools (grade runs `check --format json`), whose
+        # checks of other people's files are not the teacher's progress.
+        grading.record(report)
     if fmt == "json":
         import json
         print(json.dumps(grading.report_json(report), indent=1))
     elif fmt == "junit":
-        print(grading.report_junit(report))
+        print(grading.report_junit(report, time.monotonic() - started))
     else:
         print(report.render())
     return 0 if report.passed else 1
@@ -112,7 +120,6 @@ def watch(name: str, file: str | None, interval: float = 0.5) -> int:
     ``interval`` seconds: the standard library's way, which any editor's
     save (in place, or a rename over the file) shows.
     """
-    import time
     try:
         exercise = catalog.get(name)
     except KeyError as error:
