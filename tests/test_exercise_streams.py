@@ -38,6 +38,8 @@ from conftest import stage_params
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from tinyloop.exercises.properties import send_quietly
+
 # Small buffers force partial sends (Linux doubles the value and keeps a floor of ~4.6 KB).
 SMALL_BUFFER = 4096
 PERIOD = 251
@@ -379,7 +381,7 @@ def run_echo(address: tuple[str, int], sizes: list[int], reads: list[tuple[int, 
     # Send from a thread while this one reads at its own rates: the server
     # answers before the last request is in, and a client that only sent
     # would stall both sides.
-    sender = threading.Thread(target=lambda: _send_quietly(sock, request), daemon=True)
+    sender = threading.Thread(target=lambda: send_quietly(sock, request), daemon=True)
     sender.start()
     received = bytearray()
     try:
@@ -413,13 +415,6 @@ def run_echo(address: tuple[str, int], sizes: list[int], reads: list[tuple[int, 
     assert b"".join(got) == b"".join(bodies) and len(got) == len(bodies), (
         f"{len(sizes)} pipelined echoes of {sizes} bytes: "
         + first_difference(b"".join(got), b"".join(bodies)))
-
-
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-    except OSError:
-        pass  # the reader reports what went wrong
 
 
 def server_descriptors(pid: int) -> int:

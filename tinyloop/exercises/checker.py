@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import os
 import re
 import signal
@@ -51,13 +52,13 @@ import sys
 import tempfile
 import textwrap
 import threading
-import xml.etree.ElementTree as ET
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tinyloop
 from tinyloop._override import ENV
-from tinyloop.exercises import build, guard, markers, properties
+from tinyloop.exercises import build, guard, markers, outcomes, properties, sandbox
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["CheckerError", "Report", "Step", "check", "stop_session", "own_test_arguments", "repository_root",
@@ -127,25 +128,31 @@ def repository_root() -> Path:
 
 def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
           root: Path | None = None, stop_when_unwritten: bool = True,
-          fail_fast: bool = False, verdict_only: bool = False) -> Report:
+          verdict_only: bool = False, sandboxed: bool = False) -> Report:
     """Grade the file ``path`` as a solution to ``exercise``.
 
     ``quick`` measures the loop properties with smaller counts (for the test
     suite).  ``root`` is where the exercise's tests are found (default: the
     source checkout, :func:`repository_root`).  ``stop_when_unwritten=False``
     runs the tests even on an untouched starter (the test suite uses it to
-    prove the tests catch one); ``fail_fast`` is kept for callers (every
-    step now stops at the first failure, pytest -x); ``verdict_only`` skips the
-    diagnosis of a failure (running the server once more for its
-    traceback): the same PASSED or FAILED, sooner (the mutation runner).
-    Raises :class:`CheckerError` if ``path`` does not exist or there is no
-    checkout.
+    prove the tests catch one); ``verdict_only`` skips the diagnosis of a
+    failure (running the server once more for its traceback): the same
+    PASSED or FAILED, sooner (the mutation runner).  ``sandboxed`` runs every
+    process that runs the file in a sandbox (tinyloop/exercises/sandbox.py)
+    and takes the verdict only from what the parent knows: the tests it
+    collected itself, without the file, and the outcomes each reported on
+    its pipe (tinyloop/exercises/outcomes.py); without it, the audit-hook
+    guard (tinyloop/exercises/guard.py) watches the file's processes.
+    Raises :class:`CheckerError` if ``path`` does not exist, there is no
+    checkout, or ``sandboxed`` and no sandbox can be built here.
     """
     path = Path(path).resolve()
     if not path.is_file():
         raise CheckerError(f"there is no file {path}; write the starter with "
                            f"`{markers.python_command()} -m tinyloop start {exercise.name}`")
     root = root if root is not None else repository_root()
+    if sandboxed and (why := sandbox.available()) is not None:
+        raise CheckerError(f"cannot run the check in a sandbox: {why}")
     report = Report(exercise, path)
     try:
         text = path.read_text()
@@ -172,55 +179,71 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
         # Cython names its source in tracebacks as the build saw it
         # (tinyloop/uv/tcp.pyx): those lines are the student's file's.
         shown = build.sources(exercise)[1].relative_to(root)
-    # Everything the tests write goes into one temporary directory, and the
-    # guard (tinyloop/exercises/guard.py) refuses to delete or overwrite
-    # anything outside it, in every process that runs the student's code.
-    with tempfile.TemporaryDirectory(prefix="tl-check-", ignore_cleanup_errors=True) as scratch:
-        _run_steps(report, exercise, text, replaced, shown, root, Path(scratch), quick, verdict_only)
+    # Everything the tests write goes into one temporary directory: the
+    # sandbox's private tmp, or (unsandboxed) this one, outside which the
+    # guard refuses to delete or overwrite anything.
+    with tempfile.TemporaryDirectory(prefix="tl-check-", ignore_cleanup_errors=True) as name:
+        scratch = Path(name)
+        if sandboxed:
+            # The sandbox sees this folder read-only at sandbox.FOLDER: a copy of
+            # the file its user can read (the original may be in a private
+            # folder), and the go file of a waiting run.
+            scratch.chmod(0o755)
+            if not cython:
+                copy = scratch / path.name
+                copy.write_bytes(path.read_bytes())
+                copy.chmod(0o644)
+                replaced = f"{exercise.module}={sandbox.FOLDER}/{path.name}"
+                shown = Path(sandbox.FOLDER) / path.name
+        _run_steps(report, exercise, text, replaced, shown, root, scratch, quick, verdict_only, sandboxed)
     return report
 
 
 def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, shown: Path, root: Path,
-               scratch: Path, quick: bool, verdict_only: bool) -> None:
+               scratch: Path, quick: bool, verdict_only: bool, sandboxed: bool) -> None:
     """The test steps of :func:`check` (4 and 5), in ``report``: the file is ``replaced``
     (TINYLOOP_OVERRIDE's value), shown in messages as ``shown``; ``scratch`` is the
-    check's temporary directory."""
+    check's temporary directory (sandboxed: the folder the sandbox sees read-only)."""
     cython = exercise.extension is not None
     package_parent = str(Path(tinyloop.__file__).resolve().parent.parent)
-    guard_log = scratch / "guard.log"
+    guard_log = None if sandboxed else scratch / "guard.log"
     override = {
         ENV: replaced,
         # Tests and servers import this very tinyloop, whatever else is
-        # installed; first, the start-up module that installs the guard.
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(GUARD_STARTUP), package_parent,
-                                                    os.environ.get("PYTHONPATH")])),
+        # installed; unsandboxed, first the start-up module that installs the guard.
+        "PYTHONPATH": os.pathsep.join(filter(None, [None if sandboxed else str(GUARD_STARTUP),
+                                                    package_parent, os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the student's file
-        "TMPDIR": str(scratch),  # tempfile's and pytest's tmp_path's
-        # hypothesis keeps a cache (.hypothesis/ in the working directory);
-        # the stream properties keep no examples (database=None).
-        "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis"),
-        guard.ENV: str(scratch),
-        guard.LOG_ENV: str(guard_log),
     }
+    if sandboxed:  # its /tmp is private, and is TMPDIR and HOME (sandbox.command)
+        override["HYPOTHESIS_STORAGE_DIRECTORY"] = "/tmp/hypothesis"
+    else:
+        override.update({
+            "TMPDIR": str(scratch),  # tempfile's and pytest's tmp_path's
+            # hypothesis keeps a cache (.hypothesis/ in the working directory);
+            # the stream properties keep no examples (database=None).
+            "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis"),
+            guard.ENV: str(scratch),
+            guard.LOG_ENV: str(guard_log),
+        })
     # Fast feedback: the exercise's own tests (its behaviour tests and the
     # stream-integrity properties, a few seconds) first, stopping at the
     # first failure; the wider suites only once those pass, and of those only
     # the tests that run the exercise's code (tinyloop/exercises/reach.py),
     # cheapest first, stopping at the first failure too: a student fixes one
-    # failure at a time, and a wrong loop in C can block inside uv_run, where
-    # pytest-timeout's signal never reaches Python.
+    # failure at a time.
     # The wide step's pytest starts now, with the exercise's own tests: it
     # imports and collects meanwhile (seconds, on the other core) and waits
     # before its first test until those pass; if they fail it is stopped.
     own = own_test_arguments(exercise, root)
     wide = _start_tests(root, override, ["-x", *WIDE_UNUSED_PLUGINS, *REACH_OPTIONS, exercise.name],
-                        wider_test_arguments(exercise, root), scratch, wait=True)
+                        wider_test_arguments(exercise, root), scratch, wait=True, sandboxed=sandboxed)
     limits = properties.QUICK if quick else properties.FULL
     measured: list[properties.Result] = []
     try:
         # Hypothesis only where the stream properties are among them.
         options = ["-x", *(UNUSED_PLUGINS if STREAM_TESTS in own else WIDE_UNUSED_PLUGINS)]
-        step = (_finish_tests(_start_tests(root, override, options, own, scratch),
+        step = (_finish_tests(_start_tests(root, override, options, own, scratch, sandboxed=sandboxed),
                               exercise, shown, root, own=True) if own else None)
         if step is not None:
             report.steps.append(step)
@@ -234,8 +257,10 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
             # those pass.
             measuring = None
             if exercise.stage and exercise.properties:
-                measuring = threading.Thread(target=lambda: measured.extend(properties.check(
-                    exercise.stage, exercise.properties, env=override, limits=limits)), daemon=True)
+                stage, names = exercise.stage, exercise.properties
+                measure = ((lambda: _measure_sandboxed(stage, names, override, limits, scratch)) if sandboxed
+                           else (lambda: properties.check(stage, names, env=override, limits=limits)))
+                measuring = threading.Thread(target=lambda: measured.extend(measure()), daemon=True)
                 measuring.start()
             step = _finish_tests(wide, exercise, shown, root)
             report.steps.append(step)
@@ -248,7 +273,8 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
         report.steps.append(refused)
         return
     if step.status == "FAIL" and exercise.stage and not verdict_only and not step.crashed:
-        traceback = properties.crash(exercise.stage, env=override, limits=limits)
+        traceback = (_crash_sandboxed(exercise.stage, override, limits, scratch) if sandboxed
+                     else properties.crash(exercise.stage, env=override, limits=limits))
         if traceback:
             step.details += _explain_crash(exercise, shown, traceback, text if cython else None)
     if exercise.stage and exercise.properties:
@@ -260,14 +286,92 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
                                          f"{result.name}: {result.message}"))
 
 
+# How long the loop properties may take in all, measured in a sandbox (s).
+PROPERTIES_TIMEOUT = 240.0
+
+
+def _in_sandbox(arguments: list[str], override: dict[str, str], scratch: Path,
+                timeout: float) -> dict | None:
+    """Run ``python -m tinyloop.exercises.properties ARGUMENTS`` in a sandbox and return
+    the JSON it wrote on its pipe, or None (it wrote none within ``timeout`` s)."""
+    read, write = os.pipe()
+    try:
+        with open(os.devnull, "wb") as null:
+            proc = sandbox.popen([sys.executable, "-m", "tinyloop.exercises.properties", *arguments,
+                                  "--report-fd", str(write), "--env", json.dumps(override)],
+                                 folder=scratch, env=_sandbox_env({}), pass_fds=(write,),
+                                 stdout=null, stderr=null)
+        os.close(write)
+        write = -1
+        got = bytearray()
+        reader = threading.Thread(target=lambda: _read_all(read, got), daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        stop_session(proc, grace=0)  # the sandbox, and every process in it
+        reader.join(5)
+        try:
+            return json.loads(bytes(got)) if not reader.is_alive() else None
+        except ValueError:
+            return None
+    finally:
+        for fd in (read, write):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _read_all(fd: int, into: bytearray, limit: int = 1 << 20) -> None:
+    while len(into) < limit:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        into += chunk
+
+
+def _measure_sandboxed(stage: str, names: tuple[str, ...], override: dict[str, str],
+                       limits: properties.Limits, scratch: Path) -> list[properties.Result]:
+    """:func:`properties.check` run in a sandbox of its own (its servers, and the
+    measurer that connects to them on the sandbox's loopback)."""
+    quick = ["--quick"] if limits == properties.QUICK else []
+    data = _in_sandbox([stage, *names, *quick], override, scratch, PROPERTIES_TIMEOUT)
+    found = {}
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        found = {r[0]: properties.Result(str(r[0]), r[1] is True, str(r[2]))
+                 for r in data["results"] if isinstance(r, list) and len(r) == 3}
+    return [found.get(name) or properties.Result(
+        name, False, f"the measurement did not report within {PROPERTIES_TIMEOUT:g} s "
+        "(a server that does not stop, or that stopped the measurer)") for name in names]
+
+
+def _crash_sandboxed(stage: str, override: dict[str, str], limits: properties.Limits,
+                     scratch: Path) -> str | None:
+    """:func:`properties.crash` run in a sandbox of its own."""
+    data = _in_sandbox([stage, "--crash"], override, scratch, 60.0)
+    traceback = data.get("crash") if isinstance(data, dict) else None
+    return traceback if isinstance(traceback, str) else None
+
+
+def _sandbox_env(override: dict[str, str]) -> dict[str, str]:
+    """The whole environment of a sandboxed process: the search path and locale of
+    this one, then ``override``; nothing else of the grader's leaks in."""
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TERM") if k in os.environ}
+    return {**keep, "PYTHONDONTWRITEBYTECODE": "1", **override}
+
+
 # The directory whose sitecustomize.py installs the guard in every process
 # started with the check's environment (it goes first on PYTHONPATH).
 GUARD_STARTUP = Path(guard.__file__).resolve().with_name("startup")
 
 
-def _refused(log: Path) -> Step | None:
-    """A FAIL step if the guard refused anything during the check (``log``), else None."""
-    refusals = guard.refused(log)
+def _refused(log: Path | None) -> Step | None:
+    """A FAIL step if the guard refused anything during the check (``log``; None in a
+    sandbox, which has no guard), else None."""
+    refusals = guard.refused(log) if log is not None else []
     if not refusals:
         return None
     verb, path = refusals[0]
@@ -610,11 +714,13 @@ WIDE_UNUSED_PLUGINS = (*UNUSED_PLUGINS, "-p", "no:hypothesispytest")
 
 @dataclass
 class _Session:
-    """A pytest run started by :func:`_start_tests`, in its own process group."""
+    """A pytest run started by :func:`_start_tests`, in its own process group (or sandbox)."""
 
     proc: subprocess.Popen
     tmp: tempfile.TemporaryDirectory
     go: Path | None  # the file the run waits for before its first test (None: no wait)
+    channel: outcomes.Channel
+    expected: _Expected | None  # sandboxed: the test ids, collected without the file
     stopped: bool = False
 
     @property
@@ -632,83 +738,177 @@ class _Session:
         if not self.stopped:
             self.stopped = True
             stop_session(self.proc, grace=0)
+            self.channel.finish()
             self.tmp.cleanup()
 
 
+class _Expected:
+    """The test ids a run must report, collected in a thread by a pytest of the
+    reference code (no student file: ``--collect-only`` with the run's own
+    options and arguments, so the reach plugin deselects the same tests)."""
+
+    _cache: dict[tuple, list[str]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, root: Path, options: list[str], arguments: list[str]) -> None:
+        self.key = (str(root), tuple(options), tuple(arguments))
+        self.ids: list[str] | None = None
+        self.error = ""
+        self._thread = threading.Thread(target=self._collect, args=(root, options, arguments), daemon=True)
+        self._thread.start()
+
+    def _collect(self, root: Path, options: list[str], arguments: list[str]) -> None:
+        with self._lock:
+            cached = self._cache.get(self.key)
+        if cached is not None:
+            self.ids = cached
+            return
+        options = [o for o in options if o != "-x"]
+        try:
+            done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                   *options, *arguments], cwd=root, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=TESTS_TIMEOUT,
+                                  env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        except (OSError, subprocess.SubprocessError) as error:
+            self.error = str(error)
+            return
+        if done.returncode not in (0, 5):
+            self.error = properties.last_line(done.stdout + done.stderr)
+            return
+        ids = [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+        with self._lock:
+            self._cache[self.key] = ids
+        self.ids = ids
+
+    def get(self) -> list[str] | None:
+        """The ids (waits for the collection), or None if it failed (see ``error``)."""
+        self._thread.join()
+        return self.ids
+
+
 def _start_tests(root: Path, override: dict[str, str], options: list[str], arguments: list[str],
-                 scratch: Path | None = None, wait: bool = False) -> _Session:
+                 scratch: Path | None = None, wait: bool = False, sandboxed: bool = False) -> _Session:
     """Start pytest with ``options`` and ``arguments``; :func:`_finish_tests` collects it.
 
     ``scratch``: the check's temporary directory, where its files go (default:
     the system's).  ``wait``: the run imports and collects at once, then waits before its
     first test until :meth:`_Session.start` (the reach plugin's
     ``--tinyloop-wait``, which must be among ``options``' plugins): the wide
-    step is collected while the exercise's own tests run."""
+    step is collected while the exercise's own tests run.  ``sandboxed``: the
+    run starts in a sandbox (``scratch`` is the folder it sees read-only), and
+    the ids it must report are collected meanwhile, outside it."""
     tmp = tempfile.TemporaryDirectory(prefix="tests-", dir=scratch)
     folder = Path(tmp.name)
     go = folder / "go" if wait else None
+    seen_go = go
+    if sandboxed and go is not None:
+        folder.chmod(0o711)  # the sandbox's user may look for the go file, by its name
+        seen_go = Path(sandbox.FOLDER) / folder.name / "go"
+    expected = _Expected(root, options, arguments) if sandboxed else None
+    channel = outcomes.Channel()
     command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
-               f"--junitxml={folder / 'junit.xml'}", f"--maxfail={SHOW_FAILURES}",
+               "-p", "tinyloop.exercises.outcomes", f"--maxfail={SHOW_FAILURES}",
                "-o", f"timeout={TEST_TIMEOUT:g}", *options,
-               *([f"--tinyloop-wait={go}"] if go else []), *arguments]
-    # Its own session, so that on any exit the servers the tests started
-    # go with it: a server spinning on a wrong solution must not outlive
-    # the check.
+               *([f"--tinyloop-wait={seen_go}"] if go else []), *arguments]
     # Output goes to files, not pipes: a process the student's code forked
     # would hold a pipe open, and reading it to its end would wait for that
-    # process rather than for pytest.
+    # process rather than for pytest.  They are diagnostics only: the
+    # verdict is read from the channel.
     with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
-        proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override},
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
-    return _Session(proc, tmp, go)
+        if sandboxed:
+            proc = sandbox.popen(command, folder=scratch, env=_sandbox_env({**override, **channel.env}),
+                                 cwd=str(root), pass_fds=channel.pass_fds, stdout=out, stderr=err)
+        else:
+            # Its own session, so that on any exit the servers the tests started
+            # go with it: a server spinning on a wrong solution must not outlive
+            # the check.
+            proc = subprocess.Popen(command, cwd=root, env={**os.environ, **override, **channel.env},
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    pass_fds=channel.pass_fds, start_new_session=True)
+    channel.started_writer()
+    return _Session(proc, tmp, go, channel, expected)
+
+
+# A test still running this long after pytest-timeout's limit is stuck where
+# its signal cannot reach Python (a C loop blocked in epoll_wait, a blocked
+# signal): the checker stops the run from outside (seconds).
+HANG_GRACE = 15.0
 
 
 def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
                   own: bool = False) -> Step:
-    """Wait for ``session`` (at most :data:`TESTS_TIMEOUT` s), stop what it left, and
-    say how it went."""
+    """Wait for ``session`` (each test at most :data:`TEST_TIMEOUT` + :data:`HANG_GRACE` s,
+    the run at most :data:`TESTS_TIMEOUT` s), stop what it left, and say how it went,
+    from the outcomes reported on the session's channel."""
     session.start()
-    proc, junit = session.proc, session.folder / "junit.xml"
+    proc, channel = session.proc, session.channel
     out_path, err_path = session.folder / "stdout", session.folder / "stderr"
+    deadline = time.monotonic() + TESTS_TIMEOUT
     try:
-        try:
-            proc.wait(timeout=TESTS_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
-                        ["does your code wait for something that never happens?"])
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            running = channel.running
+            now = time.monotonic()
+            if running is not None and now - channel.started_at > TEST_TIMEOUT + HANG_GRACE:
+                return Step("FAIL", f"a test was still running after {TEST_TIMEOUT + HANG_GRACE:g} s, "
+                            "and the checker stopped it", [_clip(running),
+                            "does your code wait, or loop, forever? (stuck where no Python "
+                            "timeout reaches it: in C, or with signals blocked)"])
+            if now > deadline:
+                return Step("FAIL", f"the tests did not finish within {TESTS_TIMEOUT:g} s",
+                            [f"running then: {_clip(running or 'no test (collecting, or between tests)')}",
+                             "does your code wait for something that never happens?"])
+        stop_session(proc, grace=0)  # what the tests left: the sandbox's, or the session's
+        channel.finish()
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
-        if proc.returncode < 0:  # killed by a signal: a crash, wherever it happened
-            return _crash(exercise, path, -proc.returncode, stdout + stderr)
-        if not junit.exists():  # pytest never started: the file fails on import
-            return _import_failure(path, stderr)
-        cases = list(ET.parse(junit).iter("testcase"))
+        expected = session.expected.get() if session.expected is not None else None
     finally:
         session.stop()
+    code = proc.returncode
+    if session.expected is not None and code > 128 and channel.exit is None:
+        code = 128 - code  # bwrap passes a signal on as 128 + its number
+    if code < 0:  # killed by a signal: a crash, wherever it happened
+        return _crash(exercise, path, -code, stdout + stderr, channel.running)
+    if channel.collected is None and not channel.results:  # pytest never started: the file fails on import
+        return _import_failure(path, stderr)
+    if session.expected is not None and expected is None:
+        return Step("FAIL", "the checker could not collect the exercise's tests without your file",
+                    ["this is a fault in the exercise, not in your file: tell your teacher",
+                     _clip(session.expected.error)])
+    ids = expected if expected is not None else channel.collected or []
     output = stdout + stderr
-    if own and proc.returncode == 5:
+    if own and not ids and (expected is not None or code == 5):
         return Step("skip", "the exercise has no tests of its own")
-    if proc.returncode in (4, 5) or not cases:  # usage error, or no test collected
+    if code == 4 or not ids:  # usage error, or no test collected
         return Step("FAIL", f"the exercise's tests did not run: pytest {' '.join(exercise.tests)}",
                     ["this is a fault in the exercise, not in your file: tell your teacher",
                      properties.last_line(output)])
-    failed = [case for case in cases
-              if case.find("failure") is not None or case.find("error") is not None]
-    skipped = sum(case.find("skipped") is not None for case in cases)
-    passed = len(cases) - len(failed) - skipped
+    results = channel.results
+    # A failure counts wherever it is reported (a collection error has no test id).
+    failed = [r for r in results.values() if r.outcome == "failed"]
+    finished = [i for i in ids if i in results and results[i].done]
+    skipped = sum(results[i].outcome == "skipped" for i in finished)
+    passed = len(finished) - skipped - sum(results[i].outcome == "failed" for i in finished)
     what = ("the exercise's own tests, stopped at the first failure" if own
             else _describe_tests(exercise, root))
-    if not failed and proc.returncode == 0:
+    missing = [i for i in ids if i not in finished]
+    if not failed and not missing and code == 0:
         return Step("ok", f"tests: {passed} passed ({what})")
     if not failed:
-        return Step("FAIL", f"the tests stopped (pytest exit code {proc.returncode})",
-                    [properties.last_line(output)])
+        first = missing[0] if missing else None
+        why = (f"{len(missing)} of the {len(ids)} tests never reported: the first, {first}"
+               if first else f"pytest exit code {code}")
+        return Step("FAIL", "the tests stopped before they all ran", [_clip(why, 160), properties.last_line(output)])
     details = []
-    for case in failed:
-        details += _describe(case, exercise, path)
-    # pytest stops at the SHOW_FAILURES-th failure (--maxfail): the rest are not run.
-    stopped = "; stopped there" if "stopping after" in output else ""
+    for result in failed[:SHOW_FAILURES]:
+        details += _describe(result, exercise, path)
+    # pytest stops at the first failure (-x): the rest are not run.
+    stopped = "; stopped there" if missing else ""
     return Step("FAIL", f"tests: {len(failed)} failed, {passed} passed{stopped} ({what})", details)
 
 
@@ -753,14 +953,12 @@ def _explain_crash(exercise: Exercise, path: Path, traceback: str,
     return out
 
 
-def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
+def _describe(result: outcomes.Outcome, exercise: Exercise, path: Path) -> list[str]:
     """Two or three lines for a failed test: its name, then where and what went wrong."""
-    problem = case.find("failure")
-    if problem is None:
-        problem = case.find("error")
-    assert problem is not None
-    traceback = problem.text or ""
-    title = _clip(f"{case.get('name', '?')} ({case.get('classname', '')})")
+    traceback = result.text
+    file, _, rest = result.id.partition("::")
+    *classes, name = rest.split("::") if rest else [file]
+    title = _clip(f"{name} ({'.'.join([file.removesuffix('.py').replace('/', '.'), *classes])})")
     where = ""
     # pytest writes "FILE:LINE:" for each frame, FILE relative to the directory it runs in.
     lines_in_file = re.findall(rf"(?:^|[\s/]){re.escape(path.name)}:(\d+):", traceback, re.M)
@@ -772,7 +970,7 @@ def _describe(case: ET.Element, exercise: Exercise, path: Path) -> list[str]:
     explanation = [line[1:].strip() for line in traceback.splitlines()
                    if line.startswith("E ") and line[1:].strip()]
     if not explanation:
-        explanation = [line for line in (problem.get("message") or "").splitlines() if line.strip()]
+        explanation = [properties.last_line(traceback)]
     # A test that explains itself ("assert ok, message") puts its message
     # first, after "AssertionError: "; pytest's own restatement of the
     # expression follows, which helps less, so it goes when there is one.
@@ -815,7 +1013,7 @@ _CYTHON_CRASH_HINT = [
 ]
 
 
-def _crash(exercise: Exercise, path: Path, number: int, output: str) -> Step:
+def _crash(exercise: Exercise, path: Path, number: int, output: str, running: str | None = None) -> Step:
     """The test process died by signal ``number``: name the signal and the test, and
     show faulthandler's frames that are in the student's file (and the test's line)."""
     try:
@@ -826,7 +1024,7 @@ def _crash(exercise: Exercise, path: Path, number: int, output: str) -> Step:
     #   File "/path/tests/test_x.py", line 12 in test_something
     frames = re.findall(r'^\s*File "([^"]+)", line (\d+) in (\S+)', output, re.M)
     tests = [(f, n, fn) for f, n, fn in frames if fn.startswith("test_")]
-    test = tests[0][2] if tests else "a test"
+    test = tests[0][2] if tests else running.rpartition("::")[2] if running else "a test"
     details = []
     mine = [(n, fn) for f, n, fn in frames if Path(f).name == path.name]
     if mine:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tinyloop.exercises.model import PROPERTIES
 from tinyloop.testing import ServerProcess, http_get, recv_response
 
-__all__ = ["FULL", "QUICK", "Limits", "Result", "check", "crash", "last_line"]
+__all__ = ["FULL", "QUICK", "Limits", "Result", "check", "crash", "last_line", "main", "send_quietly"]
 
 _KEEP_ALIVE_GET = b"GET / HTTP/1.1\r\nHost: checker\r\n\r\n"
 _ECHO_BYTES = 1 << 20  # crash(): a body larger than any socket buffer
@@ -111,7 +111,7 @@ def crash(stage: str, *, env: Mapping[str, str] | None = None,
                     # Send from a thread while this one reads: the server echoes
                     # before the body has all arrived, and a client that only
                     # sent would stall both sides.
-                    sender = threading.Thread(target=_send_quietly, args=(sock, request), daemon=True)
+                    sender = threading.Thread(target=send_quietly, args=(sock, request), daemon=True)
                     sender.start()
                     recv_response(sock)
                     sender.join(timeout)
@@ -126,7 +126,9 @@ def crash(stage: str, *, env: Mapping[str, str] | None = None,
     return output[start:] if start >= 0 else None
 
 
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
+def send_quietly(sock: socket.socket, data: bytes) -> None:
+    """``sock.sendall(data)``, an OSError ignored: for a sending thread whose reader
+    (another thread) reports what went wrong."""
     try:
         sock.sendall(data)
     except OSError:
@@ -295,3 +297,48 @@ _MEASURES: dict[str, Callable[[ServerProcess, Limits], tuple[bool, str]]] = {
     "slow_client": slow_client,
 }
 assert set(_MEASURES) == set(PROPERTIES), "model.PROPERTIES and the measures must agree"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tinyloop.exercises.properties STAGE [NAME...] [--quick] [--crash]
+    --report-fd FD [--env JSON]``: measure the properties NAME (or, with
+    ``--crash``, run :func:`crash`) and write the result as one JSON document
+    on descriptor FD: ``{"results": [[name, passed, message], ...]}`` or
+    ``{"crash": traceback or null}``.  The servers get ``--env``'s variables.
+
+    The checker runs this inside a sandbox, beside the servers it measures
+    (its loopback is theirs).  The process makes itself non-dumpable first
+    (prctl(2) PR_SET_DUMPABLE): a server, running the student's code as the
+    same user, can then neither ptrace it nor open its descriptor through
+    /proc/PID/fd, and so cannot write its results.  Returns 0."""
+    import argparse
+    import ctypes
+    import json
+    import os
+    parser = argparse.ArgumentParser(prog="python -m tinyloop.exercises.properties")
+    parser.add_argument("stage")
+    parser.add_argument("names", nargs="*", help=f"of {', '.join(PROPERTIES)}")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--crash", action="store_true")
+    parser.add_argument("--report-fd", type=int, required=True)
+    parser.add_argument("--env", default="{}")
+    args = parser.parse_args(argv)
+    if set(args.names) - set(PROPERTIES):
+        parser.error(f"unknown properties: {sorted(set(args.names) - set(PROPERTIES))}")
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+    env, limits = json.loads(args.env), QUICK if args.quick else FULL
+    if args.crash:
+        found: dict = {"crash": crash(args.stage, env=env, limits=limits)}
+    else:
+        found = {"results": [[r.name, r.passed, r.message]
+                             for r in check(args.stage, tuple(args.names), env=env, limits=limits)]}
+    with os.fdopen(args.report_fd, "w") as out:
+        json.dump(found, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
