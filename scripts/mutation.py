@@ -15,8 +15,9 @@ they are joined by the hand-written wrong solutions of HAND_WRITTEN.
 For each exercise, the reference solution is written out as the file a
 student would hand in (``markers.reference``), cosmic-ray makes every mutant
 of the lines inside the exercise's marked region(s), and each mutant is
-graded by ``python -m tinyloop check NAME FILE``, the student's own command:
-a FAILED verdict kills it.  The score is killed / (mutants - equivalent).
+graded by ``python -m tinyloop.exercises.checker NAME FILE --verdict-only``,
+the student's check (``python -m tinyloop check``) less the diagnosis of a
+failure and the progress record: a FAILED verdict kills it.  The score is killed / (mutants - equivalent).
 
 Writes benchmarks/results/mutation.json (``--out``), which the teachers' page
 of the book renders; ``bash scripts/mutation.sh`` runs this under ``nice``.
@@ -37,8 +38,8 @@ of the book renders; ``bash scripts/mutation.sh`` runs this under ``nice``.
 #     listed in EQUIVALENT with the reason no test can tell it apart from the
 #     reference.  An equivalent mutant is named by its operator and the
 #     mutated source line, so the list survives edits elsewhere in the file.
-#   * The checker runs with TINYLOOP_CHECK_VERDICT_ONLY=1 (pytest -x, no
-#     diagnosis of a failure): the verdict is the same, only sooner.
+#   * The checker runs with --verdict-only (no diagnosis of a failure): the
+#     verdict is the same, only sooner.
 
 from __future__ import annotations
 
@@ -197,7 +198,7 @@ class _Provider:
 def _config(name: str, ranges: list[str], python: str, timeout: float) -> str:
     lines = ", ".join(json.dumps(r) for r in ranges)
     excluded = ", ".join(json.dumps(e) for e in EXCLUDED_OPERATORS)
-    command = f"{shlex.quote(python)} -m tinyloop check {name} {name}.py"
+    command = f"{shlex.quote(python)} -m tinyloop.exercises.checker {name} {name}.py --verdict-only"
     return (f'[cosmic-ray]\nmodule-path = "{name}.py"\ntimeout = {timeout}\n'
             f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
             f'[cosmic-ray.distributor]\nname = "local"\n\n'
@@ -249,7 +250,7 @@ def measure(exercise, *, timeout: float, dry_run: bool = False, progress=print) 
         config = work / "mutation.toml"
         config.write_text(_config(exercise.name, ranges, sys.executable, timeout), encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               "TINYLOOP_CHECK_VERDICT_ONLY": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONDONTWRITEBYTECODE": "1"}
         os.environ.update(env)  # the test command inherits it
         started = time.monotonic()
         session, pending = _session(work, config, dry_run)
@@ -469,7 +470,7 @@ def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=pr
         for operator, what, _ in cases:
             progress(f"    {operator}: {what}")
         return entry
-    env = {**os.environ, "TINYLOOP_CHECK_VERDICT_ONLY": "1", "PYTHONDONTWRITEBYTECODE": "1",
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def grade(index: int, mutated: str) -> tuple[bool, bool]:
@@ -478,7 +479,8 @@ def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=pr
         folder.mkdir()
         path = folder / filename
         path.write_text(mutated, encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "check", exercise.name, str(path)],
+        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.checker", exercise.name, str(path),
+                                 "--verdict-only"],
                                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         try:

@@ -16,7 +16,6 @@ standard error in one line; nothing here prints a traceback at a student.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import textwrap
@@ -90,11 +89,7 @@ def check(name: str, file: str | None, fmt: str = "text") -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started = time.monotonic()
     try:
-        # TINYLOOP_CHECK_VERDICT_ONLY=1 stops the tests at their first failure
-        # and skips the diagnosis (the mutation runner, scripts/mutation.py):
-        # the same PASSED or FAILED, sooner.
-        report = checker.check(exercise, path,
-                               verdict_only=os.environ.get("TINYLOOP_CHECK_VERDICT_ONLY") == "1")
+        report = checker.check(exercise, path)
     except checker.CheckerError as error:
         return _error(str(error))
     from tinyloop.exercises import grading

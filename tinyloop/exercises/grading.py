@@ -401,12 +401,25 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
-def _check_one(name: str, path: Path, timeout: float) -> tuple[str, dict | None, str, float]:
-    """Run one check in a subprocess: (status, report JSON or None, message, seconds)."""
+def _check_one(name: str, path: Path, timeout: float, *,
+               sandboxed: bool = True) -> tuple[str, dict | None, str, float]:
+    """Run one check in a subprocess: (status, report JSON or None, message, seconds).
+
+    ``status``: "passed", "failed", "timeout" (the whole check took more than
+    ``timeout`` seconds), or "error" (the check could not run; ``message``
+    says why).  ``sandboxed`` (the default): every process that runs the file
+    runs in a sandbox (tinyloop/exercises/sandbox.py; callers first ask
+    ``sandbox.available()``), and the verdict is taken outside it; False: the
+    student's own check, with the audit-hook guard.  The check is
+    ``python -m tinyloop.exercises.checker``, which records nothing in the
+    teacher's progress file; its HOME and cache folder are a fresh
+    temporary folder all the same, and a sandbox's are its private tmp."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tinyloop-grade-") as tmp:
-        proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "check", name, str(path),
-                                 "--format", "json"], cwd=tmp, stdin=subprocess.DEVNULL,
+        env = {**os.environ, "HOME": tmp, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.checker", name, str(path),
+                                 *(["--sandboxed"] if sandboxed else [])],
+                                cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
@@ -417,7 +430,7 @@ def _check_one(name: str, path: Path, timeout: float) -> tuple[str, dict | None,
         else:
             status = ""
         finally:
-            stop_session(proc)  # and whatever the check left behind, its tests included
+            stop_session(proc)  # and whatever the check left behind, its tests and sandboxes included
             proc.communicate()
     seconds = round(time.monotonic() - started, 1)
     if status == "timeout":
