@@ -12,6 +12,8 @@
   python -m tinyloop progress [DIR]            which exercises pass, by chapter
   python -m tinyloop grade DIR [--out OUT]     grade a folder of students' files (CSV, results.json)
   python -m tinyloop classroom DIR [--source URL[@REF]]   a GitHub Classroom repository (starters, workflow)
+  python -m tinyloop gradescope --exercises A,B --out autograder.zip [--source URL@REF] [--rubric FILE]
+                                               a Gradescope autograder (setup.sh, run_autograder)
   python -m tinyloop book [--serve] [--class]  build the book (and serve it on 127.0.0.1)
   python -m tinyloop quiz [NAME] [--list]      predict the order of a program's lines, then see it
 """
@@ -128,6 +130,12 @@ def _classroom(args: argparse.Namespace) -> int:
     return classroom.classroom(args.dir, args.source)
 
 
+def _gradescope(args: argparse.Namespace) -> int:
+    from tinyloop.exercises import gradescope
+    return gradescope.build([n for n in args.exercises.split(",") if n], args.out, args.source, args.rubric,
+                            args.timeout, args.require_sandbox)
+
+
 def _quiz(args: argparse.Namespace) -> int:
     from tinyloop.quiz import catalog, cli
     return cli.main(args.name, list_only=args.list, answer=args.answer,
@@ -194,6 +202,22 @@ def build_parser() -> argparse.ArgumentParser:
                                 "or tag; default: this checkout's commit); default URL: this checkout's origin, "
                                 "which must then be a URL, not a local path")
     classroom.set_defaults(func=_classroom)
+    gradescope = sub.add_parser("gradescope", help="write a Gradescope autograder (setup.sh, run_autograder)")
+    gradescope.add_argument("--exercises", required=True, metavar="A,B,...",
+                            help="the assigned exercises, each a test of the autograder (1 point, or the rubric's)")
+    gradescope.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
+    gradescope.add_argument("--source", metavar="URL@REF",
+                            help="setup.sh clones tinyloop from URL at REF (default: this checkout's commit, "
+                                 "shipped inside the zip)")
+    gradescope.add_argument("--rubric", metavar="FILE",
+                            help="partial credit: per exercise its points and the weights of its check's steps "
+                                 "(TOML, or JSON)")
+    gradescope.add_argument("--timeout", type=float, default=300.0,
+                            help="seconds one check may take (default 300)")
+    gradescope.add_argument("--require-sandbox", action="store_true",
+                            help="score 0 with the reason where tinyloop's sandbox cannot be built, instead of "
+                                 "grading inside Gradescope's container without it")
+    gradescope.set_defaults(func=_gradescope)
     book = sub.add_parser("book", help="build the book from this checkout, print where to open it")
     book.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
     book.add_argument("--port", type=int, default=8080, help="port for --serve; 0 picks a free one (default 8080)")
