@@ -39,14 +39,19 @@ class Stage:
     def unavailable(self) -> str | None:
         """Why this stage cannot run here (its module does not import), or None.
 
-        Only Part IV can be missing: its extension is built only where libuv
-        and a C compiler are (setup.py).  The message says what to install.
+        Part IV can be missing: its extension is built only where libuv
+        and a C compiler are (setup.py), and the message says what to
+        install.  Part VI's stages need io_uring: Linux, and a kernel and
+        a sandbox that allow it; their modules' ``unavailable()`` says which
+        is missing.
         """
         try:
-            importlib.import_module(self.module)
+            module = importlib.import_module(self.module)
         except ImportError as error:
             return str(error)
-        return None
+        # A module may know more (Part VI: is io_uring allowed on this machine?).
+        check = getattr(module, "unavailable", None)
+        return check() if check is not None else None
 
 
 STAGES: tuple[Stage, ...] = (
@@ -86,6 +91,10 @@ STAGES: tuple[Stage, ...] = (
           loop="tinyloop.uv:new_event_loop", fakes=False),
     Stage("uv-streams", "tinyloop.uv.streams_server", "libuv",
           "asyncio's streams on tinyloop.uv"),
+    Stage("uring", "tinyloop.raw.uring_server", "completion",
+          "io_uring(7) through ctypes and mmap: hand the kernel the operation, reap its completion"),
+    Stage("uring-multishot", "tinyloop.raw.uring_multishot_server", "completion",
+          "io_uring with multishot accept and receive on a provided-buffer ring"),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

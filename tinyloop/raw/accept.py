@@ -38,14 +38,14 @@ from tinyloop.baseline.blocking import ACCEPT_RETRY_DELAY, OUT_OF_RESOURCES
 from tinyloop.raw.connection import prepare
 from tinyloop.serving import log
 
-__all__ = ["ACCEPT_RETRY_DELAY", "OUT_OF_RESOURCES", "Acceptor"]
+__all__ = ["ACCEPT_RETRY_DELAY", "NEXT_ONE", "OUT_OF_RESOURCES", "Acceptor"]
 
 # accept(2) errors that belong to one queued connection, not to the listener:
 # the client reset before we took it (ECONNABORTED), a firewall refused it
 # (EPERM), or, on Linux, a network error already pending on the new socket,
 # which accept(2), "Error handling", says to treat like EAGAIN by retrying.
 # (By name, because not every system has every one: ENONET is Linux's.)
-_NEXT_ONE = frozenset(getattr(errno, name) for name in (
+NEXT_ONE = frozenset(getattr(errno, name) for name in (
     "ECONNABORTED", "EINTR", "EPERM", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN",
     "ENONET", "EHOSTUNREACH", "EOPNOTSUPP", "ENETUNREACH") if hasattr(errno, name))
 
@@ -82,7 +82,7 @@ class Acceptor:
             except BlockingIOError:
                 break                     # EAGAIN: the queue is empty
             except OSError as exc:
-                if exc.errno in _NEXT_ONE:
+                if exc.errno in NEXT_ONE:
                     continue
                 if exc.errno not in OUT_OF_RESOURCES:
                     raise
