@@ -55,6 +55,7 @@ extensions = [
     "book_bench",
     "book_echo",
     "book_facts",  # {book-fact}: numbers measured when the book is built (the Python, libuv)
+    "book_numbers",  # {result} and {results-chart}: measured numbers read from benchmarks/results/
     "book_trace",   # {trace-figure} and {quiz}: figures drawn from traces, the "predict the order" quizzes
     "sphinx.ext.graphviz",  # static diagrams that are not traces; `dot` is installed by scripts/setup.sh
 ]
@@ -63,8 +64,7 @@ graphviz_output_format = "svg"
 root_doc = "index"
 # .rst for the API pages autosummary writes (into api/, ignored by git).
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-# chapters/realworld/ holds the sections of realworld.md, pulled in with {include}.
-exclude_patterns = ["_build", "**/.*", "realworld/*"]
+exclude_patterns = ["_build", "**/.*"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
