@@ -879,18 +879,22 @@ def test_subprocesses_from_a_loop_in_another_thread(loop: asyncio.AbstractEventL
 
 def test_tinyloop_watches_children_as_its_kernel_allows(loop: asyncio.AbstractEventLoop,
                                                       loop_name: str) -> None:
+    """aio watches with a pidfd or a thread; uv lets libuv watch (uv_spawn's exit callback)."""
     if not loop_name.startswith("tinyloop"):
         pytest.skip("tinyloop's own child watchers")
     threads = loop_name == "tinyloop-threads" or not unix_events._can_use_pidfd()
 
     async def main() -> str:
         transport, protocol = await loop.subprocess_exec(ProcessRecorder, "true")
-        kind = type(transport._watcher).__name__
+        kind = type(getattr(transport, "_watcher", transport._uvproc if loop_name == "tinyloop-uv"
+                            else None)).__name__
         await protocol.done
         transport.close()
         return kind
 
-    assert run(loop, main()) == ("_ThreadWatcher" if threads else "_PidfdWatcher")
+    expected = ("UVProcess" if loop_name == "tinyloop-uv"
+                else "_ThreadWatcher" if threads else "_PidfdWatcher")
+    assert run(loop, main()) == expected
 
 
 def test_subprocesses_install_no_sigchld_handler(loop: asyncio.AbstractEventLoop) -> None:

@@ -488,10 +488,10 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
     async def _make_subprocess_transport(self, protocol: asyncio.SubprocessProtocol, args: Any,
                                          shell: bool, stdin: Any, stdout: Any, stderr: Any,
                                          bufsize: int, extra: dict[str, Any] | None = None,
-                                         **kwargs: Any) -> _UnixSubprocessTransport:
+                                         **kwargs: Any) -> base_subprocess.BaseSubprocessTransport:
         waiter = self.create_future()
-        transport = _UnixSubprocessTransport(self, protocol, args, shell, stdin, stdout, stderr,
-                                             bufsize, waiter=waiter, extra=extra, **kwargs)
+        transport = self._make_subprocess(protocol, args, shell, stdin, stdout, stderr, bufsize,
+                                          waiter=waiter, extra=extra, **kwargs)
         try:
             await waiter
         except (SystemExit, KeyboardInterrupt):
@@ -503,6 +503,18 @@ class SelectorEventLoop(selector_events.BaseSelectorEventLoop):
             await transport._wait()
             raise
         return transport
+
+    def _make_subprocess(self, protocol: asyncio.SubprocessProtocol, args: Any, shell: bool,
+                         stdin: Any, stdout: Any, stderr: Any, bufsize: int, *,
+                         waiter: asyncio.Future, extra: dict[str, Any] | None,
+                         **kwargs: Any) -> base_subprocess.BaseSubprocessTransport:
+        """Start the child and return its transport: here with Popen and a child watcher.
+
+        The one step of starting a subprocess that a later loop does its
+        own way (tinyloop.uv spawns with libuv).  Raises what Popen raises.
+        """
+        return _UnixSubprocessTransport(self, protocol, args, shell, stdin, stdout, stderr,
+                                        bufsize, waiter=waiter, extra=extra, **kwargs)
 
 
 Loop = SelectorEventLoop

@@ -28,7 +28,7 @@
 #
 # The files included below each hold one concern: handles.pyx (Handle,
 # TimerHandle), timers.pyx (the C timer heap), poll.pyx (uv_poll readiness),
-# tcp.pyx (TCP transports on uv_tcp).
+# tcp.pyx (TCP transports on uv_tcp), process.pyx (subprocesses by uv_spawn).
 
 cimport cython
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
@@ -90,6 +90,7 @@ include "handles.pyx"
 include "timers.pyx"
 include "poll.pyx"
 include "tcp.pyx"
+include "process.pyx"
 
 
 # -- fork(2) ---------------------------------------------------------------------------
@@ -244,6 +245,9 @@ cdef void _on_walk_close(uv.uv_handle_t* handle, void* arg) noexcept with gil:
             (<TCPTransport>handle.data)._abandon()
         except BaseException:
             pass   # a warning turned into an error must not stop the close
+    elif handle.type == uv.UV_PROCESS and handle.data is not NULL:
+        (<UVProcess>handle.data)._abandon()   # a child still running (it closes the handle)
+        return
     else:
         (<int*>arg)[0] += 1   # not a transport: one of ours that leaked
     _close_handle(handle)

@@ -6,9 +6,10 @@ Rules this file keeps:
     SelectorEventLoop, and the C base (tinyloop/uv/_loop.pyx) comes first
     in the method resolution order, so each method it defines replaces
     Part III's and every other method is Part III's, unchanged.
-  * Only what cannot be said in C is here: the class itself, the one
-    transport factory that picks uv_tcp for TCP, and the same three ways
-    in as Part III (new_event_loop, run, EventLoopPolicy).
+  * Only what cannot be said in C is here: the class itself, the two
+    factories that pick libuv's way (uv_tcp for TCP, uv_spawn for a
+    subprocess), and the same three ways in as Part III (new_event_loop,
+    run, EventLoopPolicy).
   * The extension is optional (setup.py).  Without it, importing this
     module raises an ImportError that says what to install.
 
@@ -16,10 +17,11 @@ Discussion: why a mixin and not a rewrite?  uvloop rewrote asyncio's
 loop in Cython, all of it.  Here the point is to find what is worth
 moving, so we move only what the profile of Part III's loop points at
 (chapters/libuv.md): the ready queue and handles, the timer heap,
-readiness, and the TCP transport.  Sockets' sock_* coroutines, Unix
-sockets, pipes, subprocesses, signals, TLS, the executor and the server
-object stay Part III's Python, running on the C core: they are not on the
-path of a request.
+readiness, and the TCP transport; and starting a subprocess, which
+Part III does with Popen in the loop's thread.  Sockets' sock_*
+coroutines, Unix sockets, pipes, the subprocess transport, signals, TLS,
+the executor and the server object stay Part III's Python, running on the
+C core: they are not on the path of a request.
 """
 
 from __future__ import annotations
@@ -83,6 +85,23 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             return _loop.TCPTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+
+    def _make_subprocess(self, protocol: asyncio.SubprocessProtocol, args: Any, shell: bool,
+                         stdin: Any, stdout: Any, stderr: Any, bufsize: int, *,
+                         waiter: asyncio.Future, extra: dict[str, Any] | None,
+                         **kwargs: Any) -> asyncio.SubprocessTransport:
+        """A child started by uv_spawn; Part III's Popen for what uv_spawn cannot do.
+
+        uv_spawn runs no Python code in the child, so ``preexec_fn``,
+        ``user``, ``group``, ``umask`` and the other Popen keywords outside
+        ``_loop.SPAWN_KEYWORDS``, and ``restore_signals=False`` (libuv resets
+        every signal), take Part III's path (tinyloop/uv/process.pyx).
+        """
+        if kwargs.keys() <= _loop.SPAWN_KEYWORDS and kwargs.get("restore_signals", True):
+            return _loop.UVSubprocessTransport(self, protocol, args, shell, stdin, stdout, stderr,
+                                               bufsize, waiter=waiter, extra=extra, **kwargs)
+        return super()._make_subprocess(protocol, args, shell, stdin, stdout, stderr, bufsize,
+                                        waiter=waiter, extra=extra, **kwargs)
 
 
 def new_event_loop(**kwargs: Any) -> Loop:

@@ -48,6 +48,7 @@ cdef extern from "uv.h" nogil:
     ctypedef enum uv_handle_type:
         UV_TCP
         UV_TIMER
+        UV_PROCESS
     ctypedef struct uv_handle_t:
         void* data
         uv_loop_t* loop
@@ -144,3 +145,37 @@ cdef extern from "uv.h" nogil:
     int uv_write(uv_write_t* req, uv_stream_t* handle, const uv_buf_t bufs[],
                  unsigned int nbufs, uv_write_cb cb)
     size_t uv_stream_get_write_queue_size(const uv_stream_t* stream)
+
+    # -- Processes (process.html) -------------------------------------------------------
+    # uv_spawn starts a child and returns once it has called exec (or failed
+    # to: the error comes back as the return value); libuv learns of the exit
+    # from SIGCHLD, reaps the child with waitpid(2), and calls exit_cb in the
+    # loop's thread.  stdio[i] becomes the child's descriptor i.
+    ctypedef struct uv_process_t:
+        void* data
+        int pid
+    ctypedef void (*uv_exit_cb)(uv_process_t* process, int64_t exit_status, int term_signal) with gil
+
+    cdef enum uv_stdio_flags:
+        UV_IGNORE
+        UV_INHERIT_FD
+    ctypedef union uv_stdio_container_data:
+        int fd
+    ctypedef struct uv_stdio_container_t:
+        uv_stdio_flags flags
+        uv_stdio_container_data data
+
+    cdef enum uv_process_flags:
+        UV_PROCESS_DETACHED    # setsid(2) in the child: Popen's start_new_session
+    ctypedef struct uv_process_options_t:
+        uv_exit_cb exit_cb
+        const char* file       # execvp(3)'s file: searched in the PATH of env (or of ours)
+        char** args            # argv, NULL-terminated
+        char** env             # "NAME=value", NULL-terminated; NULL: inherit ours
+        const char* cwd        # NULL: ours
+        unsigned int flags
+        int stdio_count
+        uv_stdio_container_t* stdio
+
+    int uv_spawn(uv_loop_t* loop, uv_process_t* handle, const uv_process_options_t* options)
+    int uv_process_kill(uv_process_t* handle, int signum)
