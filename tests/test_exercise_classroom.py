@@ -159,6 +159,7 @@ def test_the_setup_script_fetches_the_pinned_commit(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a fresh virtual environment from PyPI, tinyloop.uv compiled: a few minutes
+@pytest.mark.timeout(1500)
 def test_the_readme_setup_is_enough_to_check(tmp_path: Path) -> None:
     """The README's commands in a fresh venv, then a check: the ``check`` extra is all it needs."""
     target = write(tmp_path, f"{URL}@{head()}")

@@ -13,8 +13,8 @@ The zip this module writes:
 
   setup.sh              installs Python >= 3.11, a C compiler, libuv's headers,
                         git and bubblewrap with apt, unpacks tinyloop into
-                        /autograder/tinyloop and installs it with its ``check``
-                        extra into /autograder/tinyloop/.venv
+                        /autograder/tinyloop-checkout and installs it with its
+                        ``check`` extra into that folder's .venv
   run_autograder        runs ``python -m tinyloop.exercises.gradescope run``
                         with that Python (below)
   tinyloop.json         the assignment: the exercises, each one's points and
@@ -76,7 +76,7 @@ SCHEMA = Path(__file__).with_name("gradescope_results.schema.json")
 STUDENT = "submission"  # the name grade files the one submission under
 TIMEOUT = 300.0  # seconds: one check, by default (a right solution takes 3-12 s here)
 VISIBILITY = "visible"  # each exercise's test, as Gradescope shows it to the student
-NOT_SET_UP = ("setup.sh did not install tinyloop (there is no /autograder/tinyloop/.venv/bin/python): "
+NOT_SET_UP = ("setup.sh did not install tinyloop (there is no /autograder/tinyloop-checkout/.venv/bin/python): "
               "see the autograder's build log")
 
 
@@ -216,7 +216,9 @@ def setup_script(commit: str, archive: str | None, source: classroom.Source | No
 
         AUTOGRADER="${{AUTOGRADER:-/autograder}}"
         HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
-        TINYLOOP_DIR="$AUTOGRADER/tinyloop"
+        # Not /autograder/tinyloop: Python puts the working directory, /autograder,
+        # first on sys.path, where a folder of that name would shadow the package.
+        TINYLOOP_DIR="$AUTOGRADER/tinyloop-checkout"
         # tinyloop, pinned: commit {commit}, from the archive beside this file, or
         # cloned from a URL at a ref when there is no archive.
         TINYLOOP_COMMIT={_q(commit)}
@@ -310,7 +312,7 @@ def run_autograder() -> str:
         # /autograder/results/results.json.  Written by `python -m tinyloop gradescope`.
         set -uo pipefail
         AUTOGRADER="${{AUTOGRADER:-/autograder}}"
-        python="$AUTOGRADER/tinyloop/.venv/bin/python"
+        python="$AUTOGRADER/tinyloop-checkout/.venv/bin/python"
         mkdir -p "$AUTOGRADER/results"
         if [ ! -x "$python" ]; then
             printf '%s\\n' {shlex.quote(json.dumps(_broken(NOT_SET_UP)))} > "$AUTOGRADER/results/results.json"
