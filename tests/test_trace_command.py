@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -200,11 +201,28 @@ def test_the_timeline_draws_every_track_and_span() -> None:
         {"name": "step", "ph": "X", "ts": 55, "dur": 10, "pid": 1, "tid": 2},
         {"name": "spawned", "ph": "i", "s": "t", "ts": 1, "pid": 1, "tid": 2},
         {"name": "ready queue", "ph": "C", "ts": 45, "pid": 1, "tid": 1, "args": {"handles": 3}},
+        {"name": "ready queue", "ph": "C", "ts": 90, "pid": 1, "tid": 1, "args": {"handles": 0}},
     ]}
-    svg = timeline.render_svg(trace)
-    assert svg.count('class="span"') == 4 and svg.count('class="instant"') == 1
-    assert ">loop<" in svg and ">task main<" in svg and "ready queue (max 3)" in svg
-    assert "<title>on_readable  at 0.050 ms  for 20.0 µs</title>" in svg
+    drawn = timeline.render(trace)
+    assert drawn.count('class="span"') == 4 and drawn.count('class="instant"') == 1
+    assert '>loop</div>' in drawn and '>task main</div>' in drawn
+    assert "<title>on_readable  at 0.050 ms  for 20.0 µs</title>" in drawn
+    # Fits any width: each band's viewBox is the time range, stretched to 100% of the column.
+    svgs = re.findall(r"<svg [^>]*>", drawn)
+    assert svgs and all('viewBox="0 0 100.000 ' in tag and 'width="100%"' in tag for tag in svgs), svgs
+    # A counter is its samples, one stem each (no polyline through the time between two).
+    assert drawn.count('class="sample"') == 2 and "polyline" not in drawn
+    assert 'data-value="3"' in drawn and 'data-value="0"' in drawn
+
+
+def test_the_legend_lists_only_what_the_trace_has() -> None:
+    trace = {"traceEvents": [{"name": "wait", "ph": "X", "ts": 0, "dur": 4, "pid": 1, "tid": 1},
+                             {"name": "cb", "cat": "callback", "ph": "X", "ts": 5, "dur": 1, "pid": 1, "tid": 1},
+                             {"name": "write", "ph": "i", "s": "t", "ts": 5, "pid": 1, "tid": 1}]}
+    legend = timeline.render_html(trace).split('class="legend"')[1].split("</p>")[0]
+    assert ">wait<" in legend and ">callback<" in legend and ">write (mark)<" in legend
+    for absent in ("timers", "idle", "check", "step", ">read"):
+        assert absent not in legend, absent
 
 
 @pytest.fixture(scope="module")
@@ -219,24 +237,51 @@ def devtools(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.timeout(TIMEOUT * 2)
-def test_the_timeline_opens_in_headless_chromium(tmp_path: Path, devtools) -> None:
+def test_the_timeline_opens_in_headless_chromium_fits_and_pans_and_zooms(tmp_path: Path, devtools) -> None:
     from tests.test_browser import problems
     result = tinyloop("trace", "coroutines", "--out", str(tmp_path), "--requests", "4", "--compute-ms", "10")
     assert result.returncode == 0, result.stderr
     trace = load(tmp_path / "coroutines.json")
     spans = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
-    events = devtools.load((tmp_path / "coroutines.html").as_uri())
-    assert not problems(events), "\n".join(problems(events))
-    drawn = devtools.evaluate("document.querySelectorAll('svg.timeline rect.span').length")
-    assert drawn == spans, f"{drawn} spans drawn of {spans} in the trace"
-    box = devtools.evaluate("(() => { const b = document.querySelector('svg.timeline').getBoundingClientRect();"
-                            " return [b.width, b.height]; })()")
-    assert box[0] >= 1000 and box[1] >= 100, f"the timeline is laid out: {box}"
-    tracks = devtools.evaluate("Array.from(document.querySelectorAll('svg.timeline text.name'))"
-                               ".map(t => t.textContent)")
-    assert tracks[0].startswith("loop (") and any(t.startswith("task ") for t in tracks), tracks
+    for width in (1280, 390):
+        devtools.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1,
+                      mobile=width < 500)
+        events = devtools.load((tmp_path / "coroutines.html").as_uri())
+        assert not problems(events), "\n".join(problems(events))
+        drawn = devtools.evaluate("document.querySelectorAll('.timeline rect.span').length")
+        assert drawn == spans, f"{drawn} spans drawn of {spans} in the trace"
+        box = devtools.evaluate("(() => { const b = document.querySelector('.timeline').getBoundingClientRect();"
+                                " return [b.width, b.height, document.documentElement.scrollWidth]; })()")
+        assert width - 60 <= box[0] <= width and box[1] >= 100, f"the timeline fills the width: {box}"
+        assert box[2] <= width, "the page does not scroll sideways"
+        # Every track's name is whole: above its band, wrapped if need be, never cut.
+        names = devtools.evaluate("Array.from(document.querySelectorAll('.timeline .name')).map("
+                                  "n => [n.textContent, n.scrollWidth <= n.clientWidth + 1])")
+        assert names[0][0].startswith("loop (tinyloop.callbacks.loop.Loop)"), names
+        assert any(name.startswith("task ") for name, _ in names) and all(whole for _, whole in names), names
     requests = [e for e in events if e.get("method") == "Network.requestWillBeSent"]
     assert len(requests) == 1, "the page loads nothing but itself"
+    view = "document.querySelector('.timeline svg.band').getAttribute('viewBox').split(' ').map(Number)"
+    start = devtools.evaluate(view)
+    devtools.evaluate("document.querySelector('.controls .zoom-in').click()")
+    zoomed = devtools.evaluate(view)
+    assert abs(zoomed[2] - start[2] / 2) < 1e-6 * start[2], (start, zoomed)
+    devtools.evaluate("(() => { const t = document.querySelector('.timeline'), r = t.getBoundingClientRect();"
+                      " t.dispatchEvent(new PointerEvent('pointerdown', {clientX: r.left + 300, pointerId: 1}));"
+                      " t.dispatchEvent(new PointerEvent('pointermove', {clientX: r.left + 100, pointerId: 1}));"
+                      " t.dispatchEvent(new PointerEvent('pointerup', {clientX: r.left + 100, pointerId: 1})); })()")
+    panned = devtools.evaluate(view)
+    assert panned[0] > zoomed[0] and abs(panned[2] - zoomed[2]) < 1e-6 * start[2], (zoomed, panned)
+    devtools.evaluate("document.querySelector('.timeline').dispatchEvent(new WheelEvent('wheel', "
+                      "{deltaY: -100, clientX: 200, cancelable: true}))")
+    assert devtools.evaluate(view)[2] < panned[2], "the wheel zooms in"
+    devtools.evaluate("document.querySelector('.controls .reset').click()")
+    assert devtools.evaluate(view)[2] == pytest.approx(trace_span(trace), rel=1e-3)
+
+
+def trace_span(trace: dict) -> float:
+    timed = [e for e in trace["traceEvents"] if e["ph"] in ("X", "i", "C")]
+    return max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
 
 
 def test_a_stage_under_load_stays_within_its_ring_buffer(tmp_path: Path) -> None:
@@ -267,7 +312,7 @@ def test_side_by_side_on_two_loops(tmp_path: Path) -> None:
     result = tinyloop("trace", "--loop", "asyncio", "--loop", "aio", "--out", str(tmp_path), str(script))
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "prog-side-by-side.html").read_text()
-    assert page.count("<svg") == 2 and "<h2>asyncio</h2>" in page and "<h2>aio</h2>" in page
+    assert page.count('<div class="timeline"') == 2 and "<h2>asyncio</h2>" in page and "<h2>aio</h2>" in page
     assert "Not recorded on asyncio: transport reads and writes" in page
     load(tmp_path / "prog-asyncio.json")
     load(tmp_path / "prog-aio.json")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyloop.trace.stats import LoopStats, render
+from tinyloop.commands.stats import LoopStats, render
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 30.0
@@ -101,7 +101,7 @@ def test_render_shows_shares_and_slowest() -> None:
 
 def test_serve_without_stats_loads_neither_rich_nor_the_panel() -> None:
     code = ("import sys; from tinyloop import cli; cli.build_parser().parse_args(['serve', 'callbacks']); "
-            "print('rich' in sys.modules, 'tinyloop.trace.stats' in sys.modules)")
+            "print('rich' in sys.modules, 'tinyloop.commands.stats' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.stdout.split() == ["False", "False"], result.stderr

@@ -50,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _serve_workers(args, module)
     if args.stats:
-        from tinyloop.trace import stats
+        from tinyloop.commands import stats
         return stats.serve_with_stats(args.stage, module, args.host, args.port)
     stop_on_sigterm()
     try:
@@ -79,20 +79,9 @@ def _serve_workers(args: argparse.Namespace, module: ModuleType) -> int:
     return workers.supervise(args.stage, module.serve, args.host, args.port, args.workers)
 
 
-def _worker_count(text: str) -> int:
-    """argparse type for ``--workers``: a whole number, at least 1."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of processes, got {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (one process, as without --workers), got {count}")
-    return count
-
-
 def _trace(args: argparse.Namespace) -> int:
-    from tinyloop.trace import command
-    return command.main(args)
+    from tinyloop.commands import trace
+    return trace.main(args)
 
 
 def _exercises(args: argparse.Namespace) -> int:
@@ -149,6 +138,7 @@ def _book(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tinyloop.commands import trace as trace_command
     parser = argparse.ArgumentParser(prog="python -m tinyloop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -158,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("stage", help="a stage name from `python -m tinyloop list`")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one (default 8000)")
-    serve.add_argument("--workers", type=_worker_count, default=1, metavar="N",
+    serve.add_argument("--workers", type=trace_command.positive_int, default=1, metavar="N",
                        help="processes sharing the port through SO_REUSEPORT, restarted if they die "
                             "(default 1: this process serves, as without the option)")
     serve.add_argument("--stats", action="store_true",
@@ -167,7 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     trace = sub.add_parser("trace", help="record a stage under load, or an asyncio script, as a trace "
                                          "(Chrome Trace Event JSON) and an HTML timeline")
-    from tinyloop.trace import command as trace_command
     trace_command.add_arguments(trace)
     trace.set_defaults(func=_trace)
 

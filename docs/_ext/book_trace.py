@@ -4,9 +4,12 @@
 #
 #   {trace-figure} NAME        (the directive's body is the caption)
 #       The trace of figure NAME (trace_figures.py beside this file: FIGURES),
-#       drawn by tinyloop.trace.timeline.render_svg into the page as an
-#       inline SVG, with the caption, the command that makes the trace, and
-#       where it came from.  A ``build`` figure is traced while the book
+#       cut to the window its caption is about, drawn by
+#       tinyloop.trace.timeline.render into the page (HTML and SVG that fit
+#       the column at any width), with the caption, the trace as text where
+#       the figure asks for it (left-aligned, monospace: its indentation is
+#       the nesting), the command that makes the trace, and where it came
+#       from.  A ``build`` figure is traced while the book
 #       builds, on the virtual clock, so it is the same on every build; a
 #       ``reference`` figure is drawn from its committed file under
 #       benchmarks/results/traces/ (``... --reference`` records it again).
@@ -48,11 +51,23 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 __all__ = ["QuizDirective", "TraceFigureDirective", "setup"]
 
 
+# A figure's caption and legend read left-aligned (the theme centres figures); the trace as
+# text keeps its indentation, scrolling sideways rather than wrapping.
+_FIGURE_STYLE = ("<style>figure.book-trace-figure .caption, figure.book-trace-figure .legend "
+                 "{ text-align: left; } pre.book-trace-steps { text-align: left; white-space: pre; "
+                 "overflow-x: auto; font-family: var(--font-stack--monospace, monospace); font-size: 0.8em; "
+                 "line-height: 1.4; padding: 0.5em; background: var(--color-code-background, #f8f8f8); }</style>")
+
+
 def _svg_block(trace: dict[str, Any]) -> nodes.raw:
     from tinyloop.trace import timeline
-    svg = timeline.render_svg(trace)
-    # Drawn at its own size (legible labels), scrolled sideways where the column is narrower.
-    return nodes.raw("", f'<div class="book-trace" style="overflow-x: auto">{svg}</div>', format="html")
+    return nodes.raw("", f'<div class="book-trace">{_FIGURE_STYLE}{timeline.render(trace)}</div>', format="html")
+
+
+def _text_block(text: str) -> nodes.raw:
+    """The trace as text, in a left-aligned monospace block."""
+    import html
+    return nodes.raw("", f'<pre class="book-trace-steps">{html.escape(text)}</pre>', format="html")
 
 
 def _source_line(label: str, code: str, tail: str = "") -> nodes.paragraph:
@@ -101,7 +116,7 @@ class TraceFigureDirective(SphinxDirective):
             from tinyloop.quiz import steps
             cut = figure.crop(full) if figure.crop else (None, None)
             text = "\n".join(steps.steps(trace_figures.window(full, *cut)))
-            legend += nodes.literal_block(text, text, classes=["book-trace-steps"], language="text")
+            legend += _text_block(text)
         if figure.source == "build":
             legend += _source_line(
                 f"Traced while the book builds, on the virtual clock ({trace_figures.TICK * 1e6:g} µs per "

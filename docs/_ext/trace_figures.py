@@ -332,7 +332,7 @@ def asyncio_buffered() -> Trace:
 
 def _trace_stage(stage: str, **load: Any) -> Trace:
     """``python -m tinyloop trace STAGE`` (trace_stage) into a scratch folder; its JSON."""
-    from tinyloop.trace.command import trace_stage
+    from tinyloop.commands.trace import trace_stage
     with tempfile.TemporaryDirectory(prefix="tinyloop-figure-") as scratch:
         status = trace_stage(stage, Path(scratch), **load)
         if status != 0:
@@ -383,7 +383,7 @@ _HOLD_IDLE = """
 import sys, time
 from benchmarks.harness.process import raise_nofile
 from tinyloop.testing import Crowd
-from tinyloop.trace.command import scripted_load
+from tinyloop.commands.load import scripted_load
 port, count = int(sys.argv[1]), int(sys.argv[2])
 raise_nofile(count + 320)
 crowd = Crowd(("127.0.0.1", port), timeout=10.0)
@@ -402,7 +402,7 @@ def _readiness(stage: str) -> Trace:
     """A readiness stage with IDLE idle connections (held by a child process) and a short load."""
     from tinyloop import stages
     from tinyloop.serving import listen
-    from tinyloop.trace.command import ReadinessProbe
+    from tinyloop.trace.outside import ReadinessProbe
     module = stages.load(stage)
     recorder = Recorder(time.monotonic)
     sock = listen("127.0.0.1", 0)

@@ -33,9 +33,9 @@ import logging
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FOR_NEW_LOOPS", "HOOKS", "Instrument", "InstrumentSet", "add_instrument",
+__all__ = ["FOR_NEW_LOOPS", "HOOKS", "Instrument", "InstrumentSet", "Observable", "add_instrument",
            "callback_name", "for_new_loops", "install_for_new_loop", "remove_instrument",
            "task_name"]
 
@@ -258,8 +258,23 @@ class InstrumentSet:
         self._call("transport_wrote", transport, nbytes, syscalls, buffered)
 
 
-def add_instrument(loop: Any, instrument: Any) -> None:
-    """Install ``instrument`` on ``loop`` (any loop with an ``_instrument`` slot).
+@runtime_checkable
+class Observable(Protocol):
+    """The contract between a loop and the code that reports to its instruments.
+
+    Every loop from Part II on keeps its :class:`InstrumentSet` (or None)
+    in ``_instrument``; :func:`add_instrument` writes it, and every hook
+    site reads it, in the loop and in what runs on it (tasks, streams,
+    transports): ``if loop._instrument is not None: loop._instrument.hook(...)``.
+    The type checker holds each loop class to this (tests/test_contracts.py),
+    so a loop that renamed the slot fails there, not at run time.
+    """
+
+    _instrument: InstrumentSet | None
+
+
+def add_instrument(loop: Observable, instrument: Any) -> None:
+    """Install ``instrument`` on ``loop`` (any :class:`Observable` loop).
 
     Adding one already installed does nothing.  Loops call this from their
     ``add_instrument`` method; a program calls ``loop.add_instrument(obj)``.
@@ -275,7 +290,7 @@ def add_instrument(loop: Any, instrument: Any) -> None:
     loop._instrument = instruments
 
 
-def remove_instrument(loop: Any, instrument: Any) -> bool:
+def remove_instrument(loop: Observable, instrument: Any) -> bool:
     """Uninstall ``instrument`` from ``loop``; True if it was installed.
 
     With the last one gone, ``loop._instrument`` is None again, and the hot

@@ -1,4 +1,5 @@
-"""Recording loops that have no hooks: stdlib asyncio and uvloop, from outside.
+"""Recording loops that have no hooks, from outside: stdlib asyncio, uvloop,
+and the readiness servers of Part I (ReadinessProbe, at the end).
 
 Neither loop calls an instrument, so we stand where we can see it pass:
 
@@ -28,12 +29,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import selectors
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tinyloop.trace import instrument as instruments
+from tinyloop.trace.recorder import Recorder
 
-__all__ = ["CANNOT_RECORD", "TracedAsyncioLoop", "policy", "traced_uvloop_class"]
+__all__ = ["CANNOT_RECORD", "ReadinessProbe", "TracedAsyncioLoop", "policy", "traced_uvloop_class"]
 
 # What each loop's trace lacks, for the timeline's caption and the book.
 CANNOT_RECORD = {
@@ -209,3 +212,71 @@ def policy(loop_name: str, recorder: Any) -> asyncio.AbstractEventLoopPolicy:
             return loop
 
     return Policy()
+
+
+class ReadinessProbe:
+    """Records the waits of Part I's servers, which have no loop object, by wrapping select(2) and friends.
+
+    Inside :meth:`installed`, ``select.select``, ``select.poll()`` and
+    ``select.epoll()`` hand out wrappers that time each call and count what
+    it returned: the loop track gets a ``wait`` span per call (timeout in
+    seconds, events ready) and a ``handle events`` span for the work
+    between two waits, and the ``ready descriptors`` counter.  What a
+    server does inside that work (which socket, how many bytes) is not seen.
+    """
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self._after: float | None = None   # when the last wait returned
+
+    def wait(self, call: Callable[[], Any], timeout: float | None, count: Callable[[Any], int]) -> Any:
+        recorder = self.recorder
+        start = recorder.now()
+        if self._after is not None:
+            recorder.span("handle events", self._after, start)
+        result = call()
+        end = recorder.now()
+        ready = count(result)
+        recorder.span("wait", start, end, args={"timeout": timeout, "events": ready})
+        recorder.counter("ready descriptors", end, events=ready)
+        self._after = end
+        return result
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """While the ``with`` block runs, ``select``'s three waits are the wrapped ones."""
+        import select
+        originals = {name: getattr(select, name) for name in ("select", "poll", "epoll") if hasattr(select, name)}
+        probe = self
+
+        def traced_select(rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
+            return probe.wait(lambda: originals["select"](rlist, wlist, xlist, timeout), timeout,
+                              lambda r: len(r[0]) + len(r[1]) + len(r[2]))
+
+        class _Traced:
+            def __init__(self, inner: Any, milliseconds: bool) -> None:
+                self._inner, self._ms = inner, milliseconds
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+            def poll(self, timeout: Any = None, *args: Any) -> Any:
+                seconds = None if timeout is None or timeout < 0 else timeout / 1000 if self._ms else timeout
+                return probe.wait(lambda: self._inner.poll(timeout, *args), seconds, len)
+
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: Any) -> None:
+                self._inner.close()
+
+        select.select = traced_select
+        if "poll" in originals:
+            select.poll = lambda: _Traced(originals["poll"](), True)  # type: ignore[assignment]
+        if "epoll" in originals:
+            select.epoll = lambda *a, **k: _Traced(originals["epoll"](*a, **k), False)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(select, name, original)

@@ -196,7 +196,7 @@ def serve_with_stats(stage: str, module: Any, host: str, port: int) -> int:
         log("serve --stats draws its panel with rich, which is not installed: pip install rich")
         return 2
     from tinyloop import stages
-    from tinyloop.trace.command import HOOKED_CHAPTERS
+    from tinyloop.commands.trace import HOOKED_CHAPTERS
     if stages.get(stage).chapter not in HOOKED_CHAPTERS:
         log(f"serve --stats watches an event loop of ours; stage {stage!r} has none "
             "(try callbacks, generators, coroutines, aio or uv)")
