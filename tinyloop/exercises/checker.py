@@ -739,6 +739,8 @@ class _Session:
             self.stopped = True
             stop_session(self.proc, grace=0)
             self.channel.finish()
+            if self.expected is not None:
+                self.expected.cancel()
             self.tmp.cleanup()
 
 
@@ -754,6 +756,8 @@ class _Expected:
         self.key = (str(root), tuple(options), tuple(arguments))
         self.ids: list[str] | None = None
         self.error = ""
+        self._proc: subprocess.Popen | None = None
+        self._cancelled = False
         self._thread = threading.Thread(target=self._collect, args=(root, options, arguments), daemon=True)
         self._thread.start()
 
@@ -764,18 +768,29 @@ class _Expected:
             self.ids = cached
             return
         options = [o for o in options if o != "-x"]
+        with self._lock:
+            if self._cancelled:
+                return
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                     *options, *arguments], cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True,
+                    env={**{k: v for k, v in os.environ.items() if k != ENV}, "PYTHONDONTWRITEBYTECODE": "1"})
+            except OSError as error:
+                self.error = str(error)
+                return
         try:
-            done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                   *options, *arguments], cwd=root, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=TESTS_TIMEOUT,
-                                  env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-        except (OSError, subprocess.SubprocessError) as error:
-            self.error = str(error)
+            output, _ = self._proc.communicate(timeout=TESTS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            self.error = f"collecting took more than {TESTS_TIMEOUT:g} s"
             return
-        if done.returncode not in (0, 5):
-            self.error = properties.last_line(done.stdout + done.stderr)
+        if self._proc.returncode not in (0, 5):
+            self.error = properties.last_line(output)
             return
-        ids = [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+        ids = [line for line in output.splitlines() if "::" in line and not line.startswith(" ")]
         with self._lock:
             self._cache[self.key] = ids
         self.ids = ids
@@ -784,6 +799,14 @@ class _Expected:
         """The ids (waits for the collection), or None if it failed (see ``error``)."""
         self._thread.join()
         return self.ids
+
+    def cancel(self) -> None:
+        """Stop collecting (the run is over before its ids were needed)."""
+        with self._lock:
+            self._cancelled = True
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
+        self._thread.join()
 
 
 def _start_tests(root: Path, override: dict[str, str], options: list[str], arguments: list[str],
@@ -907,8 +930,8 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
     details = []
     for result in failed[:SHOW_FAILURES]:
         details += _describe(result, exercise, path)
-    # pytest stops at the first failure (-x): the rest are not run.
-    stopped = "; stopped there" if missing else ""
+    # pytest stops at the first failure (-x, --maxfail): the rest are not run.
+    stopped = "; stopped there" if missing or "stopping after" in output else ""
     return Step("FAIL", f"tests: {len(failed)} failed, {passed} passed{stopped} ({what})", details)
 
 

@@ -1,0 +1,269 @@
+"""The boundary around a check graded for credit (tinyloop/exercises/sandbox.py,
+outcomes.py and checker.check(sandboxed=True)), tried with the hostile
+submissions a class hands in, each written as a student would, on a real
+exercise (run-once: its own tests take seconds, and its stage's server runs
+the file in processes of its own):
+
+  * a report forged from inside: a passing JUnit file written into the
+    check's temporary folder, forged outcomes on the checker's pipe, exit 0;
+  * a detached child (setsid(), then a long sleep);
+  * a file deleted through a shell command;
+  * a fork bomb, a memory hog;
+  * a hang inside C (libuv's uv_run, which retries epoll_wait on EINTR, so
+    pytest-timeout's signal never reaches Python);
+  * a listener on a fixed port, in two checks at once.
+
+Each must get the right verdict with its reason, and leave nothing behind:
+no process (psutil), the canary files intact.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tinyloop.exercises import catalog, checker, markers, sandbox
+
+WHY = sandbox.available()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
+
+EXERCISE = catalog.get("run-once")
+# In the test process, the student's module is loaded by the checker's
+# ``python -c`` before pytest starts; in a server, by ``python -m tinyloop serve``.
+IN_TESTS = 'import sys\nIN_TESTS = sys.argv[0] == "-c"\n'
+
+
+def solution(tmp_path: Path, name: str, *, wrong: bool = False, prologue: str = "",
+             in_run_ready: str = "") -> Path:
+    """The reference solution of run-once, as a student's file ``name``: ``wrong``
+    runs the ready queue last-in first-out (its own tests fail), ``prologue`` is
+    code run when the module is loaded (at its end), ``in_run_ready`` first in step 4."""
+    text = markers.reference(EXERCISE, name)
+    good = "            handle = self._ready.popleft()\n"
+    assert good in text
+    if wrong:
+        text = text.replace(good, "            handle = self._ready.pop()\n")
+    if in_run_ready:
+        marker = "        # exercise run-once: begin\n        for _ in range(len(self._ready)):\n"
+        assert marker in text
+        body = "".join(f"        {line}\n" for line in in_run_ready.splitlines())
+        text = text.replace(marker, marker.replace("        for", body + "        for"))
+    path = tmp_path / name
+    path.write_text(text + "\n" + IN_TESTS + prologue)  # run last when the module loads
+    return path
+
+
+def check(path: Path, **kw) -> checker.Report:
+    return checker.check(EXERCISE, path, quick=True, sandboxed=True, **kw)
+
+
+def left_behind(mark: str | None = None) -> list[str]:
+    """What a check left running: any process descended from this one (the
+    sandboxes, and all in them, are), and any whose command line holds ``mark``."""
+    found = [" ".join(c.cmdline()) for c in psutil.Process().children(recursive=True) if c.is_running()]
+    if mark is not None:
+        found += [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+                  if mark in " ".join(p.info["cmdline"] or [])]
+    return found
+
+
+def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
+    # The boundary itself, on a plain program: its user, loopback, namespaces, limits.
+    probe = ("import os, resource, socket\n"
+             "print(os.getuid(), os.getpid(), os.environ['HOME'], sorted(socket.if_nameindex())[0][1])\n"
+             "print(resource.getrlimit(resource.RLIMIT_NPROC)[0], resource.getrlimit(resource.RLIMIT_AS)[0])\n"
+             "for target in ('/usr/x', os.environ['TINYLOOP_ROOT'] + '/x'):\n"
+             "    try:\n        open(target, 'w')\n    except OSError as e:\n        print(e.errno)\n")
+    import subprocess
+    import sys
+    proc = sandbox.popen([sys.executable, "-c", probe], env={"TINYLOOP_ROOT": str(checker.repository_root())},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    lines = out.decode().split("\n")
+    uid, pid, home, interface = lines[0].split()
+    # Under a root grader, a uid of its own; else the grader's own user.
+    assert int(uid) in sandbox._UIDS if os.geteuid() == 0 else int(uid) == os.getuid(), out
+    assert int(pid) <= 3 and home == "/tmp" and interface == "lo", out  # its own PID and network namespaces
+    assert lines[1] == f"{sandbox.LIMITS.processes} {sandbox.LIMITS.memory_bytes}", out
+    assert lines[2:4] == ["30", "30"], (out, err)  # EROFS: the system and the checkout are read-only
+
+
+def test_a_report_forged_from_inside_earns_nothing(tmp_path):
+    # The student's wrong file, loaded in the test process before pytest runs,
+    # writes a passing JUnit report wherever the check's files may be, forges
+    # outcomes on the checker's pipe for the test it knows fails, and leaves
+    # with exit status 0 before any test has run.
+    forged_test = "tests/test_exercise_callbacks.py::test_run_once_runs_exactly_the_callbacks_ready_now"
+    prologue = f'''
+import glob, json, os
+if IN_TESTS:
+    junit = ('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="1" failures="0" '
+             'errors="0"><testcase classname="tests.test_exercise_callbacks" '
+             'name="test_run_once_runs_exactly_the_callbacks_ready_now"/></testsuite></testsuites>')
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    for folder in [tmp, *glob.glob(tmp + "/*"), *glob.glob("/check/*")]:
+        try:
+            with open(os.path.join(folder, "junit.xml"), "w") as out:
+                out.write(junit)
+        except OSError:
+            pass
+    fd = os.environ.get("TINYLOOP_OUTCOME_FD")
+    if fd:
+        lines = [{{"collected": [{forged_test!r}]}}, {{"start": {forged_test!r}}}]
+        lines += [{{"id": {forged_test!r}, "when": w, "outcome": "passed"}} for w in ("setup", "call", "teardown")]
+        lines += [{{"exit": 0}}]
+        os.write(int(fd), "".join(json.dumps(x) + "\\n" for x in lines).encode())
+    os._exit(0)
+'''
+    report = check(solution(tmp_path, "run-once.py", wrong=True, prologue=prologue))
+    text = report.render()
+    assert not report.passed, text
+    step = next(s for s in report.steps if s.status == "FAIL")
+    assert step.text == "the tests stopped before they all ran", text
+    # The parent collected the exercise's tests itself: 5, of which 4 never reported.
+    assert "4 of the 5 tests never reported" in "\n".join(step.details), text
+    assert not left_behind()
+
+
+def test_a_detached_child_is_ended_with_the_check(tmp_path):
+    mark = "3141.59"
+    prologue = f'''
+import os
+if IN_TESTS and os.fork() == 0:
+    os.setsid()
+    os.execvp("sleep", ["sleep", "{mark}"])
+'''
+    report = check(solution(tmp_path, "run-once.py", prologue=prologue))
+    assert report.passed, report.render()  # its tests pass: the child harms nothing, and is gone
+    assert not left_behind(mark)
+
+
+def test_a_file_deleted_through_a_shell_command_is_still_there(tmp_path):
+    # Two canaries: one the sandbox cannot see (the host's /tmp), one it sees
+    # read-only (in the checkout, under build/, which git ignores).
+    hidden = tmp_path / "canary.txt"
+    hidden.write_text("keep me")
+    build = checker.repository_root() / "build"
+    build.mkdir(exist_ok=True)
+    seen = build / f"canary-{os.getpid()}.txt"
+    seen.write_text("keep me too")
+    try:
+        prologue = f'''
+import os
+if IN_TESTS:
+    os.system("rm -rf {hidden} {seen} {checker.repository_root()}/tinyloop/callbacks/loop.py")
+'''
+        report = check(solution(tmp_path, "run-once.py", prologue=prologue))
+        assert report.passed, report.render()
+        assert hidden.read_text() == "keep me" and seen.read_text() == "keep me too"
+        assert (checker.repository_root() / "tinyloop/callbacks/loop.py").is_file()
+    finally:
+        seen.unlink()
+
+
+def test_a_fork_bomb_fails_and_ends(tmp_path):
+    prologue = '''
+import os
+if IN_TESTS:
+    while True:
+        os.fork()
+'''
+    started = time.monotonic()
+    report = check(solution(tmp_path, "run-once.py", prologue=prologue))
+    text = report.render()
+    assert not report.passed and time.monotonic() - started < 120, text
+    # fork() fails at the sandbox's process limit: the file fails on import.
+    assert "your file fails when it is imported" in text and "BlockingIOError" in text, text
+    assert not left_behind()
+
+
+def test_a_memory_hog_fails_with_memory_error(tmp_path):
+    report = check(solution(tmp_path, "run-once.py", in_run_ready="cache = bytearray(16 << 30)"))
+    text = report.render()
+    assert not report.passed and "MemoryError" in text, text
+    assert "test_run_once_runs_exactly_the_callbacks_ready_now" in text, text
+
+
+# A wait inside libuv, as a student who tried to block in uv_run for the next
+# event would write it: uv_run retries epoll_wait on EINTR inside C, so the
+# SIGALRM of pytest-timeout never runs its Python handler.
+WAIT_IN_LIBUV = """\
+import ctypes
+uv = ctypes.CDLL("libuv.so.1")
+uv.uv_default_loop.restype = ctypes.c_void_p
+loop = ctypes.c_void_p(uv.uv_default_loop())
+timer = ctypes.create_string_buffer(1024)
+uv.uv_timer_init(loop, timer)
+callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda handle: None)
+uv.uv_timer_start(timer, callback, ctypes.c_uint64(10 ** 9), ctypes.c_uint64(0))
+uv.uv_run(loop, 0)
+"""
+
+
+def test_a_hang_inside_c_is_stopped_from_outside_and_named(tmp_path, monkeypatch):
+    try:
+        import ctypes
+        ctypes.CDLL("libuv.so.1")
+    except OSError:
+        pytest.skip("no libuv.so.1 here")
+    monkeypatch.setattr(checker, "TEST_TIMEOUT", 2.0)
+    monkeypatch.setattr(checker, "HANG_GRACE", 3.0)
+    started = time.monotonic()
+    report = check(solution(tmp_path, "run-once.py", in_run_ready=WAIT_IN_LIBUV), verdict_only=True)
+    took = time.monotonic() - started
+    text = report.render()
+    assert not report.passed and took < 60, text
+    step = next(s for s in report.steps if s.status == "FAIL")
+    assert step.text == "a test was still running after 5 s, and the checker stopped it", text
+    assert step.details[0].startswith("tests/test_exercise_callbacks.py::test_run_once_"), text
+    assert not left_behind()
+
+
+def test_two_checks_listening_on_one_fixed_port_both_pass(tmp_path):
+    # Each check listens on the port the host holds already: each has a
+    # loopback of its own.  And each tries to reach a listener of the host,
+    # which hears nothing: nothing leaves the sandbox.
+    with socket.socket() as taken, socket.socket() as outside:
+        for sock in (taken, outside):
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        outside.setblocking(False)
+        port, other = taken.getsockname()[1], outside.getsockname()[1]
+        prologue = f'''
+import socket
+if IN_TESTS:
+    _listener = socket.socket()
+    _listener.bind(("127.0.0.1", {port}))
+    _listener.listen()
+    try:
+        socket.create_connection(("127.0.0.1", {other}), timeout=1).sendall(b"out")
+    except OSError:
+        pass
+'''
+        files = []
+        for index in range(2):
+            folder = tmp_path / str(index)
+            folder.mkdir()
+            files.append(solution(folder, "run-once.py", prologue=prologue))
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(check, files))
+        with pytest.raises(BlockingIOError):
+            outside.accept()
+    for report in reports:
+        assert report.passed, report.render()
+    assert not left_behind()
+
+
+def test_the_student_check_still_runs_unsandboxed_with_the_guard(tmp_path):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("keep me")
+    path = solution(tmp_path, "run-once.py", prologue=f"import os\nif IN_TESTS:\n    os.remove({str(canary)!r})\n")
+    report = checker.check(EXERCISE, path, quick=True)
+    assert not report.passed and canary.exists(), report.render()
+    assert "outside the check's temporary directory" in report.render()
