@@ -99,10 +99,8 @@ class Connection:
     @property
     def wants_read(self) -> bool:
         """True while the server should keep a receive outstanding."""
-        # exercise uring-backpressure: begin
         return (not self.failed and not self.closing and not self.http.should_close
                 and self.backlog < HIGH_WATER)
-        # exercise uring-backpressure: end
 
     @property
     def finished(self) -> bool:
@@ -233,19 +231,22 @@ class UringServer:
 
     def flush(self, conn: Connection) -> None:
         """If no send is outstanding, hand everything waiting in ``outgoing`` to the kernel."""
+        # exercise uring-send: begin
         if conn.sending is None and conn.outgoing and not conn.failed:
             conn.sending, conn.sent = bytes(conn.outgoing), 0
             conn.outgoing.clear()
             self.submit_send(conn)
+        # exercise uring-send: end
 
     def submit_send(self, conn: Connection) -> None:
+        """Submit a send of what is left of ``conn.sending``, from ``conn.sent`` on."""
         assert conn.sending is not None
         self.ring.prep_send(conn.fd, bytes_address(conn.sending) + conn.sent,
                             len(conn.sending) - conn.sent, self.user_data(conn, SEND))
 
     def on_send(self, conn: Connection, res: int, flags: int) -> None:
         """A send completed: ``res`` bytes went (perhaps fewer than asked), or -errno."""
-        # exercise uring-partial-send: begin
+        # exercise uring-send: begin
         assert conn.sending is not None
         if res < 0:
             conn.failed = True   # EPIPE, ECONNRESET: the peer will read no more
@@ -257,7 +258,7 @@ class UringServer:
             else:
                 conn.sending = None
                 self.flush(conn)
-        # exercise uring-partial-send: end
+        # exercise uring-send: end
         self.advance(conn)
 
     # --- what next, and closing -----------------------------------------------------------------
