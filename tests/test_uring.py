@@ -115,6 +115,16 @@ def test_multishot_receive_stays_armed_until_the_buffers_run_out(ring: uring.Rin
         ring.close = lambda: None  # type: ignore[method-assign]  (closed already, for the fixture)
 
 
+def test_accepted_sockets_inherit_tcp_nodelay_from_the_listener() -> None:
+    # The servers set TCP_NODELAY once, on the listener, and rely on this.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with socket.create_connection(listener.getsockname()) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
 def test_unavailable_says_why_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(uring.sys, "platform", "darwin")
     assert uring.unavailable() == "io_uring is Linux's: this is darwin"

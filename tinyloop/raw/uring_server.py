@@ -125,6 +125,11 @@ class UringServer:
         self.next_ident = 1
         self.resting = False                           # out of descriptors: a timer will re-arm accept
         self.rest_interval = timespec(ACCEPT_RETRY_DELAY)
+        # Linux copies TCP_NODELAY from a listener to the sockets it accepts
+        # (tcp(7) does not promise it; tests/test_uring.py checks it), so one
+        # setsockopt here spares one per connection: an accept completion is
+        # then all a new connection costs in system calls.
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -180,11 +185,11 @@ class UringServer:
         self.arm_accept()
 
     def start(self, fd: int) -> Connection:
-        """Take a new connection's descriptor: TCP_NODELAY, a serial number, its first receive."""
-        # With family, type and protocol given, socket() asks the kernel nothing.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=fd)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.detach()
+        """Take a new connection's descriptor: a serial number and its first receive.
+
+        No system call: TCP_NODELAY came with the descriptor, from the
+        listener (see :meth:`__init__`).
+        """
         conn = Connection(self.next_ident, fd)
         self.next_ident += 1
         self.connections[conn.ident] = conn
