@@ -336,6 +336,13 @@ def test_correct_hostile_and_unwritten_students(tmp_path: Path) -> None:
     assert (plain / "setup.sh").exists() and (tmp_path / "submission" / "run-once.py").exists()
     time.sleep(1)
     assert json.loads((tmp_path / "results" / "results.json").read_text()) == data, "rewritten after the run"
+    # The same without tinyloop's sandbox (a container that does not allow it): the
+    # forger runs with the grader's rights, but nothing it started outlives grading
+    # (run_autograder is their subreaper and kills them), so results.json is ours.
+    bare = make_zip(tmp_path / "bare", "--sandbox", "never")
+    data, done = autograde(tmp_path, bare, hostile)
+    assert data["score"] == 0 and "outlived its checks; they were killed" in data["output"], data
+    assert "Graded without tinyloop's sandbox" in data["output"], data
     # Unwritten: the starters; the rubric gives run-once's "compiles" its share.
     starters = {markers.default_file(catalog.get(n)): markers.starter(catalog.get(n)) for n in EXERCISES}
     data, done = autograde(tmp_path, source, starters)

@@ -34,7 +34,7 @@ same pin).  Uncommitted changes are not in the archive; the command says so.
 in tinyloop's sandbox when it can be built there.  Gradescope runs each
 submission in a container of its own, which may not allow the namespaces
 bubblewrap needs; by default the grade then runs ``--unsandboxed`` inside
-Gradescope's container, and says so in the output (``--require-sandbox``
+Gradescope's container, and says so in the output (``--sandbox required``
 instead gives every exercise 0 with the reason).  It then applies the
 rubric, if any, and writes results.json.
 
@@ -76,6 +76,10 @@ SCHEMA = Path(__file__).with_name("gradescope_results.schema.json")
 STUDENT = "submission"  # the name grade files the one submission under
 TIMEOUT = 300.0  # seconds: one check, by default (a right solution takes 3-12 s here)
 VISIBILITY = "visible"  # each exercise's test, as Gradescope shows it to the student
+# Where tinyloop's sandbox cannot be built: "required" gives every exercise 0
+# with the reason, "preferred" grades without it in Gradescope's container,
+# "never" does not try it.
+SANDBOX_RULES = ("preferred", "required", "never")
 NOT_SET_UP = ("setup.sh did not install tinyloop (there is no /autograder/tinyloop-checkout/.venv/bin/python): "
               "see the autograder's build log")
 
@@ -344,10 +348,12 @@ def _archive(root: Path, commit: str) -> bytes:
 
 def build(exercises: list[str], out: str | os.PathLike[str], source: str | None = None,
           rubric: str | os.PathLike[str] | None = None, timeout: float = TIMEOUT,
-          require_sandbox: bool = False) -> int:
+          sandbox: str = "preferred") -> int:
     """Write the autograder zip ``out`` for ``exercises`` (names); ``source``
     ``URL@REF`` to clone instead of shipping this checkout's commit; ``rubric``
-    a file for :func:`load_rubric`; ``timeout`` seconds per check.  Returns 0,
+    a file for :func:`load_rubric`; ``timeout`` seconds per check; ``sandbox``
+    one of :data:`SANDBOX_RULES` (what :func:`run` does where tinyloop's
+    sandbox cannot be built).  Returns 0,
     or 2 with a one-line message on standard error (an unknown exercise, a
     bad rubric or source, no git checkout), nothing written."""
     try:
@@ -356,6 +362,8 @@ def build(exercises: list[str], out: str | os.PathLike[str], source: str | None 
         return _error(error.args[0])
     if not assigned:
         return _error("--exercises names no exercise")
+    if sandbox not in SANDBOX_RULES:
+        return _error(f"--sandbox {sandbox}: expected one of {', '.join(SANDBOX_RULES)}")
     root = checker.repository_root()
     commit = classroom._git(root, "rev-parse", "HEAD")
     try:
@@ -366,7 +374,7 @@ def build(exercises: list[str], out: str | os.PathLike[str], source: str | None 
     if pinned is None and not commit:
         return _error(f"{root} is not a git checkout: give --source URL@REF for setup.sh to clone")
     config = {"exercises": [e.name for e in assigned], "timeout": timeout,
-              "sandbox": "required" if require_sandbox else "preferred",
+              "sandbox": sandbox,
               "rubric": rubric_data, "tinyloop": {"commit": pinned.ref if pinned else commit,
                                                   "url": pinned.url if pinned else None}}
     archive = None if pinned else f"tinyloop-{commit[:12]}.tar.gz"
@@ -416,6 +424,68 @@ def _sandbox_missing() -> str | None:
     return sandbox.available()
 
 
+def _subreaper(on: bool) -> bool:
+    """Make this process the child subreaper of everything it starts, or stop
+    (prctl(2), PR_SET_CHILD_SUBREAPER): a process that leaves its session or is
+    orphaned by a double fork is then re-parented here instead of to init, so
+    :func:`_end_descendants` finds it.  Returns False where that is not available
+    (not Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, int(on), 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER (linux/prctl.h)
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    """The pids whose parent is this process (procfs)."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                # /proc/PID/stat: "pid (comm) state ppid ...", comm may hold spaces and parentheses
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == me:
+                found.append(int(entry))
+    return found
+
+
+def _end_descendants(before: set[int], rounds: int = 50) -> int:
+    """SIGKILL every child of this process but those in ``before`` (as subreaper,
+    every process grade's checks left behind becomes a child here), and reap it;
+    a few rounds, for those that fork meanwhile.  Returns how many were killed."""
+    import signal
+    killed = set()
+    for _ in range(rounds):
+        pids = [pid for pid in _children() if pid not in before]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            if not any(_reap(pid) for pid in killed):
+                break
+            time.sleep(0.01)
+    return len(killed)
+
+
+def _reap(pid: int) -> bool:
+    """Collect ``pid`` if it has exited; True while it has not."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False
+
+
 def _complete(results: dict | None, exercises: list[str], reason: str) -> dict:
     """``results`` with a test for every assigned exercise (a missing one scores 0,
     ``reason``), in the assigned order, and the total added up."""
@@ -443,8 +513,9 @@ def run(config_path: str | os.PathLike[str], submission: str | os.PathLike[str],
     with tempfile.TemporaryDirectory(prefix="tinyloop-gradescope-") as out:
         command = [sys.executable, "-m", "tinyloop", "grade", str(submission), "--student", STUDENT,
                    "--exercises", ",".join(exercises), "--out", out, "--timeout", f"{timeout:g}"]
-        missing = _sandbox_missing()
-        if missing and config.get("sandbox") == "required":
+        rule = config.get("sandbox", "preferred")
+        missing = "this autograder is set to grade without it" if rule == "never" else _sandbox_missing()
+        if missing and rule == "required":
             why = f"tinyloop's sandbox cannot be built in this container ({missing}), and this autograder requires it"
             command = []
         elif missing:
@@ -454,12 +525,20 @@ def run(config_path: str | os.PathLike[str], submission: str | os.PathLike[str],
         if command:
             # A whole class's worth of slack: each check has its own limit inside grade.
             limit = timeout * len(exercises) + 120
+            before = set(_children())
+            reaping = _subreaper(True)
             try:
                 done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                       timeout=limit)
             except subprocess.TimeoutExpired:
                 why = f"grading took more than {limit:g} s"
-            else:
+                done = None
+            finally:
+                left = _end_descendants(before) if reaping else 0
+                _subreaper(False)
+            if left:
+                notes.append(f"{left} processes the submission started outlived its checks; they were killed.")
+            if done is not None:
                 print(done.stdout, end="")
                 print(done.stderr, end="", file=sys.stderr)
                 last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
