@@ -122,7 +122,7 @@ def _classroom(args: argparse.Namespace) -> int:
 def _gradescope(args: argparse.Namespace) -> int:
     from tinyloop.exercises import gradescope
     return gradescope.build([n for n in args.exercises.split(",") if n], args.out, args.source, args.rubric,
-                            args.timeout, args.require_sandbox)
+                            args.timeout, args.sandbox)
 
 
 def _quiz(args: argparse.Namespace) -> int:
@@ -203,9 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "(TOML, or JSON)")
     gradescope.add_argument("--timeout", type=float, default=300.0,
                             help="seconds one check may take (default 300)")
-    gradescope.add_argument("--require-sandbox", action="store_true",
-                            help="score 0 with the reason where tinyloop's sandbox cannot be built, instead of "
-                                 "grading inside Gradescope's container without it")
+    gradescope.add_argument("--sandbox", choices=["preferred", "required", "never"], default="preferred",
+                            help="where tinyloop's sandbox cannot be built in Gradescope's container: grade without "
+                                 "it (preferred, the default), score 0 with the reason (required); never: do not "
+                                 "use it")
     gradescope.set_defaults(func=_gradescope)
     book = sub.add_parser("book", help="build the book from this checkout, print where to open it")
     book.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
