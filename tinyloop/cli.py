@@ -10,7 +10,8 @@
   python -m tinyloop check EXERCISE [FILE] [--format text|json|junit]   grade a solution
   python -m tinyloop watch EXERCISE [FILE]     check again on every save
   python -m tinyloop progress [DIR]            which exercises pass, by chapter
-  python -m tinyloop grade DIR [--out OUT]     grade a folder of students' files (CSV, results.json)
+  python -m tinyloop grade DIR [--jobs N] [--exercises A,B] [--student NAME] [--out OUT]
+                                               grade a class in parallel (CSV, results.json, JUnit)
   python -m tinyloop classroom DIR [--source URL[@REF]]   a GitHub Classroom repository (starters, workflow)
   python -m tinyloop gradescope --exercises A,B --out autograder.zip [--source URL@REF] [--rubric FILE]
                                                a Gradescope autograder (setup.sh, run_autograder)
@@ -111,7 +112,8 @@ def _progress(args: argparse.Namespace) -> int:
 
 def _grade(args: argparse.Namespace) -> int:
     from tinyloop.exercises import grading
-    return grading.grade(args.dir, args.out, args.timeout)
+    return grading.grade(args.dir, args.out, args.timeout, jobs=args.jobs, exercises=args.exercises,
+                         student=args.student, force=args.force, unsandboxed=args.unsandboxed)
 
 
 def _classroom(args: argparse.Namespace) -> int:
@@ -183,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--out", help="where to write grades.csv and STUDENT/results.json (default DIR/grades)")
     grade.add_argument("--timeout", type=float, default=600.0,
                        help="seconds one student's check of one exercise may take (default 600)")
+    grade.add_argument("--jobs", type=trace_command.positive_int, metavar="N",
+                       help="checks run at once, each in a sandbox of its own (default: the usable cores)")
+    grade.add_argument("--exercises", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+                       metavar="A,B,...", help="the assigned exercises: each is a row for every student "
+                                               "and counts in max_score (default: those handed in)")
+    grade.add_argument("--student", metavar="NAME",
+                       help="DIR is this one student's submission (Gradescope's /autograder/submission)")
+    grade.add_argument("--force", action="store_true",
+                       help="check again the files already graded with the same content (OUT/cache.json)")
+    grade.add_argument("--unsandboxed", action="store_true",
+                       help="grade even where the sandbox cannot be built: each check runs with your rights")
     grade.set_defaults(func=_grade)
     classroom = sub.add_parser("classroom", help="write a student repository for GitHub Classroom")
     classroom.add_argument("dir", help="a new folder")
