@@ -120,6 +120,35 @@ install_tmux() {
         say "no tmux: tests/test_trace_stats.py will be skipped (install tmux to run it)"
 }
 
+# --- linters for the class templates' tests ------------------------------------
+# tests/test_exercise_classroom.py and test_exercise_gradescope.py lint what
+# `classroom` and `gradescope` write: the workflow with actionlint (a Go
+# tool, built from the Go module proxy where Go is), the shell scripts with
+# Debian's shellcheck.  Optional: without them those checks are skipped,
+# and say so.
+ACTIONLINT_VERSION=v1.7.12
+install_linters() {
+    local go gopath
+    if ! command -v shellcheck >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        say "installing shellcheck with apt-get (for the class templates' tests)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck >/dev/null 2>&1 ||
+            { as_root apt-get update -q >/dev/null 2>&1 &&
+              as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck >/dev/null 2>&1; } || true
+    fi
+    go=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+    if [ -n "$go" ]; then
+        gopath=$("$go" env GOPATH)
+        if ! command -v actionlint >/dev/null 2>&1 && [ ! -x "$gopath/bin/actionlint" ]; then
+            say "installing actionlint $ACTIONLINT_VERSION with go install (for tests/test_exercise_classroom.py)"
+            "$go" install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" >/dev/null 2>&1 ||
+                say "actionlint did not install: the workflow's lint test will be skipped"
+        fi
+    else
+        command -v actionlint >/dev/null 2>&1 ||
+            say "no Go: actionlint is not installed, and the workflow's lint test will be skipped"
+    fi
+}
+
 # --- real services for Part V ------------------------------------------------
 # benchmarks/realworld/services.py starts nginx and PostgreSQL from the system
 # packages.  Optional: without them their tests and benchmark rows are
@@ -229,6 +258,7 @@ build_uv() {
 install_system_packages
 install_browser
 install_tmux
+install_linters
 install_services
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"
