@@ -77,6 +77,29 @@ def test_every_shown_reference_figure_is_committed_and_valid():
             assert re.search(r"\d", facts) and "?" not in facts, facts
 
 
+@pytest.mark.parametrize("figure", [f for f in trace_figures.FIGURES if f.shows], ids=lambda f: f.name)
+def test_a_figure_draws_whole_what_its_caption_points_at(figure):
+    trace = trace_figures.trace_of(figure)
+    if trace is None:
+        pytest.skip(f"not recorded: {figure.command}")
+    drawn = figure.drawn(trace)["traceEvents"]
+    for name in figure.shows:
+        whole = [e for e in drawn if e.get("ph") in ("X", "i") and name in (e["name"], e.get("cat"))
+                 and not (e.get("args") or {}).get("clipped")]
+        assert whole, f"{figure.name}: its caption points at {name!r}, which the window cuts or leaves out"
+
+
+def test_the_stall_figure_is_the_stall_and_what_waited_behind_it():
+    figure = trace_figures.get("callbacks-stall")
+    drawn = figure.drawn(json.loads(figure.reference_file.read_text()))["traceEvents"]
+    callbacks = sorted((e for e in drawn if e.get("cat") == "callback"), key=lambda e: e["ts"])
+    longest = max(callbacks, key=lambda e: e["dur"])
+    assert longest["dur"] >= 50_000 and not longest.get("args", {}).get("clipped")
+    behind = [e for e in callbacks if e["ts"] > longest["ts"]]
+    assert len(behind) >= 2, "the other clients' callbacks, after the stall"
+    assert all(e["dur"] < 5_000 for e in behind), "recorded with the load in another process: no 5 ms GIL waits"
+
+
 def test_the_readiness_facts_compare_the_two_servers():
     figure = trace_figures.get("readiness-idle")
     facts = figure.facts(figure.drawn(json.loads(figure.reference_file.read_text())))
@@ -182,7 +205,8 @@ def test_the_directives_draw_the_trace_with_its_caption_and_command(tmp_path):
                             "```{quiz} first_step\n```\n")
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "html" / "index.html").read_text()
-    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') == 2, "the figure's and the quiz's"
+    assert page.count('<div class="timeline"') == 2, "the figure's and the quiz's"
+    assert '<pre class="book-trace-steps">' in page and "text-align: left" in page, "the trace as text, left-aligned"
     assert "Tasks, <em>traced</em>." in page
     text = re.sub(r"<[^>]+>", "", page)
     assert "python docs/_ext/trace_figures.py coroutines-tasks" in text

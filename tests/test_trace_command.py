@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -395,3 +396,72 @@ def test_sigint_inside_a_task_step_stops_the_coroutines_stage(hook: str, nth: in
         pytest.fail(f"SIGINT at the {nth}th {hook} did not stop the server within 20 s")
     assert done.stdout.strip() == "stopped", done.stdout + done.stderr
     assert "Error" not in done.stderr, done.stderr
+
+
+# -- the recorder does not disturb what it records -------------------------------------------
+
+# Longer than any callback of these stages takes here (0.1-0.5 ms, on a busy 2-core
+# machine), shorter than the interpreter's switch interval (5 ms): a load thread in the
+# server's process made callbacks of 3-9 ms, several per run, by taking the GIL whenever a
+# callback's recv or send released it.  One callback may pass the bound: on a busy machine
+# the kernel preempts the server now and then, whoever sends the load.
+BOUND_MS = 2.0
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("stage", ["callbacks", "aio"])
+def test_no_callback_lasts_longer_than_its_own_work_plus_a_bound(stage: str, tmp_path: Path) -> None:
+    result = tinyloop("trace", stage, "--out", str(tmp_path), "--requests", "60", "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+    callbacks = sorted((e["dur"] / 1000 for e in load(tmp_path / f"{stage}.json")["traceEvents"]
+                        if e.get("cat") == "callback"), reverse=True)
+    assert len(callbacks) >= 60, "a callback per request at least"
+    assert callbacks[1] <= BOUND_MS, f"callbacks longer than {BOUND_MS} ms: {[round(ms, 2) for ms in callbacks[:5]]}"
+
+
+def test_the_load_is_another_process_and_the_page_says_what_recording_cost(tmp_path: Path) -> None:
+    result = tinyloop("trace", "callbacks", "--out", str(tmp_path), "--requests", "3")
+    assert result.returncode == 0, result.stderr
+    trace = load(tmp_path / "callbacks.json")
+    cost = trace["otherData"]["recorder_cost"]
+    assert 0 < cost["seconds_per_event"] < 1e-3 and cost["events"] == trace["otherData"]["recorded_events"]
+    page = (tmp_path / "callbacks.html").read_text()
+    assert "The recorder itself cost the loop about" in page and "µs per event" in page
+    assert "from another process" in page
+    # "Made by" is the whole command, every option spelt out.
+    assert (f"Made by <code>python -m tinyloop trace --out {tmp_path} callbacks --requests 3 --concurrency 2 "
+            f"--compute-ms 0 --capacity 100000</code>") in page
+    assert "The recorder itself cost the loop about" in result.stderr
+    help_text = tinyloop("trace", "--help").stdout
+    assert "process of its own" in help_text and "per event" in help_text
+
+
+def test_a_second_trace_of_a_stage_takes_the_next_number(tmp_path: Path) -> None:
+    (tmp_path / "callbacks.json").write_text("an earlier trace")
+    (tmp_path / "callbacks-2.html").write_text("another")
+    result = tinyloop("trace", "callbacks", "--out", str(tmp_path), "--requests", "2")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "callbacks.json").read_text() == "an earlier trace"
+    assert (tmp_path / "callbacks-2.html").read_text() == "another"
+    assert f"wrote {tmp_path / 'callbacks-3.json'} and {tmp_path / 'callbacks-3.html'}" in result.stderr
+    load(tmp_path / "callbacks-3.json")
+
+
+def test_the_load_process_stops_the_server_with_sigint_and_reports() -> None:
+    from tinyloop.commands import load as load_module
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Nobody listens on this port: the load reports the error, and still sends its SIGINT.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    waiter = subprocess.Popen([sys.executable, "-c", "import time\ntry:\n    time.sleep(30)\n"
+                               "except KeyboardInterrupt:\n    print('interrupted')"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)   # (its handler for SIGINT is Python's: KeyboardInterrupt)
+        done = subprocess.run([sys.executable, "-m", "tinyloop.commands.load", str(port), "2", "1", "0",
+                               "--stop", str(waiter.pid)], capture_output=True, text=True, timeout=30, env=env)
+        assert waiter.communicate(timeout=10)[0].strip() == "interrupted"
+    finally:
+        waiter.kill()
+    assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("closed: ConnectionRefusedError")
+    assert load_module.LOAD_TIMEOUT > 0

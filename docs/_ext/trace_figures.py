@@ -57,7 +57,10 @@ class Figure:
 
     ``make()`` returns the trace.  ``tracks`` lists the track names to draw,
     by prefix (empty: all); ``counters`` the counters, by prefix (None: all);
-    ``crop(trace)`` gives the (start, end) in µs to draw (None: open).
+    ``crop(trace)`` gives the (start, end) in µs to draw (None: open): the
+    window the caption is about.  ``shows`` names the spans and marks the
+    caption points at, each of which the drawn window must hold whole
+    (tests/test_book_figures.py checks it).
     """
 
     name: str
@@ -71,6 +74,7 @@ class Figure:
     awaits: bool = False  # each task step named for what it ended awaiting
     text: bool = False    # the book prints the drawn trace as text below it too (tinyloop.quiz.steps)
     facts: Callable[[Trace], str] | None = None   # numbers read off the drawn trace, for the caption
+    shows: tuple[str, ...] = ()   # span and mark names (a span's cat, or its name) the caption points at
 
     def drawn(self, trace: Trace) -> Trace:
         """What the book draws of ``trace``: its tracks and counters, cut to its crop; with ``awaits``,
@@ -617,12 +621,6 @@ def _around(spans: list[dict[str, Any]], *moments: float) -> list[dict[str, Any]
     return [e for e in spans if any(e["ts"] <= ts <= _end(e) for ts in moments)]
 
 
-def _after_first_wait(trace: Trace, margin: float = 2000.0) -> tuple[float | None, float | None]:
-    """From ``margin`` µs before the end of the first wait that returned something: the idle start cut."""
-    waits = [e for e in _events(trace, "X", "wait") if (e.get("args") or {}).get("events")]
-    return (_end(min(waits, key=lambda e: e["ts"])) - margin if waits else None), None
-
-
 def _writes(trace: Trace) -> tuple[float | None, float | None]:
     """From the callback that made the first write to the end of the one that made the last."""
     writes = [e["ts"] for e in _events(trace, "i", "write")]
@@ -651,6 +649,20 @@ def _request_path(trace: Trace) -> tuple[float | None, float | None]:
     # On libuv the read callback runs inside the poll phase, within the wait.
     callbacks = [e["ts"] for e in _around(_events(trace, "X", cat="callback"), min(reads))]
     return min([start, min(reads)] + callbacks) - 5, end + 5
+
+
+def _stall(trace: Trace) -> tuple[float | None, float | None]:
+    """From just before the longest callback to the end of the callbacks step after the wait that follows it:
+    the stall, the wait that finds the others' requests, and their callbacks."""
+    callbacks = _events(trace, "X", cat="callback")
+    if not callbacks:
+        return None, None
+    longest = max(callbacks, key=lambda e: e["dur"])
+    after = sorted((e for e in _events(trace, "X", "callbacks") if e["ts"] > _end(longest)), key=lambda e: e["ts"])
+    if not after:
+        return None, None
+    end = _end(after[0])
+    return longest["ts"] - 0.02 * (end - longest["ts"]), end + 0.02 * (end - longest["ts"])
 
 
 def _readiness_facts(trace: Trace) -> str:
@@ -702,11 +714,13 @@ FIGURES: tuple[Figure, ...] = (
            "and the descriptors each wait returned", facts=_readiness_facts),
     Figure("callbacks-iteration", "callbacks", "build", callbacks_iteration,
            "two iterations of Part II's loop: wait, timers, callbacks",
-           tracks=("loop",), counters=("ready queue",)),
+           tracks=("loop",), counters=("ready queue",),
+           shows=("wait", "timers", "callbacks", "call_soon_cb", "on_readable", "call_later_0", "later_300us")),
     Figure("callbacks-stall", "callbacks", "reference",
            partial(_trace_stage, "callbacks", requests=9, concurrency=3, compute_ms=50),
            "a 50 ms handler holds the loop: three clients' requests wait behind it",
-           tracks=("loop",), counters=("ready descriptors",), crop=_after_first_wait, facts=_stall_facts),
+           tracks=("loop",), counters=("ready descriptors",), crop=_stall, facts=_stall_facts,
+           shows=("Client._on_readable", "wait", "callbacks")),
     Figure("generators-stack", "generators", "build", generators_stack,
            "the trampoline's stack of generators over time, for two tasks",
            counters=("stack depth",)),
@@ -723,7 +737,7 @@ FIGURES: tuple[Figure, ...] = (
            counters=(), awaits=True, text=True),
     Figure("libuv-request", "libuv", "reference", partial(_trace_stage, "uv", requests=1, concurrency=1),
            "tinyloop.uv serving one request: uv_run's phases per iteration", counters=(),
-           crop=_request_path, text=True),
+           crop=_request_path, text=True, shows=("check", "read", "write", "HTTPProtocol.data_received")),
     Figure("realworld-pipelined", "realworld", "build", partial(_aio_request, REQUEST * 23 + LAST_REQUEST, 24),
            "24 pipelined requests: one read, one parse pass, one write", counters=(),
            crop=_request_path, text=True),
