@@ -20,6 +20,7 @@ no process (psutil), the canary files intact.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import time
@@ -94,7 +95,8 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     assert lines[2:4] == ["30", "30"], (out, err)  # EROFS: the system and the checkout are read-only
 
 
-def test_a_report_forged_from_inside_earns_nothing(tmp_path):
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed-for-credit"])
+def test_a_report_forged_from_inside_earns_nothing(tmp_path, sandboxed):
     # The student's wrong file, loaded in the test process before pytest runs,
     # writes a passing JUnit report wherever the check's files may be, forges
     # outcomes on the checker's pipe for the test it knows fails, and leaves
@@ -121,7 +123,9 @@ if IN_TESTS:
         os.write(int(fd), "".join(json.dumps(x) + "\\n" for x in lines).encode())
     os._exit(0)
 '''
-    report = check(solution(tmp_path, "run-once.py", wrong=True, prologue=prologue))
+    # Unsandboxed, the ids collected first are what defeats it (grade --unsandboxed).
+    report = checker.check(EXERCISE, solution(tmp_path, "run-once.py", wrong=True, prologue=prologue),
+                           quick=True, sandboxed=sandboxed, collect_first=True)
     text = report.render()
     assert not report.passed, text
     step = next(s for s in report.steps if s.status == "FAIL")
@@ -167,7 +171,10 @@ if IN_TESTS:
         seen.unlink()
 
 
-def test_a_fork_bomb_fails_and_ends(tmp_path):
+@pytest.mark.slow
+def test_a_fork_bomb_fails_and_ends(tmp_path, monkeypatch):
+    # A lower process limit than a class's, to spare the machine the test runs on.
+    monkeypatch.setattr(sandbox, "LIMITS", dataclasses.replace(sandbox.LIMITS, processes=128))
     prologue = '''
 import os
 if IN_TESTS:
@@ -225,6 +232,7 @@ def test_a_hang_inside_c_is_stopped_from_outside_and_named(tmp_path, monkeypatch
     assert not left_behind()
 
 
+@pytest.mark.slow
 def test_two_checks_listening_on_one_fixed_port_both_pass(tmp_path):
     # Each check listens on the port the host holds already: each has a
     # loopback of its own.  And each tries to reach a listener of the host,

@@ -128,7 +128,8 @@ def repository_root() -> Path:
 
 def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
           root: Path | None = None, stop_when_unwritten: bool = True,
-          verdict_only: bool = False, sandboxed: bool = False) -> Report:
+          verdict_only: bool = False, sandboxed: bool = False,
+          collect_first: bool | None = None) -> Report:
     """Grade the file ``path`` as a solution to ``exercise``.
 
     ``quick`` measures the loop properties with smaller counts (for the test
@@ -143,6 +144,9 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     collected itself, without the file, and the outcomes each reported on
     its pipe (tinyloop/exercises/outcomes.py); without it, the audit-hook
     guard (tinyloop/exercises/guard.py) watches the file's processes.
+    ``collect_first`` (default: ``sandboxed``) takes the test ids from that
+    collection rather than from the test process (grading for credit
+    unsandboxed: ``grade --unsandboxed``); a second or two more per run.
     Raises :class:`CheckerError` if ``path`` does not exist, there is no
     checkout, or ``sandboxed`` and no sandbox can be built here.
     """
@@ -195,12 +199,14 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
                 copy.chmod(0o644)
                 replaced = f"{exercise.module}={sandbox.FOLDER}/{path.name}"
                 shown = Path(sandbox.FOLDER) / path.name
-        _run_steps(report, exercise, text, replaced, shown, root, scratch, quick, verdict_only, sandboxed)
+        _run_steps(report, exercise, text, replaced, shown, root, scratch, quick, verdict_only, sandboxed,
+                   sandboxed if collect_first is None else collect_first)
     return report
 
 
 def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, shown: Path, root: Path,
-               scratch: Path, quick: bool, verdict_only: bool, sandboxed: bool) -> None:
+               scratch: Path, quick: bool, verdict_only: bool, sandboxed: bool,
+               collect_first: bool) -> None:
     """The test steps of :func:`check` (4 and 5), in ``report``: the file is ``replaced``
     (TINYLOOP_OVERRIDE's value), shown in messages as ``shown``; ``scratch`` is the
     check's temporary directory (sandboxed: the folder the sandbox sees read-only)."""
@@ -237,13 +243,15 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
     # before its first test until those pass; if they fail it is stopped.
     own = own_test_arguments(exercise, root)
     wide = _start_tests(root, override, ["-x", *WIDE_UNUSED_PLUGINS, *REACH_OPTIONS, exercise.name],
-                        wider_test_arguments(exercise, root), scratch, wait=True, sandboxed=sandboxed)
+                        wider_test_arguments(exercise, root), scratch, wait=True, sandboxed=sandboxed,
+                        collect_first=collect_first)
     limits = properties.QUICK if quick else properties.FULL
     measured: list[properties.Result] = []
     try:
         # Hypothesis only where the stream properties are among them.
         options = ["-x", *(UNUSED_PLUGINS if STREAM_TESTS in own else WIDE_UNUSED_PLUGINS)]
-        step = (_finish_tests(_start_tests(root, override, options, own, scratch, sandboxed=sandboxed),
+        step = (_finish_tests(_start_tests(root, override, options, own, scratch, sandboxed=sandboxed,
+                                           collect_first=collect_first),
                               exercise, shown, root, own=True) if own else None)
         if step is not None:
             report.steps.append(step)
@@ -720,7 +728,8 @@ class _Session:
     tmp: tempfile.TemporaryDirectory
     go: Path | None  # the file the run waits for before its first test (None: no wait)
     channel: outcomes.Channel
-    expected: _Expected | None  # sandboxed: the test ids, collected without the file
+    expected: _Expected | None  # the test ids, collected without the file (None: as reported)
+    sandboxed: bool
     stopped: bool = False
 
     @property
@@ -810,7 +819,8 @@ class _Expected:
 
 
 def _start_tests(root: Path, override: dict[str, str], options: list[str], arguments: list[str],
-                 scratch: Path | None = None, wait: bool = False, sandboxed: bool = False) -> _Session:
+                 scratch: Path | None = None, wait: bool = False, sandboxed: bool = False,
+                 collect_first: bool = False) -> _Session:
     """Start pytest with ``options`` and ``arguments``; :func:`_finish_tests` collects it.
 
     ``scratch``: the check's temporary directory, where its files go (default:
@@ -818,8 +828,9 @@ def _start_tests(root: Path, override: dict[str, str], options: list[str], argum
     first test until :meth:`_Session.start` (the reach plugin's
     ``--tinyloop-wait``, which must be among ``options``' plugins): the wide
     step is collected while the exercise's own tests run.  ``sandboxed``: the
-    run starts in a sandbox (``scratch`` is the folder it sees read-only), and
-    the ids it must report are collected meanwhile, outside it."""
+    run starts in a sandbox (``scratch`` is the folder it sees read-only).
+    ``collect_first``: the ids it must report are collected meanwhile, by
+    another pytest without the student's file."""
     tmp = tempfile.TemporaryDirectory(prefix="tests-", dir=scratch)
     folder = Path(tmp.name)
     go = folder / "go" if wait else None
@@ -827,7 +838,7 @@ def _start_tests(root: Path, override: dict[str, str], options: list[str], argum
     if sandboxed and go is not None:
         folder.chmod(0o711)  # the sandbox's user may look for the go file, by its name
         seen_go = Path(sandbox.FOLDER) / folder.name / "go"
-    expected = _Expected(root, options, arguments) if sandboxed else None
+    expected = _Expected(root, options, arguments) if collect_first else None
     channel = outcomes.Channel()
     command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                "-p", "tinyloop.exercises.outcomes", f"--maxfail={SHOW_FAILURES}",
@@ -849,7 +860,7 @@ def _start_tests(root: Path, override: dict[str, str], options: list[str], argum
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     pass_fds=channel.pass_fds, start_new_session=True)
     channel.started_writer()
-    return _Session(proc, tmp, go, channel, expected)
+    return _Session(proc, tmp, go, channel, expected, sandboxed)
 
 
 # A test still running this long after pytest-timeout's limit is stuck where
@@ -893,7 +904,7 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
     finally:
         session.stop()
     code = proc.returncode
-    if session.expected is not None and code > 128 and channel.exit is None:
+    if session.sandboxed and code > 128 and channel.exit is None:
         code = 128 - code  # bwrap passes a signal on as 128 + its number
     if code < 0:  # killed by a signal: a crash, wherever it happened
         return _crash(exercise, path, -code, stdout + stderr, channel.running)
@@ -926,7 +937,8 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
         first = missing[0] if missing else None
         why = (f"{len(missing)} of the {len(ids)} tests never reported: the first, {first}"
                if first else f"pytest exit code {code}")
-        return Step("FAIL", "the tests stopped before they all ran", [_clip(why, 160), properties.last_line(output)])
+        return Step("FAIL", "the tests stopped before they all ran",
+                    [_clip(why, 160), *([properties.last_line(output)] if output.strip() else [])])
     details = []
     for result in failed[:SHOW_FAILURES]:
         details += _describe(result, exercise, path)
@@ -1070,7 +1082,7 @@ def _clip(line: str, width: int = 100) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tinyloop.exercises.checker NAME FILE [--sandboxed] [--verdict-only] [--quick]``:
+    """``python -m tinyloop.exercises.checker NAME FILE [--sandboxed] [--for-credit] [--verdict-only] [--quick]``:
     check FILE and print the report as JSON (grading.report_json) on standard
     output; exit 0 passed, 1 failed, 2 the check could not run (one line on
     standard error).
@@ -1084,6 +1096,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("exercise")
     parser.add_argument("file")
     parser.add_argument("--sandboxed", action="store_true", help="run the file's processes in a sandbox")
+    parser.add_argument("--for-credit", action="store_true",
+                        help="take the test ids from a collection without the file (implied by --sandboxed)")
     parser.add_argument("--verdict-only", action="store_true",
                         help="skip the diagnosis of a failure: the same verdict, sooner")
     parser.add_argument("--quick", action="store_true", help="the loop properties with smaller counts")
@@ -1093,7 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         report = check(catalog.get(args.exercise), args.file, quick=args.quick,
-                       verdict_only=args.verdict_only, sandboxed=args.sandboxed)
+                       verdict_only=args.verdict_only, sandboxed=args.sandboxed,
+                       collect_first=args.sandboxed or args.for_credit)
     except (KeyError, CheckerError) as error:
         print(f"tinyloop: {error.args[0]}", file=sys.stderr)
         return 2

@@ -410,7 +410,8 @@ def _check_one(name: str, path: Path, timeout: float, *,
     says why).  ``sandboxed`` (the default): every process that runs the file
     runs in a sandbox (tinyloop/exercises/sandbox.py; callers first ask
     ``sandbox.available()``), and the verdict is taken outside it; False: the
-    student's own check, with the audit-hook guard.  The check is
+    student's own check, with the audit-hook guard, but with the test ids
+    collected without the file all the same (``--for-credit``).  The check is
     ``python -m tinyloop.exercises.checker``, which records nothing in the
     teacher's progress file; its HOME and cache folder are a fresh
     temporary folder all the same, and a sandbox's are its private tmp."""
@@ -418,7 +419,7 @@ def _check_one(name: str, path: Path, timeout: float, *,
     with tempfile.TemporaryDirectory(prefix="tinyloop-grade-") as tmp:
         env = {**os.environ, "HOME": tmp, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
         proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.checker", name, str(path),
-                                 *(["--sandboxed"] if sandboxed else [])],
+                                 "--sandboxed" if sandboxed else "--for-credit"],
                                 cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)

@@ -127,7 +127,7 @@ def _uid() -> int:
 
 
 def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None,
-            env: Mapping[str, str] | None = None, limits: Limits = LIMITS,
+            env: Mapping[str, str] | None = None, limits: Limits | None = None,
             cwd: str | None = None):
     """``(argv, preexec)``: the command that runs ``argv`` in a new sandbox, and the
     function subprocess must call in the child before exec (it sets the rlimits).
@@ -135,9 +135,11 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
     ``folder``: a host directory shown read-only at :data:`FOLDER`.  ``env``:
     the whole environment of ``argv`` (the sandbox starts from an empty one;
     HOME and TMPDIR are the private tmp).  ``cwd``: the working directory
-    inside (default: the private tmp).  Every file descriptor the caller
-    passes (``pass_fds``) stays open in the sandbox.
+    inside (default: the private tmp).  ``limits``: default :data:`LIMITS`,
+    read at each call.  Every file descriptor the caller passes
+    (``pass_fds``) stays open in the sandbox.
     """
+    limits = limits if limits is not None else LIMITS
     bound = read_only_paths()
     out = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "tinyloop-check",
@@ -188,7 +190,7 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
 
 
 def popen(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None,
-          env: Mapping[str, str] | None = None, limits: Limits = LIMITS, cwd: str | None = None,
+          env: Mapping[str, str] | None = None, limits: Limits | None = None, cwd: str | None = None,
           pass_fds: Sequence[int] = (), stdout=None, stderr=None) -> subprocess.Popen:
     """Start ``argv`` in a new sandbox (:func:`command`); standard input is /dev/null.
 
