@@ -256,6 +256,10 @@ def test_grade_takes_one_students_submission_as_gradescope_lays_it_out(tmp_path:
         [("run-once", 0.0, 1.0, "failed"), ("trap-sleep", 0.0, 1.0, "failed")]
     assert all(set(t) == {"name", "score", "max_score", "status", "output", "visibility"} for t in results["tests"])
     assert "found run_once.py: expected run-once.py" in results["tests"][0]["output"]
+    # ... and valid against the JSON Schema written from that page (tinyloop/exercises/gradescope.py's).
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = Path(grading.__file__).with_name("gradescope_results.schema.json")
+    jsonschema.validate(results, json.loads(schema.read_text()))
 
 
 def test_grade_refuses_to_grade_for_credit_without_the_sandbox(tmp_path: Path, monkeypatch, capsys) -> None:
