@@ -311,7 +311,7 @@ def test_correct_hostile_and_unwritten_students(tmp_path: Path) -> None:
     data, done = autograde(tmp_path, source, correct)
     assert [(t["score"], t["max_score"]) for t in data["tests"]] == [(2.0, 2.0), (1.0, 1.0)], \
         json.dumps(data, indent=1) + done.stderr
-    assert data["score"] == 3.0
+    assert data["score"] == 3.0 and "outlived" not in data["output"], data["output"]
     # Hostile: a forged results.json written at import, again and again by a detached
     # child, and a shell command that deletes the autograder's files.
     forged = json.dumps({"score": 100.0, "tests": []})
