@@ -465,3 +465,44 @@ def test_the_load_process_stops_the_server_with_sigint_and_reports() -> None:
         waiter.kill()
     assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("closed: ConnectionRefusedError")
     assert load_module.LOAD_TIMEOUT > 0
+
+
+# -- the JSON in Perfetto's UI, offline -------------------------------------------------------
+
+
+@pytest.mark.slow  # Perfetto's UI is a 20 MB web app: it loads in 5-20 s
+@pytest.mark.timeout(TIMEOUT * 2)
+def test_the_json_opens_in_perfetto_through_vizviewer(tmp_path: Path, devtools) -> None:
+    vizviewer = Path(sys.executable).parent / "vizviewer"
+    if not vizviewer.exists():
+        pytest.skip("no vizviewer: viztracer is in the dev extra (pip install -e '.[dev]')")
+    result = tinyloop("trace", "callbacks", "--out", str(tmp_path), "--requests", "4")
+    assert result.returncode == 0, result.stderr
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    viewer = subprocess.Popen([str(vizviewer), "--server_only", "--port", str(port), str(tmp_path / "callbacks.json")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and viewer.poll() is None, "vizviewer did not start"
+                time.sleep(0.1)
+        devtools.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1,
+                      mobile=False)
+        devtools.load(f"http://127.0.0.1:{port}/")
+        wanted = ["loop (tinyloop.callbacks.loop.Loop)", "ready queue", "ready descriptors"]
+        text = ""
+        while time.monotonic() < deadline + 60:
+            text = devtools.evaluate("document.body.innerText") or ""
+            if all(track in text for track in wanted):
+                break
+            time.sleep(0.5)
+        assert all(track in text for track in wanted), f"Perfetto's UI shows no such tracks: {text[:800]}"
+    finally:
+        viewer.kill()
+        viewer.wait(timeout=10)
