@@ -135,6 +135,26 @@ if IN_TESTS:
     assert not left_behind()
 
 
+@pytest.mark.slow
+def test_the_limit_code_in_the_test_process_can_still_forge_a_pass(tmp_path):
+    # What the sandbox does not promise (chapters/teachers.md says so): the
+    # student's module is loaded into the test process, and code there can
+    # change pytest itself.  This wrong file makes every test a no-op that
+    # passes, and the check reports PASSED: every expected test reported, on
+    # the checker's own pipe, by the real plugin.  If this test fails, the
+    # hole is closed: change the teachers' page with it.
+    prologue = """
+if IN_TESTS:
+    import _pytest.python
+    _pytest.python.Function.runtest = lambda self: None
+"""
+    report = check(solution(tmp_path, "run-once.py", wrong=True, prologue=prologue), verdict_only=True)
+    assert report.passed, report.render()
+    # The same file without the patch fails at once.
+    honest = check(solution(tmp_path, "run-once.py", wrong=True), verdict_only=True)
+    assert not honest.passed, honest.render()
+
+
 def test_a_detached_child_is_ended_with_the_check(tmp_path):
     mark = "3141.59"
     prologue = f'''
