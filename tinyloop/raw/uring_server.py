@@ -81,7 +81,7 @@ class Connection:
     ident: int
     fd: int
     http: HTTPConnection = field(default_factory=HTTPConnection)
-    buffer: bytearray = field(default_factory=lambda: bytearray(RECV_SIZE))
+    buffer: bytearray | None = None   # its receive buffer, made at its first receive
     outgoing: bytearray = field(default_factory=bytearray)
     sending: bytes | None = None
     sent: int = 0
@@ -211,6 +211,8 @@ class UringServer:
 
     def arm_recv(self, conn: Connection) -> None:
         """Submit one receive into the connection's own buffer."""
+        if conn.buffer is None:
+            conn.buffer = bytearray(RECV_SIZE)
         address, conn.pin = address_of(conn.buffer)
         self.ring.prep_recv(conn.fd, address, RECV_SIZE, self.user_data(conn, RECV))
         conn.receiving = True
@@ -220,6 +222,7 @@ class UringServer:
         conn.receiving = conn.cancelling = False
         conn.pin = None
         if res >= 0:
+            assert conn.buffer is not None
             self.received(conn, bytes(memoryview(conn.buffer)[:res]))
         elif res != -errno.ECANCELED:
             conn.failed = True   # ECONNRESET and friends: this peer is gone

@@ -1,0 +1,234 @@
+"""Part VI's reference: what the io_uring servers save, in one sitting.
+
+    python -m benchmarks.completion               writes benchmarks/results/local/completion.*
+    python -m benchmarks.completion --quick       a smoke run (seconds, not a measurement)
+    python -m benchmarks.completion --reference   the completion chapter's figure and tables
+
+Three measurements of the uring and uring-multishot stages, with the epoll
+stage beside them where the comparison means something:
+
+  batches    each server in a process of its own (``--serve STAGE``) on a
+             RecordingRing, a Ring whose ``submit_and_wait`` also notes, per
+             call, its time, the SQEs it submitted and the CQEs waiting after
+             it; the load from this process (tinyloop.testing.Crowd): CLIENTS
+             keep-alive connections, one ``GET /`` each per round, ROUNDS
+             rounds after a warm-up round.  -> completion_batches.md, .svg
+  syscalls   benchmarks.syscalls' count (strace -c over wrk, depth 1 and 24)
+             for epoll, uring and uring-multishot.  -> completion_syscalls.md
+  memory     benchmarks.memory's RSS with 0, 1,000 and 10,000 idle keep-alive
+             connections, and the slope: bytes per connection.
+             -> completion_memory.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import loads, memory, servers, syscalls
+from benchmarks.harness import experiment, output
+from benchmarks.harness.machine import display, version_line
+from benchmarks.harness.process import choose_pinning, raise_nofile
+from benchmarks.harness.strace import strace_problem
+from benchmarks.loads import Settings
+from tinyloop import stages
+from tinyloop import serving
+from tinyloop.http import HELLO
+from tinyloop.raw import uring
+from tinyloop.raw.uring_multishot_server import MultishotServer
+from tinyloop.raw.uring_server import UringServer
+from tinyloop.testing import Crowd, ServerProcess
+
+__all__ = ["RecordingRing", "main", "render_batches"]
+
+STAGES = {"uring": UringServer, "uring-multishot": MultishotServer}
+COMPARED = ["epoll", "uring", "uring-multishot"]   # the syscalls and memory rows
+CLIENTS = 10
+ROUNDS = 20
+
+
+class RecordingRing(uring.Ring):
+    """A Ring that notes each io_uring_enter: (CLOCK_MONOTONIC seconds, SQEs submitted, CQEs waiting).
+
+    CLOCK_MONOTONIC is one clock for every process, so the load's round
+    boundaries, taken in another process, cut the same record.
+    """
+
+    def __init__(self, entries: int = 256) -> None:
+        super().__init__(entries)
+        self.calls: list[tuple[float, int, int]] = []
+
+    def submit_and_wait(self, wait_nr: int = 1) -> int:
+        taken = super().submit_and_wait(wait_nr)
+        tail, head = (uring._U32.unpack_from(self._cq, at)[0] for at in (self._cq_tail_at, self._cq_head_at))
+        self.calls.append((time.monotonic(), taken, (tail - head) & 0xFFFFFFFF))
+        return taken
+
+
+def serve(stage: str, record: Path) -> None:
+    """The server side: STAGE's server on a RecordingRing until SIGTERM; its calls go to ``record``."""
+    listener = serving.listen("127.0.0.1", 0)
+    serving.stop_on_sigterm()
+    serving.announce(stage, listener)
+    ring = RecordingRing()
+    driver = STAGES[stage](listener, ring)
+    try:
+        driver.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ring.close()
+        driver.release()
+        record.write_text(json.dumps(ring.calls))
+        listener.close()
+
+
+def measure(stage: str, workdir: Path, clients: int, rounds: int) -> dict:
+    """One stage under the load: the enters during the counted rounds, and totals per request."""
+    record = workdir / f"{stage}.json"
+    marks = workdir / f"{stage}.marks"
+    command = [sys.executable, "-m", "benchmarks.completion", "--serve", stage, "--record", str(record)]
+    with ServerProcess(stage, command=command) as server, Crowd(server.address, timeout=30.0) as crowd:
+        crowd.open(clients)
+        times = []
+        for _ in range(rounds + 1):           # round 0 warms up
+            times.append(time.monotonic())
+            if wrong := sum(answer != (200, HELLO) for answer in crowd.ask()):
+                raise RuntimeError(f"{stage}: {wrong} of {clients} requests were not answered")
+        times.append(time.monotonic())
+    marks.write_text(json.dumps(times))
+    calls = [c for c in json.loads(record.read_text()) if times[1] <= c[0] < times[-1]]
+    requests = clients * rounds
+    return {"calls": [[round(t - times[1], 6), sqes, cqes] for t, sqes, cqes in calls],
+            "requests": requests, "enters_per_request": round(len(calls) / requests, 3),
+            "sqes_per_request": round(sum(c[1] for c in calls) / requests, 3),
+            "cqes_per_request": round(sum(c[2] for c in calls) / requests, 3),
+            "most_cqes_per_enter": max((c[2] for c in calls), default=0)}
+
+
+def render_batches(data: dict) -> str:
+    """completion_batches.md, from the JSON alone."""
+    lines = ["| stage | requests | io_uring_enter per request | SQEs per request | CQEs per request "
+             "| most CQEs in one enter |", "|---|---:|---:|---:|---:|---:|"]
+    for stage, row in data["batches"].items():
+        lines.append(f"| `{stage}` | {row['requests']} | {row['enters_per_request']:.2f} | "
+                     f"{row['sqes_per_request']:.2f} | {row['cqes_per_request']:.2f} | {row['most_cqes_per_enter']} |")
+    settings = data["settings"]
+    lines += ["", f"{settings['clients']} keep-alive clients, one `GET /` each per round, {settings['rounds']} "
+              f"rounds after a warm-up round, the load from another process; {data['date'][:10]}, load average "
+              f"{data['load_average'][0] if data['load_average'] else '?'}. Command: `{data['command']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def figure(data: dict, path: Path) -> None:
+    """completion.svg: per enter, SQEs submitted (up) and CQEs brought back (down), per stage."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(data["batches"])
+    fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.2 * len(names)), sharex=True, squeeze=False)
+    for ax, stage in zip(axes[:, 0], names):
+        calls = data["batches"][stage]["calls"][:60]
+        xs = range(len(calls))
+        ax.bar(xs, [c[1] for c in calls], color="#3182bd", label="SQEs submitted")
+        ax.bar(xs, [-c[2] for c in calls], color="#e6550d", label="CQEs brought back")
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_ylabel(stage)
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper center", frameon=False, ncol=2, fontsize=9)
+    axes[-1, 0].set_xlabel("io_uring_enter calls, in order (the first 60 of the counted rounds)")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+
+
+def count_syscalls(quick: bool) -> dict:
+    """benchmarks.syscalls' points for COMPARED at depth 1 and 24, in its JSON's shape."""
+    if problem := strace_problem():
+        return {"skipped": f"strace cannot count here: {problem}", "points": []}
+    experiment.require("completion", "wrk")
+    chosen = [servers.stage_server(stages.get(name)) for name in COMPARED]
+    ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
+    duration, warmup = (1.0, 20) if quick else (3.0, 200)
+    settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+    pinning = choose_pinning(False)
+    with tempfile.TemporaryDirectory(prefix="completion-syscalls-") as workdir:
+        points = [syscalls.measure(server, depth, settings, pinning, Path(workdir), warmup)
+                  for server in ready for depth in syscalls.DEPTH_LOADS]
+    return {"settings": {"quick": quick, "duration_s": duration, "warmup_requests": warmup},
+            "tools": {"strace": version_line(["strace", "-V"]), "wrk": version_line(["wrk", "-v"])},
+            "commands": {str(depth): display(loads.command(loads.get(name), "http://127.0.0.1:PORT/", settings))
+                         for depth, name in syscalls.DEPTH_LOADS.items()},
+            "skipped": skipped, "points": points}
+
+
+def measure_memory(quick: bool) -> dict:
+    """benchmarks.memory's runs and summary for COMPARED, in its JSON's shape."""
+    counts = list(memory.QUICK_COUNTS if quick else memory.COUNTS)
+    limit = raise_nofile(max(counts) + memory.ROOM)
+    notes = []
+    if left_out := [n for n in counts if n + memory.ROOM > limit]:
+        notes.append(f"left out: {', '.join(f'{n:,}' for n in left_out)} connections (descriptor limit {limit:,})")
+        counts = [n for n in counts if n not in left_out]
+    chosen = [servers.stage_server(stages.get(name)) for name in COMPARED]
+    ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
+    results = {}
+    for server in ready:
+        runs = [memory.measure(server, counts)]
+        results[server.name] = {**memory.summarize(runs, counts), "runs": runs}
+    return {"counts": counts, "notes": notes, "settings": {"repeat": 1},
+            "servers": [{"name": s.name, "kind": s.kind, "summary": s.summary, "skipped": skipped.get(s.name)}
+                        for s in chosen], "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment.parser("completion", __doc__, repeat=None, pin=False)
+    parser.add_argument("--serve", choices=list(STAGES), help=argparse.SUPPRESS)
+    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.record)
+        return 0
+    if reason := uring.unavailable():
+        print(f"benchmarks.completion: not run: {reason}", file=sys.stderr)
+        return 1
+    out = output.json_path(parser, args, "completion.json")
+    clients, rounds = (4, 3) if args.quick else (CLIENTS, ROUNDS)
+    clock = experiment.Clock()
+    with tempfile.TemporaryDirectory(prefix="completion-batches-") as tmp:
+        batches = {stage: measure(stage, Path(tmp), clients, rounds) for stage in STAGES}
+    counted = count_syscalls(args.quick)
+    held = measure_memory(args.quick)
+    data = experiment.document("completion", argv, clock, settings={"clients": clients, "rounds": rounds,
+                               "quick": args.quick}, batches=batches, syscalls=counted, memory=held)
+    data["elapsed_s"] = clock.elapsed()
+    figure(data, out.with_suffix(".svg"))
+    sub = {key: {**{k: data[k] for k in ("date", "command", "machine", "load_average", "schema")}, **data[key],
+                 "settings": {**data[key].get("settings", {}), "quick": args.quick}}
+           for key in ("syscalls", "memory")}
+    extra = {out.with_name("completion_batches.md"): render_batches(data),
+             out.with_name("completion_syscalls.md"): syscalls.markdown(sub["syscalls"]),
+             out.with_name("completion_memory.md"): memory.render(sub["memory"])}
+    experiment.finish(data, out, "\n".join(extra.values()), conclusion(data), extra=extra)
+    return 0
+
+
+def conclusion(data: dict) -> str:
+    """The run in one line: SQEs per request, system calls per request at depth 24, bytes per idle connection."""
+    parts = [f"{stage} {row['sqes_per_request']:.2f} SQEs/request" for stage, row in data["batches"].items()]
+    for point in data["syscalls"]["points"]:
+        if point["depth"] == 24 and point.get("per_request"):
+            parts.append(f"{point['server']} {point['per_request']['total']:.3f} calls/request at depth 24")
+    for name, row in data["memory"]["results"].items():
+        if row.get("bytes_per_connection") is not None:
+            parts.append(f"{name} {row['bytes_per_connection'] / 1024:.1f} KiB/idle connection")
+    return experiment.sentence("completion", parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
