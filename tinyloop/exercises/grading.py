@@ -34,7 +34,6 @@ import concurrent.futures
 import contextlib
 import csv
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -169,34 +168,42 @@ def report_junit(report: Report, seconds: float | None = None) -> str:
     return ET.tostring(junit_suite(report.exercise.name, report_json(report), seconds), encoding="unicode")
 
 
+# A failed test as the checker names it first in a step's details:
+# "test_name[param] (tests.test_module)".
+_TEST_TITLE = re.compile(r"^(test\S*) \(")
+
+
+def _is_test_run(step: dict) -> bool:
+    return step.get("id", "").split("::")[-1].rstrip("+") in ("own-tests", "tests")
+
+
 def _reason(step: dict) -> str:
-    """Why a FAIL ``step`` failed, in one line: a failing test's explanation (its
-    detail lines after the test's name), else the step's own text."""
-    details = [d.strip() for d in step["details"] if d.strip()]
-    if details and step.get("id", "").split("::")[-1].rstrip("+") in ("own-tests", "tests") \
-            and len(details) > 1 and details[1:]:
-        # details: "test_name (module)", then its explanation, indented
+    """Why a FAIL ``step`` failed, in one line: a failed test's explanation (the
+    indented lines after its name), else the step's text, and for a test run
+    its first detail (the test that never reported, or was stopped)."""
+    details = step["details"]
+    if details and _TEST_TITLE.match(details[0]):
         explanation = []
-        for line in step["details"][1:]:
+        for line in details[1:]:
             if not line.startswith("  "):
-                break  # the next failing test
+                break  # the next failed test
             explanation.append(line.strip())
         if explanation:
             return " ".join(explanation)
+    if _is_test_run(step) and details and details[0].strip():
+        return f"{step['text']}: {details[0].strip()}"
     return step["text"]
 
 
 def _first_failure(data: dict) -> tuple[str, str]:
-    """(the first failing test's id, its reason) in a report dict: for a failed
-    test run, the pytest test that failed first, after the step's id."""
+    """(the first failing test's id, its reason) in a report dict: for a test
+    run, the id of its step and then the pytest test that failed first."""
     for step in data["steps"]:
         if step["status"] == "FAIL":
             test_id = step.get("id", "")
-            kind = test_id.split("::")[-1].rstrip("+")
-            if kind in ("own-tests", "tests") and step["details"] and not step["details"][0].startswith(" "):
-                match = re.match(r"(\S+)", step["details"][0])
-                if match and match.group(1).startswith("test"):
-                    test_id += f"::{match.group(1)}"
+            match = _TEST_TITLE.match(step["details"][0]) if step["details"] else None
+            if match and _is_test_run(step):
+                test_id += f"::{match.group(1)}"
             return test_id, _reason(step)
     return "", ""
 
@@ -458,10 +465,7 @@ def _sandbox_reason() -> str | None:
 def _run_check(name: str, path: Path, timeout: float, sandboxed: bool) -> tuple[str, dict | None, str, float]:
     """:func:`_check_one`, sandboxed or not, on ``path`` made absolute (the check runs
     in a folder of its own)."""
-    path = path.resolve()
-    if "sandboxed" in inspect.signature(_check_one).parameters:
-        return _check_one(name, path, timeout, sandboxed=sandboxed)
-    return _check_one(name, path, timeout)
+    return _check_one(name, path.resolve(), timeout, sandboxed=sandboxed)
 
 
 def _cache_key(name: str, path: Path, timeout: float, sandboxed: bool) -> str:
