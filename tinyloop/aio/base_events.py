@@ -69,23 +69,6 @@ DEBUG_STACK_DEPTH = 10
 SENDFILE_FALLBACK_CHUNK = 256 * 1024
 
 
-# Discussion: a child made by fork(2) while a loop runs (multiprocessing's
-# "fork" start method, from a callback or a coroutine) is a copy of one
-# thread, with that loop still marked running in it: Part II's running-loop
-# slot is a thread-local, and fork copies it.  The child never runs the
-# parent's loop, and must be free to run one of its own (asyncio.run in a
-# worker).  asyncio clears its slot in the child with os.register_at_fork
-# (events.py); we clear Part II's the same way.  The parent's loop object
-# stays as fork left it, as asyncio's does: using it in the child is not
-# supported.
-def _forget_running_loop_after_fork() -> None:
-    reactor._running.loop = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_running_loop_after_fork)
-
-
 def _run_until_complete_cb(future: asyncio.Future) -> None:
     if not future.cancelled():
         exc = future.exception()
@@ -277,6 +260,9 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
     """
 
     _logger = logger
+    # None until the first run_in_executor(None, ...); a class default too, for
+    # code that may meet a loop half made (tinyloop.uv's at-fork hook).
+    _default_executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def handle_class(self) -> type[Handle]:  # type: ignore[override]

@@ -47,6 +47,7 @@ Where this differs from CPython, and why:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import functools
 import logging
@@ -60,14 +61,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tinyloop.aio import base_events, base_subprocess, selector_events
 from tinyloop.aio.events import Handle
 from tinyloop.aio.futures import _set_result_unless_cancelled
 from tinyloop.aio.transports import FlowControlMixin, source_traceback, unclosed_message
+from tinyloop.callbacks.loop import Reactor
 
-__all__ = ["EventLoopPolicy", "Loop", "SelectorEventLoop", "new_event_loop"]
+__all__ = ["AioBase", "EventLoopPolicy", "Loop", "SelectorEventLoop", "new_event_loop"]
 
 logger = logging.getLogger("asyncio")
 
@@ -77,6 +79,33 @@ _LOG_THRESHOLD_FOR_CONNLOST_WRITES = 5
 
 def _note_signal(signum: int, frame: Any) -> None:
     """The Python-level handler we install: it does nothing (see "Signals")."""
+
+
+@runtime_checkable
+class AioBase(Reactor, Protocol):
+    """What Part III's loop offers Part IV's C base, beyond Part II's :class:`Reactor`.
+
+    tinyloop.uv.Loop is ``UVLoop`` (C) in front of Part III's loop: the C
+    methods call these by name, and ``_task_factory`` is a ``cdef public``
+    field of UVLoop that Part III's ``__init__`` and ``set_task_factory``
+    fill.  The type checker holds :class:`SelectorEventLoop` to this
+    (tests/test_contracts.py), and a test holds the C base's public fields
+    to it.
+    """
+
+    _task_factory: Callable[..., asyncio.Future] | None
+    _default_executor: concurrent.futures.ThreadPoolExecutor | None  # the fork child drops it
+    _transports: Any  # fd -> transport: a socket in use by a transport is refused to sock_*
+
+    def is_running(self) -> bool: ...
+    def call_exception_handler(self, context: dict[str, Any]) -> None: ...
+    def create_task(self, coro: Any, *, name: str | None = None, context: Any = None,
+                    **kwargs: Any) -> asyncio.Future: ...
+    def create_future(self) -> asyncio.Future: ...
+    def _make_subprocess(self, protocol: asyncio.SubprocessProtocol, args: Any, shell: bool,
+                         stdin: Any, stdout: Any, stderr: Any, bufsize: int, *,
+                         waiter: asyncio.Future, extra: dict[str, Any] | None,
+                         **kwargs: Any) -> Any: ...
 
 
 class SelectorEventLoop(selector_events.BaseSelectorEventLoop):

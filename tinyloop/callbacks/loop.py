@@ -49,11 +49,11 @@ import types
 from collections import deque
 from collections.abc import Callable
 from selectors import EVENT_READ, EVENT_WRITE
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tinyloop.trace import instrument as instruments
 
-__all__ = ["DEBUG_ENV", "Handle", "Loop", "TimerHandle", "get_running_loop"]
+__all__ = ["DEBUG_ENV", "Handle", "Loop", "Reactor", "TimerHandle", "get_running_loop"]
 
 logger = logging.getLogger("tinyloop")
 
@@ -76,6 +76,19 @@ _CANCELLED_TIMERS_FRACTION = 0.5
 
 # Which loop is running in this thread, if any (see get_running_loop).
 _running = threading.local()
+
+
+def _forget_running_loop_after_fork() -> None:
+    # Discussion: a child made by fork(2) while a loop runs (multiprocessing's
+    # "fork" start method, from a callback) is a copy of one thread, with
+    # that loop still marked running in this thread-local.  The child never
+    # runs the parent's loop, and must be free to run one of its own: clear
+    # the slot there, as asyncio clears its own (Lib/asyncio/events.py).
+    _running.loop = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_running_loop_after_fork)
 
 
 def get_running_loop() -> Loop:
@@ -189,6 +202,42 @@ class TimerHandle(Handle):
         return super().__repr__()[:-1] + f" when={self._when:.6f}>"
 
 
+@runtime_checkable
+class Reactor(instruments.Observable, Protocol):
+    """What Part II's loop offers the layers built on it, by name.
+
+    tinyloop.aio subclasses :class:`Loop` and overrides one step of the
+    iteration; tinyloop.uv puts a C base class in front of it, whose
+    ``cdef public`` fields (tinyloop/uv/_loop.pxd) are the state below, so
+    that ``Loop.__init__`` fills them.  Those layers touch the reactor
+    through these names and no others; the type checker holds
+    :class:`Loop` to them (tests/test_contracts.py), so renaming one here
+    fails there, not at run time.
+    """
+
+    # The state (see Loop.__init__):
+    _ready: deque[Any]               # the ready queue
+    _stopping: bool                  # stop() was called
+    _closed: bool
+    _debug: bool
+    _selector: selectors.BaseSelector  # injected: where step 2 waits
+    _clock: Callable[[], float]        # injected: what time() reads
+    _ssock: socket.socket | None     # the self-pipe's read end (None before __init__ makes it)
+    _csock: socket.socket | None     # ... its write end: call_soon_threadsafe's and signals' wake-up
+
+    # The four steps of run_once, each overridable alone:
+    def _compute_timeout(self) -> float | None: ...
+    def _process_events(self, events: list[tuple[selectors.SelectorKey, int]]) -> None: ...
+    def _move_due_timers(self) -> None: ...
+    def _run_ready(self) -> None: ...
+
+    # What a step, or a faster copy of a public method, calls back:
+    def _run_handle(self, handle: Handle) -> None: ...
+    def _check_closed(self) -> None: ...
+    def _check_callback(self, callback: object, method: str) -> None: ...
+    def _check_thread(self) -> None: ...
+
+
 class Loop:
     """A reactor: run callbacks soon, at a time, or when a file descriptor is ready.
 
@@ -210,6 +259,10 @@ class Loop:
     # on the "asyncio" logger that asyncio programs configure).
     handle_class = Handle
     _logger = logger
+    # The self-pipe, made by __init__ (see _make_self_pipe); None until then,
+    # for code that may meet a loop half made (tinyloop.uv's at-fork hook).
+    _ssock: socket.socket | None = None
+    _csock: socket.socket | None = None
 
     def __init__(self, selector: selectors.BaseSelector | None = None,
                  clock: Callable[[], float] = time.monotonic, *, debug: bool | None = None,

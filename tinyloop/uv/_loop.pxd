@@ -68,6 +68,9 @@ cdef class UVLoop:
 
     # Set by Part II's Loop.__init__ through these public descriptors, so the
     # Python code of Parts II and III and the C code here share one state.
+    # Each is a field of the contract its layer offers (Part II's Reactor in
+    # tinyloop/callbacks/loop.py, Part III's AioBase in aio/unix_events.py):
+    # tests/test_contracts.py holds this list to them.
     cdef public object _ready          # the ready queue: a collections.deque
     cdef public bint _stopping
     cdef public bint _closed

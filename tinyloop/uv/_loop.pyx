@@ -322,7 +322,9 @@ cdef class UVLoop:
             self._fork_error = _uv_error(err)
             return
         self._async.pending = 0
-        ssock, csock = getattr(self, "_ssock", None), getattr(self, "_csock", None)
+        # Part II's self-pipe, by the names its Reactor contract gives them
+        # (None on a loop forked before Part II's __init__ made the pair).
+        ssock, csock = self._ssock, self._csock
         if ssock is not None and csock is not None and ssock.fileno() >= 0:
             new_ssock, new_csock = socket.socketpair()
             new_ssock.setblocking(False)
@@ -331,7 +333,7 @@ cdef class UVLoop:
             os.dup2(new_csock.fileno(), csock.fileno(), inheritable=False)
             new_ssock.close()
             new_csock.close()
-        if getattr(self, "_default_executor", None) is not None:
+        if self._default_executor is not None:   # Part III's (its AioBase contract)
             self._default_executor = None
 
     def __dealloc__(self):
