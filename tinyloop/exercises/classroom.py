@@ -21,8 +21,9 @@ Rules this module keeps:
     this checkout), or this checkout's ``origin`` when that is a URL.  A
     local path cannot be cloned on GitHub, so it is refused, with what to
     give instead.
-  * The job installs what ``check`` needs and no more: libuv's headers and
-    bubblewrap from apt (after ``apt-get update``), tinyloop's ``check``
+  * The job installs what ``check`` needs and no more: libuv's headers from
+    apt (after ``apt-get update``; ``check`` runs as a student runs it, with
+    the audit-hook guard, not grade's sandbox), tinyloop's ``check``
     extra from PyPI (pytest, its time-out plugin, hypothesis, blockbuster,
     Cython), with pip's downloads cached under a key that names the commit.
   * Every exercise's time-out fits the job's: the job's limit is the set-up
@@ -214,10 +215,10 @@ def workflow(source: Source, exercises: list[Exercise]) -> str:
                 with:
                   path: ~/.cache/pip
                   key: pip-${{{{ runner.os }}}}-python{PYTHON}-tinyloop-{source.ref}
-              - name: System packages the checks need (libuv for the libuv chapter, bubblewrap)
+              - name: System packages the checks need (libuv, for the libuv chapter)
                 run: |
                   sudo apt-get update -q
-                  sudo apt-get install -y -q libuv1-dev bubblewrap
+                  sudo apt-get install -y -q libuv1-dev
               - name: tinyloop at {source.ref[:12]}, whose tests grade the exercises
                 run: bash {SCRIPT}
         """)
@@ -245,8 +246,9 @@ def readme(source: Source, exercises: list[Exercise]) -> str:
         Each file here is an exercise of the tinyloop book, with the part you
         write cut out: find the `raise NotImplementedError` between the
         `# exercise NAME: begin` and `# exercise NAME: end` markers, and write
-        your code there.  The book's chapter says what the code must do, and
-        `python -m tinyloop start NAME` prints the instructions again.
+        your code there (some exercises have more than one such place).  The
+        comment at the top of each file says what the code must do, and the
+        book's chapter explains why.
 
         ## Set up once
 
