@@ -40,7 +40,7 @@ from pathlib import Path
 
 from benchmarks.harness import experiment, output
 from benchmarks.harness.render import align, describe_machine
-from tinyloop.exercises import catalog, markers, mutants
+from tinyloop.exercises import catalog, grading, markers, mutants
 
 EXERCISES = ["timer-heap", "run-once", "trampoline-return", "trampoline-throw", "task-step", "task-cancel"]
 QUICK_EXERCISES = ["trampoline-return", "task-cancel"]
@@ -88,15 +88,6 @@ def write_class(folder: Path, students: int, names: list[str]) -> dict[tuple[str
             (folder / student / markers.default_file(catalog.get(name))).write_text(
                 f"# {student}'s {name}\n" + texts[name][what])
     return kinds
-
-
-def sandboxed() -> str | None:
-    """None if grade runs its checks sandboxed here, else why not."""
-    try:
-        from tinyloop.exercises import sandbox
-    except ImportError:
-        return "no sandbox in this tinyloop"
-    return sandbox.available()
 
 
 def grade_once(folder: Path, out: Path, names: list[str], jobs: int, timeout: float,
@@ -181,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [int(j) for j in args.jobs.split(",")]
     except ValueError:
         parser.error(f"--jobs: a comma list of whole numbers, got {args.jobs!r}")
-    missing = sandboxed()
+    missing = grading.sandbox_missing()
     clock = experiment.Clock()
     records = []
     with tempfile.TemporaryDirectory(prefix="tinyloop-grading-bench-") as tmp:

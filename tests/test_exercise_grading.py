@@ -36,17 +36,9 @@ def tinyloop(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _sandbox_reason() -> str | None:
-    try:
-        from tinyloop.exercises import sandbox
-    except ImportError:
-        return "no sandbox module"
-    return sandbox.available()
-
-
 # grade's flags for credit here: sandboxed where the sandbox can be built (a
 # fresh clone's set-up installs bubblewrap), else --unsandboxed.
-SANDBOX_MISSING = _sandbox_reason()
+SANDBOX_MISSING = grading.sandbox_missing()
 SANDBOX = ("--unsandboxed",) if SANDBOX_MISSING else ()
 
 
@@ -265,7 +257,7 @@ def test_grade_takes_one_students_submission_as_gradescope_lays_it_out(tmp_path:
 def test_grade_refuses_to_grade_for_credit_without_the_sandbox(tmp_path: Path, monkeypatch, capsys) -> None:
     (tmp_path / "ada").mkdir()
     (tmp_path / "ada" / "run-once.py").write_text("x = 1\n")
-    monkeypatch.setattr(grading, "_sandbox_reason", lambda: "user namespaces are off here")
+    monkeypatch.setattr(grading, "sandbox_missing", lambda: "user namespaces are off here")
     assert grading.grade(tmp_path, exercises=["run-once"]) == 2
     err = capsys.readouterr().err
     assert "user namespaces are off here" in err and "--unsandboxed" in err, err

@@ -52,7 +52,7 @@ from tinyloop.exercises import catalog, markers
 from tinyloop.exercises.checker import Report, stop_session
 
 __all__ = ["GRADE_TIMEOUT", "default_jobs", "grade", "junit_suite", "progress", "record",
-           "report_json", "report_junit", "step_ids"]
+           "report_json", "report_junit", "sandbox_missing", "step_ids"]
 
 GRADE_TIMEOUT = 600.0  # seconds for one student's check of one exercise
 
@@ -452,9 +452,9 @@ def _check_one(name: str, path: Path, timeout: float, *,
     return ("passed" if data["passed"] else "failed"), data, failed[0]["text"] if failed else "", seconds
 
 
-def _sandbox_reason() -> str | None:
-    """Why checks cannot run in the sandbox here (tinyloop/exercises/sandbox.py), or
-    None when they can."""
+def sandbox_missing() -> str | None:
+    """Why grade's checks cannot run in the sandbox here (tinyloop/exercises/sandbox.py:
+    no bwrap, no user namespaces, not Linux), in one line, or None when they can."""
     try:
         from tinyloop.exercises import sandbox
     except ImportError:
@@ -577,7 +577,7 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     tinyloop version, sandbox and time limit are those of a verdict in
     ``OUT/cache.json`` is not run again, unless ``force``.  Without
     ``unsandboxed``, grade refuses to run when the sandbox cannot be built
-    here (:func:`_sandbox_reason`), and says why.
+    here (:func:`sandbox_missing`), and says why.
 
     **The interface a Gradescope ``run_autograder`` uses** (Gradescope puts the
     submission in ``/autograder/submission`` and reads
@@ -633,7 +633,7 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
         return _usage(f"no student's exercise file in {folder} (expected STUDENT/NAME.py or "
                       "STUDENT__NAME.py, NAME an exercise of `python -m tinyloop exercises`; "
                       "or one student's files, with --student NAME)")
-    reason = _sandbox_reason()
+    reason = sandbox_missing()
     if reason is not None and not unsandboxed:
         return _usage(f"cannot grade for credit without the sandbox: {reason}. Give --unsandboxed to "
                       "grade anyway, each check then running with your rights")
