@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tinyloop.exercises import catalog, checker, markers, sandbox
+from tinyloop.exercises import catalog, checker, markers, outcomes, sandbox
 
 WHY = sandbox.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
@@ -81,8 +84,6 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
              "print(resource.getrlimit(resource.RLIMIT_NPROC)[0], resource.getrlimit(resource.RLIMIT_AS)[0])\n"
              "for target in ('/usr/x', os.environ['TINYLOOP_ROOT'] + '/x'):\n"
              "    try:\n        open(target, 'w')\n    except OSError as e:\n        print(e.errno)\n")
-    import subprocess
-    import sys
     proc = sandbox.popen([sys.executable, "-c", probe], env={"TINYLOOP_ROOT": str(checker.repository_root())},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
@@ -93,6 +94,39 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     assert int(pid) <= 3 and home == "/tmp" and interface == "lo", out  # its own PID and network namespaces
     assert lines[1] == f"{sandbox.LIMITS.processes} {sandbox.LIMITS.memory_bytes}", out
     assert lines[2:4] == ["30", "30"], (out, err)  # EROFS: the system and the checkout are read-only
+
+
+def test_no_other_process_of_the_user_can_write_on_the_outcome_pipe():
+    # A server a test starts runs the student's code as the test process's
+    # user.  It cannot reopen the test process's end of the pipe through
+    # /proc/PID/fd: the plugin makes that process non-dumpable (tried on a
+    # pipe the sandbox's user owns, which it could reopen otherwise), and
+    # under a root grader the checker's pipe is root's, mode 0600.
+    channel = outcomes.Channel()
+    probe = (
+        "import os, subprocess, sys\n"
+        "from tinyloop.exercises import outcomes\n"
+        "theirs = os.environ[outcomes.ENV]\n"
+        "read, write = os.pipe()\n"
+        "os.environ[outcomes.ENV] = str(write)\n"
+        "outcomes.pytest_configure(None)\n"
+        "child = 'import sys\\nfor p in sys.argv[1:]:\\n    try:\\n        open(p, \"w\")\\n"
+        "    except OSError as e:\\n        print(e.errno)\\n    else:\\n        print(\"opened\")'\n"
+        "me = f'/proc/{os.getpid()}/fd/'\n"
+        "subprocess.run([sys.executable, '-c', child, me + str(write), me + theirs])\n"
+        "outcomes._send({'start': 'probe'})\n"
+        "print(os.read(read, 100).decode().strip())\n")
+    parent = str(checker.repository_root())
+    proc = sandbox.popen([sys.executable, "-c", probe], env={"PYTHONPATH": parent, **channel.env},
+                         pass_fds=channel.pass_fds, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    channel.started_writer()
+    out, err = proc.communicate(timeout=60)
+    channel.finish()
+    lines = out.decode().splitlines()
+    assert lines[0] == str(errno.EACCES), (out, err)  # non-dumpable
+    if os.geteuid() == 0:
+        assert lines[1] == str(errno.EACCES), (out, err)  # root's pipe
+    assert lines[2] == '{"start": "probe"}', (out, err)  # while the plugin itself writes
 
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed-for-credit"])
