@@ -15,10 +15,22 @@ are all measured: each tells something the others do not.)  When tests
 fail on a stage's server, the checker also runs that server once with the
 file and shows the traceback it printed: a test sees only a closed socket.
 
-The tests' processes write only in the check's temporary directory (TMPDIR
-points there); tinyloop/exercises/guard.py, installed at start-up in each
-of them, refuses to delete or overwrite a file outside it, and a refusal
-fails the check.
+Each test's outcome comes to the checker on a pipe it owns
+(tinyloop/exercises/outcomes.py, a pytest plugin), never from a file the
+tests' processes could write; a test still running well past pytest-timeout's
+limit (stuck in C, where its signal does not reach Python) is stopped from
+here and named.
+
+Two ways to run the student's code:
+  * for a student (``check``): the tests' processes write only in the
+    check's temporary directory (TMPDIR points there);
+    tinyloop/exercises/guard.py, installed at start-up in each of them,
+    refuses to delete or overwrite a file outside it, and a refusal fails
+    the check;
+  * for credit (``sandboxed=True``, what ``grade`` runs): every process that
+    runs the file starts in a sandbox (tinyloop/exercises/sandbox.py), and
+    the test ids each run must report are collected beforehand, outside it,
+    without the student's file.
 
 The student's file replaces the reference module through TINYLOOP_OVERRIDE
 (tinyloop/_override.py), set in the environment of the pytest run and of

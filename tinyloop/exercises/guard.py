@@ -20,8 +20,8 @@ student's code that catches the PermissionError still fails the check.
 
 What it cannot see: calls that do not go through Python's os module (the C
 of a Cython exercise calling unlink(2), ctypes, a program the code execs).
-It is a guard against mistakes, not a sandbox: grade untrusted files in a
-container.
+It is a guard against mistakes, not a sandbox: ``grade`` runs each check in
+one (tinyloop/exercises/sandbox.py), where this guard is not installed.
 
 Rules this module keeps:
   * Standard library only, and cheap: the hook sees every audit event of
