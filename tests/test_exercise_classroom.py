@@ -155,7 +155,7 @@ def test_the_setup_script_fetches_the_pinned_commit(tmp_path: Path) -> None:
     fetched = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path / "tinyloop", capture_output=True,
                              text=True, check=True).stdout.strip()
     assert fetched == pinned
-    assert f"-m pip install -q -e ../tinyloop[check]" in (tmp_path / "pip-args").read_text()
+    assert "-m pip install -q -e ../tinyloop[check]" in (tmp_path / "pip-args").read_text()
 
 
 @pytest.mark.slow  # a fresh virtual environment from PyPI, tinyloop.uv compiled: a few minutes

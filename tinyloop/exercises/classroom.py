@@ -44,7 +44,7 @@ from tinyloop.exercises import catalog, markers
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["ClassroomError", "JOB_LIMIT", "SETUP_MINUTES", "TEST_MINUTES", "Source", "classroom",
-           "minutes", "resolve_source", "workflow"]
+           "git_output", "minutes", "resolve_source", "workflow"]
 
 # Minutes.  TEST_MINUTES is one exercise's check on the runner: above the
 # checker's own limits on a test run (300 s), so a slow check fails with
@@ -85,7 +85,7 @@ def resolve_source(source: str | None, root: Path) -> Source:
     none, or when no REF is given and ``root`` is not a git checkout.
     """
     if source is None:
-        origin = _git(root, "remote", "get-url", "origin")
+        origin = git_output(root, "remote", "get-url", "origin")
         if not origin:
             raise ClassroomError(f"this checkout ({root}) has no `origin` remote; give the repository "
                                  "students' runners clone with --source URL[@REF] (e.g. "
@@ -100,11 +100,11 @@ def resolve_source(source: str | None, root: Path) -> Source:
                              "students) cannot clone; give --source URL[@REF] with a URL they can "
                              "reach (https://github.com/OWNER/tinyloop, git@github.com:OWNER/tinyloop)")
     if ref is None:
-        ref = _git(root, "rev-parse", "HEAD")
+        ref = git_output(root, "rev-parse", "HEAD")
         if not ref:
             raise ClassroomError(f"{root} is not a git checkout, so there is no commit to pin; "
                                  "give --source URL@REF (a commit id or a tag)")
-        if not _git(root, "branch", "-r", "--contains", ref):
+        if not git_output(root, "branch", "-r", "--contains", ref):
             print(f"tinyloop: warning: commit {ref[:12]} is on no remote branch of this checkout: "
                   f"push it to {url} before students clone it", file=sys.stderr)
     return Source(url, ref)
@@ -118,7 +118,8 @@ def _split(source: str) -> tuple[str, str | None]:
     return source, None
 
 
-def _git(root: Path, *args: str) -> str:
+def git_output(root: Path, *args: str) -> str:
+    """What ``git ARGS`` run in ``root`` prints, stripped; "" when git fails or is not there."""
     try:
         done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):

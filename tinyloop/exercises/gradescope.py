@@ -365,7 +365,7 @@ def build(exercises: list[str], out: str | os.PathLike[str], source: str | None 
     if sandbox not in SANDBOX_RULES:
         return _error(f"--sandbox {sandbox}: expected one of {', '.join(SANDBOX_RULES)}")
     root = checker.repository_root()
-    commit = classroom._git(root, "rev-parse", "HEAD")
+    commit = classroom.git_output(root, "rev-parse", "HEAD")
     try:
         rubric_data = load_rubric(rubric, assigned) if rubric is not None else {}
         pinned = classroom.resolve_source(source, root) if source is not None else None
@@ -397,7 +397,7 @@ def build(exercises: list[str], out: str | os.PathLike[str], source: str | None 
     except OSError as error:
         return _error(f"cannot write {target}: {error}")
     if archive:
-        changed = classroom._git(root, "status", "--porcelain", "--untracked-files=no", "--", "tinyloop", "tests")
+        changed = classroom.git_output(root, "status", "--porcelain", "--untracked-files=no", "--", "tinyloop", "tests")
         if changed:
             print(f"tinyloop: warning: {len(changed.splitlines())} uncommitted changes under tinyloop/ and tests/ "
                   f"are not in the zip: it holds commit {commit[:12]}", file=sys.stderr)
