@@ -477,6 +477,16 @@ def test_each_experiments_quick_run_works_and_touches_no_committed_result(name: 
 
 # --- a run stopped by SIGTERM ----------------------------------------------
 
+def test_building_the_parser_leaves_sigterm_alone_and_parsing_starts_the_run() -> None:
+    code = ("import signal; from benchmarks.harness import experiment\n"
+            "p = experiment.parser('x', None)\n"
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n"
+            "p.parse_args(['--quick'])\n"
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+
+
 def test_a_run_ended_by_sigterm_leaves_no_server_behind(tmp_path: Path) -> None:
     # kill(1), or a CI time-out, ends a run by SIGTERM: the harness turns it
     # into KeyboardInterrupt so the run's finally blocks stop its servers.

@@ -26,10 +26,27 @@ from benchmarks.harness.process import choose_pinning
 from benchmarks.harness.summary import NOISE, is_noisy, median
 from tinyloop import serving
 
-__all__ = ["SCHEMA", "Clock", "conclude", "document", "finish", "fold", "interleave", "interrupt", "least", "parser",
+__all__ = ["SCHEMA", "Clock", "ExperimentParser", "conclude", "document", "finish", "fold", "interleave", "interrupt", "least", "parser",
            "pinning", "prepared", "require", "run_tool", "sentence", "settings"]
 
 SCHEMA = 1  # every experiment's JSON carries it; the book's directives and benchmarks.report read it
+
+
+class ExperimentParser(argparse.ArgumentParser):
+    """An experiment's command line, whose accepted parse is the start of a run.
+
+    ``parse_args`` (and ``parse_known_args``, which it calls) then makes SIGTERM
+    raise KeyboardInterrupt, as Ctrl-C does, so that the ``finally`` blocks stop
+    the servers the run starts; a parser only built (a test, ``--help``, a
+    refused option) leaves the process's handlers as they were.
+    """
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        parsed = super().parse_known_args(*args, **kwargs)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not over pytest's own handler
+            with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing to stop
+                serving.stop_on_sigterm()
+        return parsed
 
 
 def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = True,
@@ -40,14 +57,11 @@ def parser(name: str, doc: str | None, *, repeat: int | None = 3, pin: bool = Tr
     experiment repeats (default ``repeat``; None: no such option), ``--no-pin``
     and ``--no-realtime`` when it pins (``pin``; see :func:`pinning`), and the
     output rule's ``--reference`` and ``--out`` (``results`` names the JSON,
-    default NAME.json).  It also makes SIGTERM raise KeyboardInterrupt, as
-    Ctrl-C does, so that the ``finally`` blocks stop the servers a run started.
+    default NAME.json).  Building it changes nothing else; its ``parse_args``
+    starts the run (see :class:`ExperimentParser`).
     """
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not over pytest's own handler
-        with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing to stop
-            serving.stop_on_sigterm()
-    made = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    made = ExperimentParser(prog=f"python -m benchmarks.{name}", description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     made.add_argument("--quick", action="store_true",
                       help="a smoke run: small, one repetition, short time-outs; not a measurement")
     if repeat is not None:
