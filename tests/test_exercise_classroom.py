@@ -31,6 +31,15 @@ def tinyloop(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
+def older_commit() -> str:
+    """The commit before HEAD (HEAD itself in a clone of depth 1): a pin that is not
+    simply what a checkout holds."""
+    done = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD~1"], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def head() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -137,8 +146,7 @@ def test_the_workflow_passes_actionlint(tmp_path: Path) -> None:
 def test_the_setup_script_fetches_the_pinned_commit(tmp_path: Path) -> None:
     """The workflow's and the README's set-up, run here: git fetches the pinned commit
     (the URL rewritten to this checkout); pip is a recorder, the slow test runs it."""
-    pinned = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    pinned = older_commit()
     target = write(tmp_path, f"{URL}@{pinned}")
     shellcheck = shutil.which("shellcheck")
     if shellcheck:

@@ -28,6 +28,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from test_exercise_classroom import older_commit
 from tinyloop.exercises import catalog, checker, gradescope, grading, markers
 
 ROOT = checker.repository_root()
@@ -203,8 +204,7 @@ def test_setup_unpacks_the_pinned_commit(tmp_path: Path) -> None:
 
 def test_setup_clones_a_source_at_its_ref(tmp_path: Path) -> None:
     url = "https://example.org/tinyloop"
-    ref = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    ref = older_commit()
     source = make_zip(tmp_path, "--source", f"{url}@{ref}")
     assert not list(source.glob("*.tar.gz")), "nothing shipped: setup.sh clones"
     gitconfig = tmp_path / "gitconfig"
