@@ -285,6 +285,43 @@ def test_grade_reuses_a_verdict_for_the_same_file_and_leaves_the_teachers_progre
         "grade wrote the teacher's own progress file"
 
 
+def test_grade_interrupted_stops_its_running_checks_at_once(tmp_path: Path) -> None:
+    import signal
+    import time
+    mark = "4244.5"
+    folder = tmp_path / "class"
+    (folder / "ada").mkdir(parents=True)
+    (folder / "ada" / "trap-sleep.py").write_text(_prelude(markers.reference(catalog.get("trap-sleep")),
+                                                           f"import os\nos.system('sleep {mark}')\n"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "grade", str(folder), "--exercises", "trap-sleep",
+                             "--timeout", "600", *SANDBOX], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _sleeping(mark):
+            time.sleep(0.2)
+        assert _sleeping(mark), "the check never reached the student's code"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # not the 600 s of the check's limit
+        assert proc.returncode == 130 and "interrupted" in err, out + err
+        assert not (folder / "grades" / "grades.csv").exists(), "no CSV from half a class"
+    finally:
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 20
+        while _sleeping(mark) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _sleeping(mark)
+        for process in left:
+            process.kill()
+    assert not left, f"the interrupted check's processes outlived grade: {left}"
+
+
+def _sleeping(mark: str) -> list:
+    return [p for p in psutil.process_iter(["cmdline"]) if mark in " ".join(p.info["cmdline"] or [])]
+
+
 def _record_many(cache: str, folder: str, start: int) -> None:
     os.environ["XDG_CACHE_HOME"] = cache
     from tinyloop.exercises.checker import Report, Step
