@@ -147,6 +147,11 @@ def figure(data: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _three_places(value: float) -> str:
+    # One call per thousand requests is this table's point: two places would show it as 0.00.
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
 def count_syscalls(quick: bool) -> dict:
     """benchmarks.syscalls' points for COMPARED at depth 1 and 24, in its JSON's shape."""
     if problem := strace_problem():
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                  "settings": {**data[key].get("settings", {}), "quick": args.quick}}
            for key in ("syscalls", "memory")}
     extra = {out.with_name("completion_batches.md"): render_batches(data),
-             out.with_name("completion_syscalls.md"): syscalls.markdown(sub["syscalls"]),
+             out.with_name("completion_syscalls.md"): syscalls.markdown(sub["syscalls"], _three_places),
              out.with_name("completion_memory.md"): memory.render(sub["memory"])}
     experiment.finish(data, out, "\n".join(extra.values()), conclusion(data), extra=extra)
     return 0

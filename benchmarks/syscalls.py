@@ -20,6 +20,7 @@ and, on many kernels, root.)  Writes syscalls.json and .md.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import loads, servers
@@ -95,9 +96,10 @@ def _figure(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
-def table(data: dict) -> tuple[list[str], list[list[str]]]:
+def table(data: dict, figure: Callable[[float], str] = _figure) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)``: one row per server and depth, in the run's order; the last column
-    names the three largest calls outside GROUPS, per request (``"futex 0.51, ioctl 0.02"``)."""
+    names the three largest calls outside GROUPS, per request (``"futex 0.51, ioctl 0.02"``).
+    ``figure`` formats a count per request."""
     header = ["server", "depth", "requests", *GROUPS, "other", "total", "largest others"]
     grouped = {name for names in GROUPS.values() for name in names}
     rows = []
@@ -110,13 +112,13 @@ def table(data: dict) -> tuple[list[str], list[list[str]]]:
         # From the counts, so that the table follows GROUPS as they are now.
         figures = per_request(calls, requests)
         others = sorted(((n, call) for call, n in calls.items() if call not in grouped), reverse=True)[:3]
-        rows.append([*head, str(requests), *(_figure(figures[key]) for key in (*GROUPS, "other", "total")),
-                     ", ".join(f"{call} {_figure(n / requests)}" for n, call in others if n) or DASH])
+        rows.append([*head, str(requests), *(figure(figures[key]) for key in (*GROUPS, "other", "total")),
+                     ", ".join(f"{call} {figure(n / requests)}" for n, call in others if n) or DASH])
     return header, rows
 
 
-def markdown(data: dict) -> str:
-    """The results as a Markdown page fragment: the table, then how it was made."""
+def markdown(data: dict, figure: Callable[[float], str] = _figure) -> str:
+    """The results as a Markdown page fragment: the table (counts by ``figure``), then how it was made."""
     settings = data["settings"]
     how = "--quick: a smoke test" if settings["quick"] else "one run per row"
     load = data.get("load_average")
@@ -136,7 +138,7 @@ def markdown(data: dict) -> str:
     ]
     if data.get("skipped"):
         notes.append("Not measured: " + "; ".join(f"{name} ({note})" for name, note in data["skipped"].items()) + ".")
-    return "\n".join(table_lines(*table(data)) + notes) + "\n"
+    return "\n".join(table_lines(*table(data, figure)) + notes) + "\n"
 
 
 def conclusion(data: dict) -> str:

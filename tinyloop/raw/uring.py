@@ -57,7 +57,8 @@ import sys
 from collections.abc import Iterator
 
 __all__ = [
-    "CQE_F_BUFFER", "CQE_F_MORE", "Ring", "BufferRing", "unavailable",
+    "CQE_F_BUFFER", "CQE_F_MORE", "Ring", "BufferRing", "address_of", "buffer_id", "bytes_address",
+    "timespec", "unavailable",
     "IORING_OP_ACCEPT", "IORING_OP_ASYNC_CANCEL", "IORING_OP_CLOSE", "IORING_OP_RECV",
     "IORING_OP_SEND", "IORING_OP_SHUTDOWN", "IORING_OP_TIMEOUT",
     "IOSQE_BUFFER_SELECT", "IOSQE_IO_HARDLINK",
