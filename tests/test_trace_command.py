@@ -426,7 +426,7 @@ def test_the_load_is_another_process_and_the_page_says_what_recording_cost(tmp_p
     cost = trace["otherData"]["recorder_cost"]
     assert 0 < cost["seconds_per_event"] < 1e-3 and cost["events"] == trace["otherData"]["recorded_events"]
     page = (tmp_path / "callbacks.html").read_text()
-    assert "The recorder itself cost the loop about" in page and "µs per event" in page
+    assert "The recorder itself cost the loop about" in page and "µs of CPU per event" in page
     assert "from another process" in page
     # "Made by" is the whole command, every option spelt out.
     assert (f"Made by <code>python -m tinyloop trace --out {tmp_path} callbacks --requests 3 --concurrency 2 "

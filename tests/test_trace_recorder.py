@@ -500,3 +500,9 @@ def test_the_format_check_finds_spans_that_overlap_without_nesting() -> None:
     assert chrome.overlaps(nested) == []
     crossed = {"traceEvents": [span("run", 0, 100), span("wait", 0, 40), span("cb", 30, 20)]}
     assert chrome.overlaps(crossed) == ["X 'cb' at 30 µs overlaps 'wait' on its thread without nesting"]
+
+
+def test_what_recording_costs_is_measured_in_cpu_time_per_event() -> None:
+    from tinyloop.trace.recorder import cost_per_event
+    cost = cost_per_event(repeat=3, iterations=300)
+    assert 1e-8 < cost < 1e-3, f"{cost * 1e6:.2f} µs per event"

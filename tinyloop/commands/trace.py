@@ -75,9 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and NAME.html (a timeline that opens in any browser; drag to pan, wheel to zoom) into --out,\n"
         "as NAME-2.json and so on when NAME.json is there already.\n\n"
         "the load on a stage comes from a process of its own, so the server's process runs\n"
-        "nothing else.  The recorder itself costs the loop a few microseconds per event\n"
-        "(4.2 us, the median of 3 timings on the 2-core machine the book was written on, busy);\n"
-        "each run measures it again and prints the figure, with its share of the traced time.")
+        "nothing else.  The recorder itself costs the loop a few microseconds of CPU per event\n"
+        "(2.4 us: the median of 5 runs of tinyloop.trace.recorder.cost_per_event, each the median\n"
+        "of 5 timings, on the 2-core machine the book was written on); each run measures it\n"
+        "again and prints its figure, with its share of the time the loop spent outside its waits.")
     parser.add_argument("target", help="a stage (python -m tinyloop list), or with --loop a Python script")
     parser.add_argument("args", nargs="*", help="the script's own arguments (with --loop; options of "
                                                 "trace go before SCRIPT, and a script argument that "

@@ -251,7 +251,7 @@ def cost_sentence(trace: dict[str, Any]) -> str:
     busy = cost.get("busy_seconds")
     share = f", {cost['seconds'] / busy:.0%} of the {busy * 1000:.1f} ms the loop spent outside its waits" \
         if busy else ""
-    return (f"The recorder itself cost the loop about {cost['seconds_per_event'] * 1e6:.1f} µs per event "
+    return (f"The recorder itself cost the loop about {cost['seconds_per_event'] * 1e6:.1f} µs of CPU per event "
             f"(the median of 5 timings, on this machine, after the run): about "
             f"{cost['seconds'] * 1000:.1f} ms for the {cost['events']} events recorded{share}; "
             "that time is inside the spans drawn.")
