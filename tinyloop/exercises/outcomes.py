@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["ENV", "MAX_BYTES", "Channel", "Outcome"]
+__all__ = ["ENV", "MAX_BYTES", "Channel", "Outcome", "undumpable"]
 
 ENV = "TINYLOOP_OUTCOME_FD"
 MAX_BYTES = 32 << 20  # what the checker reads from one run at most
@@ -73,7 +73,15 @@ def pytest_configure(config) -> None:
     _fd = int(value)
     os.set_inheritable(_fd, False)  # no program a test executes gets it
     os.register_at_fork(after_in_child=_close_in_child)  # nor a process forked by Python
-    try:  # nor another process of this user, through /proc/PID/fd or ptrace
+    undumpable()  # nor another process of this user, through /proc/PID/fd or ptrace
+
+
+def undumpable() -> None:
+    """Make this process non-dumpable (prctl(2) PR_SET_DUMPABLE 0): another process of
+    the same user can then neither ptrace it nor open its descriptors through
+    /proc/PID/fd (ptrace(2), "Ptrace access mode checking").  Linux only; a
+    no-op elsewhere."""
+    try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except (OSError, AttributeError):
