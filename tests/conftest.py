@@ -21,6 +21,9 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from fakes import FakeSelector, VirtualClock  # noqa: E402
+
+from tinyloop.callbacks.loop import Loop  # noqa: E402
 
 
 # --- the cyclic garbage collector -------------------------------------------------
@@ -88,6 +91,29 @@ def _sigint_restored() -> Iterator[None]:
     yield
     if signal.getsignal(signal.SIGINT) is not before and before is not None:
         signal.signal(signal.SIGINT, before)
+
+
+# --- Part II's reactor on a virtual clock and a scripted selector --------------------
+#
+# tests/fakes.py: time moves only when the test says, and readiness is what the
+# test scripts.  A test module that needs another start time overrides ``clock``.
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(100.0)
+
+
+@pytest.fixture
+def selector(clock: VirtualClock) -> FakeSelector:
+    return FakeSelector(clock)
+
+
+@pytest.fixture
+def loop(selector: FakeSelector, clock: VirtualClock) -> Iterator[Loop]:
+    """tinyloop.callbacks' Loop on ``selector`` and ``clock``, closed after the test."""
+    loop = Loop(selector=selector, clock=clock)
+    yield loop
+    loop.close()
 
 
 @pytest.fixture

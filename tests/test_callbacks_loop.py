@@ -25,21 +25,7 @@ from tinyloop.callbacks.loop import Handle, Loop, TimerHandle, get_running_loop
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
 
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock(100.0)
-
-
-@pytest.fixture
-def selector(clock: VirtualClock) -> FakeSelector:
-    return FakeSelector(clock)
-
-
-@pytest.fixture
-def loop(selector: FakeSelector, clock: VirtualClock):
-    loop = Loop(selector=selector, clock=clock)
-    yield loop
-    loop.close()
+# The fixtures clock, selector and loop are tests/conftest.py's.
 
 
 # -- the four steps of one iteration ------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from fakes import FakeSelector, VirtualClock, run_until_idle
+from fakes import VirtualClock, run_until_idle
 
 from tinyloop.callbacks.loop import Loop
 from tinyloop.coroutines.futures import CancelledError, Future, InvalidStateError, run_in_executor
@@ -31,22 +31,16 @@ def collect_garbage():
 
 @pytest.fixture
 def clock() -> VirtualClock:
-    return VirtualClock()
+    return VirtualClock()  # from 0: the tests read loop.time() as seconds since the start
 
 
 @pytest.fixture
-def selector(clock: VirtualClock) -> FakeSelector:
-    return FakeSelector(clock)
-
-
-@pytest.fixture
-def loop(selector: FakeSelector, clock: VirtualClock):
-    loop = Loop(selector=selector, clock=clock)
+def loop(loop: Loop) -> Loop:
+    """tests/conftest.py's loop, its errors kept in ``loop.errors`` instead of logged."""
     errors: list[dict] = []
     loop.set_exception_handler(lambda lp, context: errors.append(context))
     loop.errors = errors  # type: ignore[attr-defined]
-    yield loop
-    loop.close()
+    return loop
 
 
 def drive(loop: Loop) -> None:

@@ -10,21 +10,12 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from fakes import FakeSelector, VirtualClock
+from fakes import VirtualClock
 
 from tinyloop.callbacks.loop import CLOCK_RESOLUTION, Loop, TimerHandle
 
 
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock(100.0)
-
-
-@pytest.fixture
-def loop(clock: VirtualClock):
-    loop = Loop(selector=FakeSelector(clock), clock=clock)
-    yield loop
-    loop.close()
+# The fixtures clock and loop are tests/conftest.py's.
 
 
 # --- timer-heap -----------------------------------------------------------------------
