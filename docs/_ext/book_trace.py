@@ -53,7 +53,8 @@ __all__ = ["QuizDirective", "TraceFigureDirective", "setup"]
 
 # A figure's caption and legend read left-aligned (the theme centres figures); the trace as
 # text keeps its indentation, scrolling sideways rather than wrapping.
-_FIGURE_STYLE = ("<style>figure.book-trace-figure .caption, figure.book-trace-figure .legend "
+_FIGURE_STYLE = ("<style>figure.book-trace-figure, figure.book-trace-figure figcaption, "
+                 "figure.book-trace-figure .caption, figure.book-trace-figure .legend "
                  "{ text-align: left; } pre.book-trace-steps { text-align: left; white-space: pre; "
                  "overflow-x: auto; font-family: var(--font-stack--monospace, monospace); font-size: 0.8em; "
                  "line-height: 1.4; padding: 0.5em; background: var(--color-code-background, #f8f8f8); }</style>")
@@ -129,6 +130,9 @@ class TraceFigureDirective(SphinxDirective):
             legend += _source_line(
                 f"Recorded in real time on the reference machine ({recorded}), committed as "
                 f"{figure.reference_file.relative_to(ROOT)}; re-recorded by ", figure.command, ".")
+            if other.get("recorder_cost"):   # what recording cost the loop, measured with the run
+                from tinyloop.trace import timeline
+                legend += nodes.paragraph(text=timeline.cost_sentence(trace))
         node += legend
         return [node]
 

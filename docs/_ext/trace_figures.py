@@ -719,7 +719,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("callbacks-stall", "callbacks", "reference",
            partial(_trace_stage, "callbacks", requests=9, concurrency=3, compute_ms=50),
            "a 50 ms handler holds the loop: three clients' requests wait behind it",
-           tracks=("loop",), counters=("ready descriptors",), crop=_stall, facts=_stall_facts,
+           tracks=("loop",), counters=("ready descriptors",), crop=_stall, facts=_stall_facts, text=True,
            shows=("Client._on_readable", "wait", "callbacks")),
     Figure("generators-stack", "generators", "build", generators_stack,
            "the trampoline's stack of generators over time, for two tasks",

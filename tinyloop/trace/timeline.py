@@ -225,7 +225,7 @@ def render(trace: dict[str, Any] | list[Any], *, max_spans: int = 50_000) -> str
             if parsed["skipped"] else "")
     view = _first_busy(parsed)
     return (f'<div class="timeline" data-start="{start:.3f}" data-span="{span_us:.3f}" data-view="{view:.3f}" '
-            f'style="max-width:100%;overflow:hidden">{axis}{"".join(bands)}{note}</div>')
+            f'style="max-width:100%;overflow:hidden;text-align:left">{axis}{"".join(bands)}{note}</div>')
 
 
 def _first_busy(parsed: dict[str, Any]) -> float:
