@@ -57,6 +57,7 @@ extensions = [
     "book_facts",  # {book-fact}: numbers measured when the book is built (the Python, libuv)
     "book_numbers",  # {result} and {results-chart}: measured numbers read from benchmarks/results/
     "book_trace",   # {trace-figure} and {quiz}: figures drawn from traces, the "predict the order" quizzes
+    "book_map",  # {loop-map}: which class supplies each step of an iteration, from the classes' MRO
     "sphinx.ext.graphviz",  # static diagrams that are not traces; `dot` is installed by scripts/setup.sh
 ]
 graphviz_output_format = "svg"
