@@ -363,7 +363,9 @@ def _prelude(text: str, prelude: str) -> str:
 
 
 # At import: forge a passing JUnit report wherever a --junitxml option points,
-# leave a child in a session of its own, and exit 0 before any test runs.
+# leave a child in a session of its own, and, in the checker's test process
+# (``python -c ...``, which loads the file before pytest), exit 0 before any
+# test runs.
 FORGER = f"""import os, sys
 for _arg in sys.argv:
     if _arg.startswith("--junitxml="):
@@ -373,7 +375,7 @@ for _arg in sys.argv:
 if os.fork() == 0:
     os.setsid()
     os.execvp("sleep", ["sleep", "{HOSTILE_MARK}"])
-if any(_arg.startswith("--junitxml=") for _arg in sys.argv):
+if sys.argv[0] == "-c":
     os._exit(0)
 """
 
@@ -412,7 +414,7 @@ EXPECTED = {
     ("wrong", "trampoline-return"): ("failed", "tinyloop.trampoline-return::own-tests::"
                                                "test_trampoline_return_a_callee_returns_its_value_to_the_caller"),
     ("hanging", "trap-sleep"): ("timeout", None),
-    ("hostile", "trap-sleep"): ("failed", None),
+    ("hostile", "trap-sleep"): ("failed", "tinyloop.trap-sleep::own-tests"),  # its tests never reported
     **{("misnamed", n): ("misnamed", f"tinyloop.{n}::file") for n in ASSIGNED},
 }
 
