@@ -13,31 +13,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from conformance.children import WORK, run_child
 
 pytest.importorskip("tinyloop.uv.loop", reason="tinyloop.uv's extension is not built here")
 
-PROGRAM = """
-import asyncio, os, signal, socket, sys, threading, time
-import tinyloop.uv
-
-async def work():
-    loop = asyncio.get_running_loop()
-    await asyncio.sleep(0.01)
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    threading.Timer(0.02, b.send, (b"x",)).start()
-    assert await asyncio.wait_for(loop.sock_recv(a, 1), 5) == b"x"
-    a.close(); b.close()
-    assert await asyncio.wait_for(loop.run_in_executor(None, sum, [1, 2]), 5) == 3
-    woken = loop.create_future()
-    threading.Timer(0.02, loop.call_soon_threadsafe, (woken.set_result, 1)).start()
-    await asyncio.wait_for(woken, 5)
-    return "ok"
+# WORK (tests/conformance/children.py) and a signal handler's round trip;
+# ``loop`` is a tinyloop.uv loop that has run once, made before any fork.
+PROGRAM = WORK + """
+import signal
 
 async def signalled():
     loop = asyncio.get_running_loop()
@@ -49,28 +35,13 @@ async def signalled():
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
 
-def reap(pid, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    return "hung"
-
-loop = tinyloop.uv.new_event_loop()
+loop = make_loop()
 loop.run_until_complete(work())
 """
 
 
 def _run(program: str) -> list[str]:
-    code = textwrap.dedent(PROGRAM) + textwrap.dedent(program)
-    try:
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                timeout=60, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the program did not finish in 60 s: {exc.stdout!r} {exc.stderr!r}")
+    result = run_child("uv", PROGRAM + textwrap.dedent(program), timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 

@@ -23,52 +23,7 @@ import os
 
 import pytest
 
-from conformance.children import run_child
-
-# Shared by the programs below: a little of everything a loop does (a
-# timer, a socket read woken by another thread, run_in_executor, a child
-# process on pipes), returning "ok".
-WORK = """
-import os, socket, threading, time
-
-async def work():
-    loop = asyncio.get_running_loop()
-    await asyncio.sleep(0.01)
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    threading.Timer(0.02, b.send, (b"x",)).start()
-    assert await asyncio.wait_for(loop.sock_recv(a, 1), 5) == b"x"
-    a.close(); b.close()
-    assert await loop.run_in_executor(None, sum, [1, 2]) == 3
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "print('hi')", stdout=asyncio.subprocess.PIPE)
-    out, _ = await asyncio.wait_for(process.communicate(), 10)
-    assert out == b"hi\\n" and process.returncode == 0
-    return "ok"
-
-def run_work():
-    with asyncio.Runner(loop_factory=make_loop) as runner:
-        return runner.run(work())
-
-def no_other_thread(seconds=5.0):
-    # Threads end a little after their work (a waitpid thread after its
-    # child): wait for them, bounded.
-    deadline = time.monotonic() + seconds
-    while threading.active_count() > 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return [t.name for t in threading.enumerate() if t is not threading.current_thread()]
-
-def reap(pid, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    return "hung"
-"""
-
+from conformance.children import WORK, run_child
 
 class _Lines(list):
     """A program's stdout words; shown with its stderr when an assertion fails."""
