@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib
 import json
 import os
@@ -271,14 +272,18 @@ CHART_FIGURES = {"cpu": ("cpu_us_per_req", "server CPU time per request, µs"),
 
 
 def chart_svg(rows: list[tuple[str, float | None, float | None, float | None]], label: str,
-              salt: str, missing: dict[str, str] | None = None) -> str:
+              salt: str, missing: dict[str, str] | None = None, marks: dict[str, str] | None = None) -> str:
     """An inline SVG bar chart: ``rows`` are ``(name, median, min, max)``, top to bottom.
 
-    A row without a median is drawn as its name and "no figure"; whiskers
-    (min to max) are drawn where both ends are known, each line carrying an
-    id that starts ``book-whisker`` (the browser test finds them).  The
-    figure is 5 in wide with 12 pt text (values 11 pt), so on a 390 px phone,
-    scaled to the column, its labels stay about 11 px high.
+    A row without a median is drawn as its name and why it has none
+    (``missing[name]``, as its table says it: "timeout", "not run"; default
+    "no figure"); ``marks[name]`` is appended to a row's value (the table's
+    ``*`` of a partial row).  Whiskers (min to max) are drawn where both ends
+    are known, each line carrying an id that starts ``book-whisker``.  The
+    ``<svg>`` carries the row names in order as ``data-rows`` (a JSON list),
+    so the browser test can hold a chart against its table.  The figure is
+    5 in wide with 12 pt text (values 11 pt), so on a 390 px phone, scaled to
+    the column, its labels stay about 11 px high.
     """
     import io
 
@@ -307,8 +312,9 @@ def chart_svg(rows: list[tuple[str, float | None, float | None, float | None]], 
                     cap, = axes.plot([end, end], [position - 0.18, position + 0.18], color="#222",
                                      linewidth=1.4)
                     cap.set_gid(f"book-whisker-cap-{index}")
+            value = f"{median:,.1f}" if median < 100 else f"{median:,.0f}"
             axes.text((high if high is not None else median) + top * 0.02, position,
-                      f"{median:,.1f}" if median < 100 else f"{median:,.0f}", va="center", fontsize=11)
+                      value + (marks or {}).get(name, ""), va="center", fontsize=11)
         axes.set_yticks(positions, [row[0] for row in rows])
         axes.set_xlim(0, top * 1.22)
         axes.set_xlabel(label)
@@ -322,16 +328,20 @@ def chart_svg(rows: list[tuple[str, float | None, float | None, float | None]], 
     # Scale to the column: drop the fixed size, keep the viewBox.
     head, rest = svg.split(">", 1)
     head = re.sub(r'\s(width|height)="[^"]*"', "", head)
-    return head + ' class="book-chart-svg" role="img" preserveAspectRatio="xMinYMin meet">' + rest
+    names = html.escape(json.dumps([row[0] for row in rows]), quote=True)
+    return (head + f' class="book-chart-svg" role="img" data-rows="{names}" '
+            'preserveAspectRatio="xMinYMin meet">' + rest)
 
 
 def _figure_rows(data: dict, load: str, servers: list[str], figure: str
                  ) -> list[tuple[str, float | None, float | None, float | None]]:
+    """``(name, median, min, max)`` of ``figure`` per server, as its table shows them: a partial row
+    (some repetitions failed) keeps the median of the others; a failed one has None."""
     key = CHART_FIGURES[figure][0]
     rows = []
     for name in servers:
         summary = data.get("results", {}).get(load, {}).get(name) or {}
-        median = summary.get(key) if summary.get("status") == "ok" else None
+        median = summary.get(key) if summary.get("status") in ("ok", "partial") else None
         low, high = (summary.get("spread") or {}).get(key) or (None, None)
         rows.append((name, median, low if median is not None else None, high if median is not None else None))
     return rows
@@ -356,16 +366,25 @@ class BenchChartDirective(_BenchDirective):
         figure = self.options.get("figure") or "cpu"
         if figure not in CHART_FIGURES:
             return self._warn(f":figure: {figure!r}; choose from {', '.join(CHART_FIGURES)}")
-        if servers is None:
-            servers = list(data.get("results", {}).get(load, {}))
-        else:
-            servers, _ = split_servers(data, load, servers)
+        # The rows of the table beside it ({bench-table} with the same :servers:), in its order:
+        # a server that failed or was not run is a row saying so, as in the table.
+        not_run = split_servers(data, load, servers)[1] if servers else []
+        servers = servers or report.server_names(data, load)
         rows = _figure_rows(data, load, servers, figure)
+        results = data.get("results", {}).get(load, {})
+        missing = {name: "not run" if name in not_run else (results.get(name) or {}).get("status", "skipped")
+                   for name, median, _, _ in rows if median is None}
+        marks = {name: "*" for name, median, _, _ in rows
+                 if median is not None and results[name].get("status") == "partial"}
         salt = hashlib.sha256(json.dumps([load, servers, figure, rows]).encode()).hexdigest()[:12]
         runs = data.get("settings", {}).get("repeat")
+        partial = "; *: some runs failed, the bar is the median of the others (the table's notes say why)"
         caption = (f"{load}: {CHART_FIGURES[figure][1]}. Bars at the median"
-                   f"{f' of {runs} runs' if runs else ''}; whiskers from the fastest to the slowest run.")
-        return [_chart_node(chart_svg(rows, CHART_FIGURES[figure][1], salt), caption, report, data)]
+                   f"{f' of {runs} runs' if runs else ''}; whiskers from the fastest to the slowest run"
+                   f"{partial if marks else ''}.")
+        svg = chart_svg(rows, CHART_FIGURES[figure][1], salt, missing, marks)
+        svg = svg.replace("<svg ", f'<svg data-load="{html.escape(load, quote=True)}" ', 1)  # its table's load
+        return [_chart_node(svg, caption, report, data)]
 
 
 class BenchJourneyDirective(_BenchDirective):
@@ -434,6 +453,7 @@ class BenchIdleDirective(ResultsDirective):
 
 
 def setup(app: Sphinx) -> dict[str, object]:
+    app.setup_extension("book_tables")  # its tables' labelled cells (the phone layout)
     app.add_config_value("book_bench_results", "", "env", types=[str])
     app.add_config_value("book_fairness_results", "", "env", types=[str])
     app.add_config_value("book_idle_results", "", "env", types=[str])

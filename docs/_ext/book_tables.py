@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from docutils import nodes
+from sphinx.application import Sphinx
 
-__all__ = ["cell", "table"]
+__all__ = ["STACK_FROM", "cell", "labelled_entry", "setup", "table"]
+
+# Tables with this many columns or more stack their rows on a phone.
+STACK_FROM = 4
+
+
+class labelled_entry(nodes.entry):
+    """A body cell that knows its column's name (``node["label"]``), written as ``data-label``."""
 
 
 def cell(text: object) -> nodes.entry:
@@ -45,7 +53,8 @@ def table(header: Sequence[object], rows: Sequence[Sequence[object]], *,
     for row in rows:
         if len(row) != width:
             raise ValueError(f"row {list(row)!r} has {len(row)} cells, the header {width}")
-    node = nodes.table(classes=["book-table", *classes])
+    stack = ["book-stack"] if width >= STACK_FROM else []
+    node = nodes.table(classes=["book-table", *stack, *classes])
     if title:
         node += nodes.title(title, title)
     group = nodes.tgroup(cols=width)
@@ -57,16 +66,37 @@ def table(header: Sequence[object], rows: Sequence[Sequence[object]], *,
     head += _row(header, numeric_from)
     body = nodes.tbody()
     group += body
+    labels = [item.astext() if isinstance(item, nodes.Node) else str(item) for item in header]
     for row in rows:
-        body += _row(row, numeric_from)
+        body += _row(row, numeric_from, labels)
     return node
 
 
-def _row(values: Sequence[object], numeric_from: int | None) -> nodes.row:
+def _row(values: Sequence[object], numeric_from: int | None, labels: list[str] | None = None) -> nodes.row:
     row = nodes.row()
     for index, value in enumerate(values):
         entry = cell(value)
+        if labels is not None:
+            entry = labelled_entry("", *entry.children, label=labels[index])
         if numeric_from is not None and index >= numeric_from:
             entry["classes"].append("book-numeric")
         row += entry
     return row
+
+
+def _visit_labelled_entry(self: object, node: labelled_entry) -> None:
+    # docutils' own <td>, with the column's name added as data-label.
+    self.visit_entry(node)  # type: ignore[attr-defined]
+    label = self.attval(node["label"])  # type: ignore[attr-defined]
+    body = self.body  # type: ignore[attr-defined]
+    body[-1] = body[-1].replace("<td", f'<td data-label="{label}"', 1)
+
+
+def _depart_labelled_entry(self: object, node: labelled_entry) -> None:
+    self.depart_entry(node)  # type: ignore[attr-defined]
+
+
+def setup(app: Sphinx) -> dict[str, object]:
+    """Registers the labelled cell (HTML: data-label; other builders: a plain cell)."""
+    app.add_node(labelled_entry, html=(_visit_labelled_entry, _depart_labelled_entry))
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
