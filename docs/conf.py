@@ -2,9 +2,10 @@
 #
 # Sphinx configuration for the tinyloop book.  The chapters (MyST Markdown)
 # live in chapters/, this directory holds only configuration and the book's
-# extensions; the build runs from the repository root:
-#
-#     sphinx-build -W --keep-going -n -c docs -b html chapters docs/_build/html
+# extensions.  `python -m tinyloop book` builds it (tinyloop/book.py): Sphinx
+# with -W -n, reading a copy of chapters/ kept under the output folder
+# (book.stage), so the API pages autosummary generates are written there and
+# the checkout stays as it is.
 #
 # Rules this configuration keeps:
 #   * Warnings are errors (-W), and nitpicky mode (-n) makes every unresolved
@@ -20,8 +21,8 @@
 #     directives in docs/_ext; nothing measured is typed into a chapter.
 #   * Two editions from one source (book_solutions): the reader's (default)
 #     shows every listing whole, with a callout before each exercise region;
-#     the class edition (`-t class`; `-t teacher` or
-#     TINYLOOP_BOOK_SOLUTIONS=omit too) leaves the regions out.  Switching
+#     the class edition (`-t class`, or TINYLOOP_BOOK_SOLUTIONS=omit)
+#     leaves the regions out.  Switching
 #     edition in one output folder re-reads every source (no leak).
 
 from __future__ import annotations

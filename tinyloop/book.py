@@ -10,8 +10,10 @@ Rules this file keeps:
     not installed the command says how to install it instead of failing on
     an import.
   * The build is incremental (Sphinx re-reads only what changed) and writes
-    only under ``docs/_build/`` (ignored by git), so ``git status`` stays
-    clean.  ``--class`` makes the class edition in a folder of its own.
+    only under its output folder (``docs/_build/html`` by default, ignored
+    by git): the HTML, Sphinx's cache (``.doctrees``) and the source it reads
+    (``.source``, see :func:`stage`), so ``git status`` stays clean.
+    ``--class`` makes the class edition in a folder of its own.
   * ``--serve`` serves the built book on 127.0.0.1 only, until Ctrl-C.
 """
 
@@ -20,11 +22,13 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "build", "main", "serve"]
+__all__ = ["ROOT", "build", "main", "serve", "sphinx_command", "stage"]
 
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout this package was imported from (chapters/ and docs/ live there)."""
@@ -32,13 +36,65 @@ ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "pip install -e '.[dev]'"
 
 
+def stage(out: Path, chapters: Path | None = None) -> Path:
+    """The source folder Sphinx reads for a build into ``out``: ``out/.source/chapters``.
+
+    It holds a copy of ``chapters`` (default the checkout's ``chapters/``;
+    copied with their times, and only the files that changed, so Sphinx
+    re-reads only what changed), and ``out/.source`` a link to each sibling
+    of it (``tinyloop/``, ``benchmarks/``...), so a listing's
+    ``../tinyloop/...`` resolves as in the checkout.  The API pages
+    autosummary generates then land in ``out/.source/chapters/api/``, not in
+    the checkout.  A file removed from ``chapters`` is removed from the copy.
+    Returns the staged ``chapters`` folder.  (Copies, not links: MyST
+    resolves a link between chapters through the file's real path.)
+    """
+    chapters = (chapters or ROOT / "chapters").resolve()
+    top = out.resolve() / ".source"
+    staged = top / "chapters"
+    staged.mkdir(parents=True, exist_ok=True)
+    wanted = {entry.name: entry for entry in chapters.parent.iterdir()
+              if entry.name not in (chapters.name, ".git", ".venv")}
+    for link in top.iterdir():
+        if link.is_symlink() and wanted.get(link.name) != Path(os.readlink(link)):
+            link.unlink()
+    for name, entry in wanted.items():
+        if not (top / name).is_symlink() and not (top / name).exists():
+            (top / name).symlink_to(entry)
+    sources = {path.relative_to(chapters) for path in chapters.rglob("*")
+               if path.is_file() and path.relative_to(chapters).parts[0] != "api"}
+    for path in staged.rglob("*"):
+        relative = path.relative_to(staged)
+        if path.is_file() and relative.parts[0] != "api" and relative not in sources:
+            path.unlink()
+    for relative in sources:
+        source, copy = chapters / relative, staged / relative
+        status = source.stat()
+        if copy.exists() and (copy.stat().st_size, copy.stat().st_mtime_ns) == (status.st_size, status.st_mtime_ns):
+            continue
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, copy)
+    return staged
+
+
+def sphinx_command(out: Path, *extra: str, chapters: Path | None = None) -> list[str]:
+    """The Sphinx command that builds ``chapters`` (staged, :func:`stage`) into ``out`` as HTML.
+
+    Warnings are errors and every reference must resolve (``-W -n``);
+    ``extra`` goes before the folders (``-t class``, ``-D name=value``).
+    """
+    return [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html",
+            "-c", str(ROOT / "docs"), "-d", str(out / ".doctrees"), *extra,
+            str(stage(out, chapters)), str(out)]
+
+
 def build(out: Path | None = None, edition: str = "reader") -> tuple[int, Path]:
     """Build the book's ``edition`` (``"reader"`` or ``"class"``) into ``out``.
 
     ``out`` defaults to ``docs/_build/html`` (``docs/_build/class`` for the
-    class edition).  Returns ``(exit status, path of index.html)``; the
-    status is Sphinx's, or 2 when this is not a checkout or Sphinx is missing
-    (the message on stderr says what to do).
+    class edition); nothing is written outside it.  Returns ``(exit status,
+    path of index.html)``; the status is Sphinx's, or 2 when this is not a
+    checkout or Sphinx is missing (the message on stderr says what to do).
     """
     chapters, docs = ROOT / "chapters", ROOT / "docs"
     folder = "html" if edition == "reader" else "class"
@@ -52,14 +108,11 @@ def build(out: Path | None = None, edition: str = "reader") -> tuple[int, Path]:
         print(f"tinyloop book: Sphinx is not installed in {sys.executable}; install the "
               f"development tools with `{INSTALL}` (the README's set-up does it)", file=sys.stderr)
         return 2, index
-    # The doctrees are kept per edition, beside the output, so switching
-    # edition never reuses the other's (docs/_ext/book_solutions.py also
-    # re-reads every source when the edition changes).
-    command = [sys.executable, "-m", "sphinx", "-W", "-n", "-q", "-b", "html",
-               "-c", str(docs), "-d", str(out.parent / f".doctrees-{folder}")]
-    if edition == "class":
-        command += ["-t", "class"]
-    done = subprocess.run([*command, str(chapters), str(out)], cwd=ROOT, stdin=subprocess.DEVNULL)
+    # The doctrees are kept in each edition's folder, so switching edition
+    # never reuses the other's (docs/_ext/book_solutions.py also re-reads
+    # every source when the edition changes).
+    command = sphinx_command(out, *(["-t", "class"] if edition == "class" else []))
+    done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL)
     return done.returncode, index
 
 
