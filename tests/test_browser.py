@@ -1,20 +1,31 @@
-# tests/test_browser.py
-#
-# The built book, loaded in a real browser.  A build that passes -W -n can
-# still ship a page whose script throws, whose stylesheet is missing or whose
-# plot does not load; only a browser sees that.  This test builds the book,
-# serves it on 127.0.0.1, and loads the index, a chapter and the benchmarks
-# page in headless Chromium (Debian's `chromium` package; scripts/setup.sh
-# installs it), driven through the DevTools protocol (websocket-client).
-#
-# Rules this file keeps:
-#   * A page fails on any JavaScript exception or console error, any
-#     stylesheet, script or image that does not load (an HTTP error or a
-#     failed request), and any <img> that did not decode.
-#   * Nothing leaves the machine: the browser is started with its background
-#     networking, updates and sync off, in a fresh profile, and the site is
-#     served from 127.0.0.1.  Every wait has a deadline.
-#   * Without Chromium the test is skipped, saying what to install.
+"""The built book, loaded in a real browser, at a desktop's and a phone's width.
+
+A build that passes -W -n can still ship a page whose script throws, whose
+listing wraps and loses its indentation, whose chart leaves out a row its
+table has, or that scrolls sideways on a phone; only a browser sees that.
+This module builds the book once, serves it on 127.0.0.1, and loads every
+chapter in headless Chromium (Debian's ``chromium`` package; scripts/setup.sh
+installs it) at 1280 and at 390 CSS px, driven through the DevTools protocol
+(websocket-client).  On every chapter, at both widths:
+
+  * no JavaScript exception, console error, or resource that fails to load;
+  * no page scrolls sideways, and every result table fits the column (a
+    wide one stacks its rows on a phone, so its CPU column stays on screen);
+  * no listing line wraps: each listing's height is its line count times
+    its line height, and a line longer than the column scrolls inside its
+    block;
+  * every benchmark chart has the rows of the table it stands beside, in
+    its order, and says why a row has no bar as the table does;
+  * every trace figure fits the column, so the span its caption names is on
+    screen (test_trace_figures_fit_the_column).
+
+Rules this file keeps:
+  * Nothing leaves the machine: the browser is started with its background
+    networking, updates and sync off, in a fresh profile, and the site is
+    served from 127.0.0.1.  Every wait has a deadline.
+  * Without Chromium the tests are skipped, saying what to install.
+  * Slow (a whole-book build, then about 30 page loads): the slow step.
+"""
 
 from __future__ import annotations
 
@@ -31,14 +42,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs import BUILD_TIMEOUT, sphinx_build, CHAPTERS
+from tests.test_docs import BUILD_TIMEOUT, CHAPTERS, chapter_files, sphinx_build
 
 websocket = pytest.importorskip("websocket", reason="websocket-client is in the dev extra")
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one whole-book build, shared by the module
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-PAGES = ("index.html", "readiness.html", "benchmarks.html")
+PAGES = [f"{chapter.stem}.html" for chapter in chapter_files()]  # every chapter, the landing page included
 WIDTHS = {"desktop": (1280, 900, False), "phone": (390, 844, True)}  # CSS px; phone: an iPhone 12-14
 LOAD_TIMEOUT = 20.0  # seconds for one page to load and settle
 
@@ -180,22 +191,6 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 60)
-@pytest.mark.parametrize("page", PAGES)
-def test_a_page_loads_without_errors(site: str, browser: DevTools, page: str) -> None:
-    events = browser.load(site + page)
-    assert not problems(events), f"{page}:\n" + "\n".join(problems(events))
-    # Every stylesheet applied, every image decoded.
-    sheets = browser.evaluate("document.styleSheets.length")
-    assert isinstance(sheets, int) and sheets >= 2, f"{page}: {sheets} stylesheets"
-    broken = browser.evaluate("Array.from(document.images)"
-                              ".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
-    assert broken == [], f"{page}: images that did not load: {broken}"
-    # The theme's own stylesheet is there (the page is not unstyled HTML).
-    font = browser.evaluate("getComputedStyle(document.body).fontFamily")
-    assert font and "Times" not in str(font), f"{page}: body font {font!r}: no theme stylesheet?"
-
-
-@pytest.mark.timeout(BUILD_TIMEOUT + 60)
 def test_a_listing_is_whole_after_its_exercise_callout(site: str, browser: DevTools) -> None:
     # The reader's edition: a callout names the exercise, then the listing
     # shows the region in place, its lines highlighted.
@@ -209,7 +204,7 @@ def test_a_listing_is_whole_after_its_exercise_callout(site: str, browser: DevTo
         return {text: box.innerText, highlighted: next ? next.querySelectorAll('.hll').length : 0};
     })()""")
     assert found, "readiness.html has no exercise callout"
-    assert "python -m tinyloop start" in found["text"] and "Try it before you read on" in found["text"], found
+    assert "python -m tinyloop start" in found["text"] and "Try it first" in found["text"], found
     assert found["highlighted"] > 0, "the listing after the callout highlights no line of the region"
     benchmarks = browser.load(site + "benchmarks.html")
     assert not problems(benchmarks)
@@ -217,44 +212,155 @@ def test_a_listing_is_whole_after_its_exercise_callout(site: str, browser: DevTo
     assert charts >= 3, f"the benchmarks page has {charts} charts, one per load expected"
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT + 60)
-@pytest.mark.parametrize("width", WIDTHS)
-def test_a_chapter_reads_at_desktop_and_phone_widths(site: str, browser: DevTools, width: str) -> None:
-    # The libuv chapter at 1280 and at 390 CSS px: its charts are there with
-    # their whiskers, fit the column and keep their text legible; its named
-    # sources are links; no listing runs off its block; nothing scrolls the
-    # page sideways.
+# What a page looks like to its reader, measured in the page (CSS px).
+_LAYOUT = r"""(() => {
+  const column = document.querySelector('article[role=main]') || document.body;
+  const right = column.getBoundingClientRect().right;
+  const visible = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const pres = Array.from(document.querySelectorAll('div.highlight pre'));
+  const wrapped = [], notKept = [], outside = [];
+  for (const pre of pres) {
+    const style = getComputedStyle(pre);
+    if (style.whiteSpace !== 'pre') notKept.push(style.whiteSpace);
+    if (!visible(pre)) continue;  // a closed dropdown, a tab not chosen: its CSS is checked above
+    const lines = pre.textContent.replace(/\n$/, '').split('\n').length;
+    const line = parseFloat(style.lineHeight);
+    const height = pre.getBoundingClientRect().height - parseFloat(style.paddingTop)
+                   - parseFloat(style.paddingBottom) - parseFloat(style.borderTopWidth)
+                   - parseFloat(style.borderBottomWidth);
+    if (height > (lines + 0.5) * line)
+      wrapped.push({first: pre.textContent.split('\n')[0].slice(0, 60), lines: lines,
+                    rows: Math.round(height / line)});
+    const box = pre.closest('div.highlight').getBoundingClientRect();
+    if (box.right > right + 1) outside.push(pre.textContent.split('\n')[0].slice(0, 60));
+  }
+  const tables = Array.from(document.querySelectorAll('table.book-table'));
+  // A table must need no sideways scroll in the box furo wraps it in.
+  const cut = tables.filter(visible).filter(table => {
+      const box = table.closest('.table-wrapper') || table.parentElement;
+      return box.scrollWidth > box.clientWidth + 1 || box.getBoundingClientRect().right > right + 8; })
+    .map(table => (table.caption ? table.caption.innerText : table.innerText).slice(0, 60));
+  const charts = Array.from(document.querySelectorAll('svg.book-chart-svg[data-load]')).map(svg => {
+    const load = svg.dataset.load;
+    const before = Array.from(document.querySelectorAll('table.book-bench')).filter(table =>
+        table.compareDocumentPosition(svg) & Node.DOCUMENT_POSITION_FOLLOWING
+        && table.caption && table.caption.innerText.startsWith(load + ':'));
+    const table = before.length ? before[before.length - 1] : null;
+    return {load: load, rows: JSON.parse(svg.dataset.rows),
+            table: table ? Array.from(table.tBodies[0].rows).map(row => row.cells[0].innerText.trim()) : null,
+            texts: Array.from(svg.querySelectorAll('text')).map(text => text.textContent.trim())};
+  });
+  return {viewport: window.innerWidth, column: document.documentElement.clientWidth,
+          pageWidth: document.documentElement.scrollWidth, listings: pres.length,
+          wrapped: wrapped, notKept: notKept, outside: outside, cut: cut, charts: charts};
+})()"""
+
+
+def _at_width(browser: DevTools, width: str) -> None:
     w, h, mobile = WIDTHS[width]
     browser.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=mobile)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_a_chapter_reads_at_desktop_and_phone_widths(site: str, browser: DevTools, page: str,
+                                                     width: str) -> None:
+    _at_width(browser, width)
     try:
-        events = browser.load(site + "libuv.html")
-        assert not problems(events), "\n".join(problems(events))
+        events = browser.load(site + page)
+        found = browser.evaluate(_LAYOUT)
+        sheets = browser.evaluate("document.styleSheets.length")
+        broken = browser.evaluate("Array.from(document.images)"
+                                  ".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        font = browser.evaluate("getComputedStyle(document.body).fontFamily")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    where = f"{page} at {WIDTHS[width][0]} px"
+    assert not problems(events), f"{where}:\n" + "\n".join(problems(events))
+    assert isinstance(sheets, int) and sheets >= 2, f"{where}: {sheets} stylesheets"
+    assert broken == [], f"{where}: images that did not load: {broken}"
+    assert font and "Times" not in str(font), f"{where}: body font {font!r}: no theme stylesheet?"
+    assert found["viewport"] == WIDTHS[width][0], found["viewport"]
+    assert found["pageWidth"] <= found["column"], \
+        f"{where}: the page scrolls sideways ({found['pageWidth']} px > {found['column']})"
+    assert not found["notKept"], f"{where}: listings with white-space {set(found['notKept'])}, not pre"
+    assert not found["wrapped"], f"{where}: listing lines wrap: {found['wrapped']}"
+    assert not found["outside"], f"{where}: listings wider than the column: {found['outside']}"
+    assert not found["cut"], f"{where}: result tables cut at the column's edge: {found['cut']}"
+    for chart in found["charts"]:
+        assert chart["table"] is not None, f"{where}: the {chart['load']} chart has no table before it"
+        assert chart["rows"] == chart["table"], \
+            f"{where}: the {chart['load']} chart's rows {chart['rows']} are not its table's {chart['table']}"
+        assert all(name in chart["texts"] for name in chart["rows"]), \
+            f"{where}: the {chart['load']} chart does not label every row: {chart['texts']}"
+        assert "no figure" not in chart["texts"], f"{where}: the {chart['load']} chart has a row without a figure"
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_libuv_charts_keep_their_whiskers_and_legible_text(site: str, browser: DevTools,
+                                                               width: str) -> None:
+    # The libuv chapter's charts: there, with their whiskers, no wider than
+    # the screen, their text legible; its named sources are links.
+    _at_width(browser, width)
+    try:
+        browser.load(site + "libuv.html")
         found = browser.evaluate("""(() => {
             const charts = Array.from(document.querySelectorAll('figure.book-bench-chart svg'));
             const labels = charts.flatMap(svg => Array.from(svg.querySelectorAll('text')));
-            const pre = Array.from(document.querySelectorAll('div.highlight pre'));
             return {
-              viewport: window.innerWidth,
-              column: document.documentElement.clientWidth,
-              pageWidth: document.documentElement.scrollWidth,
               figures: document.querySelectorAll('figure').length,
               charts: charts.length,
               widest: Math.max(0, ...charts.map(svg => svg.getBoundingClientRect().width)),
               whiskers: charts.map(svg => svg.querySelectorAll('[id^="book-whisker-"]').length),
               smallestText: Math.min(...labels.map(t => t.getBoundingClientRect().height).filter(x => x > 0)),
-              overflowing: pre.filter(p => p.scrollWidth > p.clientWidth + 1).length,
               links: Array.from(document.querySelectorAll('a[href^="http"]')).map(a => a.href),
             };
         })()""")
     finally:
         browser.call("Emulation.clearDeviceMetricsOverride")
-    assert found["viewport"] == w, found["viewport"]
-    assert found["pageWidth"] <= found["column"], \
-        f"{width}: the page scrolls sideways ({found['pageWidth']} px > {found['column']})"
+    w = WIDTHS[width][0]
     assert found["charts"] >= 2 and found["figures"] >= found["charts"], found
     assert all(count > 0 for count in found["whiskers"]), f"{width}: a chart without whiskers {found['whiskers']}"
     assert found["widest"] <= w, f"{width}: a chart is {found['widest']} px wide"
     assert found["smallestText"] >= 8, f"{width}: chart text {found['smallestText']:.1f} px high"
-    assert found["overflowing"] == 0, f"{width}: {found['overflowing']} listings run off their block"
     for source in ("docs.libuv.org", "man7.org", "github.com/MagicStack/uvloop", "github.com/libuv/libuv"):
         assert any(source in link for link in found["links"]), f"no link to {source}"
+
+
+TRACE_PAGES = [page for page in PAGES
+               if "{trace-figure}" in (CHAPTERS / page.replace(".html", ".md")).read_text(encoding="utf-8")]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", TRACE_PAGES)
+def test_trace_figures_fit_the_column(site: str, browser: DevTools, page: str, width: str) -> None:
+    # A trace figure draws the window its caption is about, scaled to the
+    # column (an SVG viewBox, no fixed pixel width): the whole drawing is on
+    # screen, so the span the caption names is too, at 1280 px and on a phone.
+    _at_width(browser, width)
+    try:
+        browser.load(site + page)
+        figures = browser.evaluate("""Array.from(document.querySelectorAll('figure.book-trace-figure'))
+          .map(figure => {
+            const svg = figure.querySelector('svg');
+            if (!svg) return {id: figure.id, svg: false};
+            const box = figure.getBoundingClientRect(), drawn = svg.getBoundingClientRect();
+            let scrolls = false;
+            for (let el = svg.parentElement; el && el !== figure.parentElement; el = el.parentElement)
+              if (el.scrollWidth > el.clientWidth + 1) scrolls = true;
+            return {id: figure.id, svg: true, viewBox: svg.getAttribute('viewBox'),
+                    fixedWidth: /^[0-9.]+(px)?$/.test(svg.getAttribute('width') || ''),
+                    left: drawn.left - box.left, right: drawn.right - box.right, scrolls: scrolls};
+          })""")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    assert figures, f"{page}: no trace figure"
+    for figure in figures:
+        where = f"{page} at {WIDTHS[width][0]} px, {figure['id']}"
+        assert figure["svg"] and figure["viewBox"], f"{where}: no SVG with a viewBox"
+        assert not figure["fixedWidth"] and not figure["scrolls"], \
+            f"{where}: drawn at a fixed width in a box that scrolls sideways: part of its window is off screen"
+        assert figure["left"] >= -1 and figure["right"] <= 1, f"{where}: the drawing runs past the column"

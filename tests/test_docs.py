@@ -29,17 +29,16 @@ pytest.importorskip("myst_parser")
 
 
 def sphinx_build(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """The book's build command, with ``source`` as the chapters and ``out`` as the output."""
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q",
-           "-c", str(DOCS), "-b", "html", "-d", str(out / ".doctrees"), *extra,
-           str(source), str(out / "html")]
+    """The book's build command (``python -m tinyloop book``'s), ``source`` as the chapters, into ``out/html``."""
+    from tinyloop import book
+    cmd = book.sphinx_command(out / "html", *extra, chapters=source)
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
 
 
 def copy_book(tmp_path: Path) -> Path:
     """A copy of chapters/ beside links to the code it includes; returns the copy."""
     chapters = tmp_path / "chapters"
-    shutil.copytree(CHAPTERS, chapters)
+    shutil.copytree(CHAPTERS, chapters, ignore=lambda folder, names: ["api"] if Path(folder) == CHAPTERS else [])
     for name in ("tinyloop", "benchmarks", "examples"):
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name)
@@ -76,9 +75,23 @@ def test_the_book_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     shown = {name for name, line in lines.items() if any(_squeeze(line) in t for t in texts.values())}
     assert len(shown) >= len(lines) - 1, f"regions not shown whole: {sorted(set(lines) - shown)}"
     for name in shown:
-        assert any(_squeeze(f"Exercise {name}") in t and _squeeze(f"python -m tinyloop start {name}") in t
-                   and _squeeze("Try it before you read on") in t for t in texts.values()), \
+        assert any(_squeeze(f"Try it first: {catalog.get(name).title}") in t.replace("’", "'")
+                   and _squeeze(f"python -m tinyloop start {name}") in t for t in texts.values()), \
             f"exercise {name}: no callout before its listing"
+    # One callout per exercise on a page, however many of its listings show
+    # the region; the checker's internals (pytest's -k expressions) only on
+    # the teachers' page.
+    for page in (tmp_path / "html").glob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        twice = [name for name in lines if html.count(f'id="try-{name}"') > 1]
+        assert not twice, f"{page.name}: more than one callout for {twice}"
+        if page.name != "teachers.html":
+            assert not re.search(r"tests/\S+\.py -k ", page_text(html)), \
+                f"{page.name} shows the checker's pytest -k expression"
+    teachers = page_text((tmp_path / "html" / "teachers.html").read_text(encoding="utf-8"))
+    from tinyloop.exercises import checker
+    for exercise in catalog.exercises():
+        assert " ".join(checker.test_arguments(exercise)) in teachers, f"{exercise.name}: not on the teachers' page"
     # The landing page summarises every Part and draws the journey: a row
     # and a bar (with its whisker) per stage; every table of results has its chart.
     index = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
@@ -127,13 +140,28 @@ def solution_lines() -> dict[str, str]:
 
 
 def assert_class_edition(html_dir: Path) -> None:
-    """No page of the build in ``html_dir`` holds a line of any solution."""
-    for page in html_dir.glob("*.html"):
+    """No page of the build in ``html_dir`` (the API pages and the teachers' page included) holds a
+    line of any exercise's region: every region line that gives something away, against every page.
+
+    Which lines give something away is book_solutions.solution_lines()'s rule (a line found nowhere
+    in tinyloop outside the regions, 8 characters or more, not a comment); that every exercise has
+    some is checked here, so an empty rule cannot pass.
+    """
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import book_solutions
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    from tinyloop.exercises import catalog
+    named = {name for name, _ in book_solutions.solution_lines()}
+    assert named == {exercise.name for exercise in catalog.exercises()}, "an exercise without region lines"
+    pages = [page for page in html_dir.glob("**/*.html") if ".source" not in page.parts]
+    assert any(page.name == "teachers.html" for page in pages)
+    for page in pages:
         html = page.read_text(encoding="utf-8")
         assert "book-try-first" not in html, f"{page.name} has an exercise callout"
-        text = _squeeze(page_text(html))
-        for name, line in solution_lines().items():
-            assert _squeeze(line) not in text, f"{page.name} shows exercise {name}'s solution"
+        shown = book_solutions.quoted(page_text(html))
+        assert not shown, f"{page.name} shows {len(shown)} lines of a solution: {shown[:3]}"
     readiness = page_text((html_dir / "readiness.html").read_text(encoding="utf-8"))
     assert "# exercise partial-writes: left out of this book" in readiness
 
@@ -163,7 +191,7 @@ def test_the_two_editions_built_in_turn_into_one_folder_do_not_leak(tmp_path: Pa
 
 
 @pytest.mark.parametrize("tags, env, expected", [
-    ((), {}, "reader"), (("class",), {}, "class"), (("teacher",), {}, "class"),
+    ((), {}, "reader"), (("class",), {}, "class"),
     ((), {"TINYLOOP_BOOK_SOLUTIONS": "omit"}, "class"), ((), {"TINYLOOP_BOOK_SOLUTIONS": ""}, "reader"),
 ])
 def test_the_edition_follows_the_tags_and_the_environment(
@@ -193,12 +221,21 @@ def test_a_fresh_clone_without_the_extension_builds_the_book(tmp_path: Path) -> 
     # book built by `python -m tinyloop book`.  It must pass -W -n, print the
     # page to open, and say on tinyloop.uv's pages that the extension is not
     # built, instead of failing on `import tinyloop.uv._loop`.
+    # The build writes only under its output folder: the API pages
+    # autosummary generates too (they once went into chapters/api/).
     from conftest import child_env, source_copy
     tree = source_copy(tmp_path / "clone")
     assert not list((tree / "tinyloop" / "uv").glob("_loop*.so"))
+
+    def files() -> dict[Path, int]:
+        return {path: path.stat().st_mtime_ns for path in tree.rglob("*") if path.is_file()
+                and "__pycache__" not in path.parts and (tree / "docs" / "_build") not in path.parents}
+    before = files()
     done = subprocess.run([sys.executable, "-m", "tinyloop", "book"], cwd=tree, env=child_env(tree),
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert files() == before, f"the build wrote outside docs/_build: {sorted(set(files().items()) ^ set(before.items()))[:5]}"
+    assert not (tree / "chapters" / "api").exists()
     index = tree / "docs" / "_build" / "html" / "index.html"
     assert f"open {index.as_uri()}" in done.stdout, done.stdout
     page = page_text((index.parent / "api" / "tinyloop.uv.loop.html").read_text(encoding="utf-8"))

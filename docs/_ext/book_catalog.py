@@ -9,6 +9,9 @@
 #   {exercises} CHAPTER   the chapter's exercises from the exercise catalog,
 #                         each with its instructions and the commands that
 #                         write a starter file and grade a solution.
+#   {exercise-checks}     per exercise, the tests its check runs (pytest's
+#                         arguments) and the server properties it measures:
+#                         the checker's internals, for the teachers' page.
 #   {mutation-table}      the checker's mutation score per exercise, from
 #                         benchmarks/results/mutation.json (teachers' page).
 #
@@ -149,19 +152,17 @@ class ExercisesDirective(SphinxDirective):
         markers = importlib.import_module("tinyloop.exercises.markers")
         source = markers.source_path(exercise.module)
         module_path = str(source.relative_to(source.parents[len(exercise.module.split(".")) - 1]))
+        # In the reader's words: what is checked, not how (the tests the
+        # checker runs are listed on the teachers' page, {exercise-checks}).
         where = nodes.paragraph()
         where += nodes.Text("You write the missing part of ")
         where += nodes.literal(module_path, module_path)
-        checker = importlib.import_module("tinyloop.exercises.checker")
-        graded = "pytest " + " ".join(checker.test_arguments(exercise))
-        where += nodes.Text(". The checker runs ")
-        where += nodes.literal(graded, graded)
+        where += nodes.Text(". The check runs this chapter's tests on your file")
         stage = exercise.stage
         properties = exercise.properties
         if stage and properties:
             checked = ", ".join(PROPERTY_WORDS.get(p, p.replace("_", " ")) for p in properties)
-            where += nodes.Text(f" on your file, then starts the {stage} server with it and checks: ")
-            where += nodes.Text(checked)
+            where += nodes.Text(f", then starts the {stage} server with it and checks that {checked}")
         where += nodes.Text(".")
         box += where
         check = markers.check_command(name)
@@ -169,6 +170,26 @@ class ExercisesDirective(SphinxDirective):
                     f"python -m tinyloop start {name}      # writes ./{markers.default_file(exercise)}\n{check}")
         box += nodes.literal_block(commands, commands, language="sh")
         return box
+
+
+class ExerciseChecksDirective(SphinxDirective):
+    """``{exercise-checks}``: for every exercise of the catalog, the pytest arguments its check runs
+    (``checker.test_arguments``) and the server properties it measures (teachers' page)."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        catalog = importlib.import_module("tinyloop.exercises.catalog")
+        checker = importlib.import_module("tinyloop.exercises.checker")
+        _depend_on(self, catalog)
+        rows = []
+        for exercise in catalog.exercises():
+            arguments = " ".join(checker.test_arguments(exercise))
+            measured = (f"{exercise.stage}: {', '.join(exercise.properties)}"
+                        if exercise.stage and exercise.properties else "—")
+            rows.append([f"`{exercise.name}`", exercise.chapter, nodes.literal(arguments, arguments), measured])
+        return [table(["Exercise", "Chapter", "pytest runs", "Server properties"], rows,
+                      classes=["book-checks"])]
 
 
 class MutationTableDirective(SphinxDirective):
@@ -265,7 +286,9 @@ def _code_cells(text: str) -> list[nodes.Node]:
 
 
 def setup(app: Sphinx) -> dict[str, object]:
+    app.setup_extension("book_tables")  # its tables' labelled cells (the phone layout)
     app.add_directive("stages", StagesDirective)
     app.add_directive("exercises", ExercisesDirective)
     app.add_directive("mutation-table", MutationTableDirective)
+    app.add_directive("exercise-checks", ExerciseChecksDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

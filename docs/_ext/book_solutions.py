@@ -8,14 +8,17 @@
 #   * the marker comments themselves never reach the page;
 #   * the reader's edition (the default build) shows every listing whole: a
 #     region stays in its listing, its lines highlighted, and a callout
-#     before the listing names the exercise, the one command that starts it
-#     (``python -m tinyloop start NAME``) and asks the reader to try it
-#     before reading on;
-#   * the class edition (``sphinx-build -t class``; ``-t teacher``, its old
-#     name, and the environment switch TINYLOOP_BOOK_SOLUTIONS=omit are
-#     accepted too) leaves each region out of the HTML entirely: one comment
-#     line says where it was and which command writes the starter.  That is
-#     the copy a teacher publishes for a class.
+#     before the first listing of a page that holds it says, in the
+#     exercise's own title, what the lines do, and how to write them first
+#     (``python -m tinyloop start NAME``), linking to the exercise; a later
+#     listing of the same region on that page only highlights it;
+#   * the class edition (``sphinx-build -t class``, or the environment switch
+#     TINYLOOP_BOOK_SOLUTIONS=omit) leaves each region out of the HTML
+#     entirely: one comment line says where it was and which command writes
+#     the starter.  Any other listing that quotes a line of a solution (the
+#     teachers' page shows the checker's mutants, which are solution lines
+#     changed) has that line replaced by a note.  That is the copy a teacher
+#     publishes for a class.
 #
 # Rules this file keeps:
 #   * Regions are found by the same regular expression as the checker's
@@ -40,8 +43,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from pathlib import Path
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -51,14 +56,15 @@ from sphinx.directives.code import LiteralInclude
 
 from tinyloop.exercises.markers import MARKER
 
-__all__ = ["EDITIONS", "ENV", "SolutionAwareLiteralInclude", "edition", "omit_solutions",
-           "setup", "split_regions"]
+__all__ = ["EDITIONS", "ENV", "SolutionAwareLiteralInclude", "edition", "omit_solutions", "quoted",
+           "setup", "solution_lines", "split_regions"]
 
 # The environment switch, for a build command one cannot add -t to.
 ENV = "TINYLOOP_BOOK_SOLUTIONS"
-# The editions, and the tags that ask for the class edition ("teacher" is its old name).
+# The editions; the tag `-t class` asks for the class edition.
 EDITIONS = ("reader", "class")
-CLASS_TAGS = ("class", "teacher")
+# The reference sources the exercises are cut from.
+_SOURCES = Path(__file__).resolve().parents[2] / "tinyloop"
 _MARKER_LINE = re.compile(rf"^(?P<indent>[ \t]*){MARKER.pattern}[ \t]*$")
 
 
@@ -101,9 +107,9 @@ def omit_solutions(app: Sphinx) -> bool:
 
 
 def _choose_edition(app: Sphinx, config: Config) -> None:
-    """config-inited: the edition from ``-t class``/``-t teacher``, TINYLOOP_BOOK_SOLUTIONS or ``-D``."""
+    """config-inited: the edition from ``-t class``, TINYLOOP_BOOK_SOLUTIONS or ``-D``."""
     wanted = os.environ.get(ENV, "")
-    if any(app.tags.has(tag) for tag in CLASS_TAGS) or wanted == "omit":
+    if app.tags.has("class") or wanted == "omit":
         config.book_edition = "class"
     if config.book_edition not in EDITIONS:
         raise ConfigError(f"book_edition must be one of {', '.join(EDITIONS)}, "
@@ -125,10 +131,15 @@ class SolutionAwareLiteralInclude(LiteralInclude):
             blocks = [node] if isinstance(node, nodes.literal_block) else list(
                 node.findall(nodes.literal_block))
             for block in blocks:
-                if "# exercise " not in block.astext():
+                if "# exercise " in block.astext():
+                    callouts, code = self._edition(block)
+                elif omit_solutions(self.env.app):
+                    callouts, code = [], self._redacted(block)
+                else:
                     continue
-                callouts, code = self._edition(block)
                 out.extend(callouts)  # before the listing (and its caption)
+                if code is block:
+                    continue
                 if block is node:
                     node = code
                 else:
@@ -156,7 +167,16 @@ class SolutionAwareLiteralInclude(LiteralInclude):
                 highlighted.extend(range(line, line + count))
             text += code if code.endswith("\n") else code + "\n"
             line += count
-        return [self._callout(name) for name in names], self._code(block, text, highlighted)
+        shown = self.env.temp_data.setdefault("book_callouts", set())  # this page's, reset per page
+        callouts = [self._callout(name) for name in names if name not in shown]
+        shown.update(names)
+        return callouts, self._code(block, text, highlighted)
+
+    def _redacted(self, block: nodes.literal_block) -> nodes.literal_block:
+        """Class edition: ``block`` with each line that quotes a solution line replaced by a note."""
+        text = block.astext()
+        kept = "\n".join(redact(line) for line in text.split("\n"))
+        return block if kept == text else self._code(block, kept, [])
 
     @staticmethod
     def _code(block: nodes.literal_block, code: str, highlighted: list[int]) -> nodes.literal_block:
@@ -174,19 +194,86 @@ class SolutionAwareLiteralInclude(LiteralInclude):
         piece.line = block.line
         return piece
 
-    @staticmethod
-    def _callout(name: str) -> nodes.Element:
-        box = nodes.admonition(classes=["book-try-first"])
-        box += nodes.title("", f"Exercise {name}")
-        command = f"python -m tinyloop start {name}"
+    def _callout(self, name: str) -> nodes.Element:
+        """The callout: the exercise's own title, the command that starts it, a link to its box."""
+        from tinyloop.exercises import catalog
+        exercise = catalog.get(name)
+        box = nodes.admonition(classes=["book-try-first"], ids=[f"try-{name}"])
+        title = f"Try it first: {exercise.title}"
+        box += nodes.title(title, title)
+        start = f"python -m tinyloop start {name}"
+        target = self.env.app.builder.get_relative_uri(self.env.docname, exercise.chapter)
         box += nodes.paragraph(
-            "", "", nodes.Text("The highlighted lines below are the solution of exercise "),
-            nodes.literal(name, name), nodes.Text(". Try it before you read on: "),
-            nodes.literal(command, command),
-            nodes.Text(" writes the file with those lines cut out, and "),
-            nodes.literal(f"python -m tinyloop check {name}", f"python -m tinyloop check {name}"),
-            nodes.Text(" grades it."))
+            "", "", nodes.Text("The highlighted lines below are exercise "),
+            nodes.reference("", "", nodes.literal(name, name), refuri=f"{target}#exercise-{name}"),
+            nodes.Text(": "), nodes.literal(start, start),
+            nodes.Text(" writes this file without them, for you to fill in."))
         return box
+
+
+@functools.lru_cache(maxsize=1)
+def solution_lines() -> tuple[tuple[str, str], ...]:
+    """``(exercise, line)`` for every line of every exercise region that gives the answer away.
+
+    A line counts when its text (whitespace removed, as each ``line`` here
+    is) appears in no tinyloop source outside the exercise regions nor in
+    the exercise's instructions (the question may name a call the answer
+    makes), is not a comment, and is long enough (8 characters) not to occur
+    in prose by chance: ``return``, ``else:`` or a line written elsewhere
+    too give nothing away.
+    """
+    from tinyloop.exercises import catalog, markers
+    outside: set[str] = set()
+    inside: list[tuple[str, str]] = []
+    for path in sorted(_SOURCES.glob("**/*")):
+        if path.suffix not in (".py", ".pyx", ".pxd"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        regions = markers.find_regions(text, str(path)) if "# exercise " in text else []
+        cut = {i for region in regions for i in range(region.begin, region.end - 1)}
+        names = {i: region.name for region in regions for i in range(region.begin, region.end - 1)}
+        for index, line in enumerate(lines):
+            squeezed = "".join(line.split())
+            if index in cut:
+                inside.append((names[index], squeezed))
+            else:
+                outside.add(squeezed)
+    asked = {exercise.name: "".join(exercise.instructions.split()) for exercise in catalog.exercises()}
+    return tuple(dict.fromkeys((name, line) for name, line in inside
+                               if name in asked and len(line) >= 8 and not line.startswith("#")
+                               and line not in outside and line not in asked[name]))
+
+
+def quoted(text: str) -> list[tuple[str, str]]:
+    """The ``(exercise, line)`` of :func:`solution_lines` that ``text`` quotes.
+
+    Compared without whitespace, and only where the line starts a token
+    (``if conn.wants_read:`` is not quoted by ``elif conn.wants_read:``).
+    """
+    squeezed = "".join(text.split())
+    return [(name, line) for name, line in solution_lines()
+            if line in squeezed and re.search(r"(?<![\w.])" + re.escape(line), squeezed)]
+
+
+def redact(line: str) -> str:
+    """``line`` (one line, without its newline) cut where it first quotes a solution line, with a
+    note in place of the rest; ``line`` itself when it quotes none."""
+    found = quoted(line)
+    if not found:
+        return line
+    name, wanted = found[0]
+    where = [index for index, char in enumerate(line) if not char.isspace()]  # squeezed -> line
+    start = re.search(r"(?<![\w.])" + re.escape(wanted), "".join(line.split())).start()
+    return f"{line[:where[start]]}[a line of exercise {name}'s solution: left out of this book]"
+
+
+def _redact_docstring(app: Sphinx, what: str, name: str, obj: object, options: object,
+                      lines: list[str]) -> None:
+    """autodoc-process-docstring, class edition: a docstring line quoting a solution becomes a note."""
+    if not omit_solutions(app):
+        return
+    lines[:] = [redact(line) for line in lines]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
@@ -195,4 +282,6 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_config_value("book_edition", "reader", "env", types=[str])
     app.connect("config-inited", _choose_edition)
     app.add_directive("literalinclude", SolutionAwareLiteralInclude, override=True)
+    app.setup_extension("sphinx.ext.autodoc")
+    app.connect("autodoc-process-docstring", _redact_docstring)  # the API pages quote no solution either
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
