@@ -9,7 +9,7 @@ Rules this module keeps:
     be recorded as 5 or 10.  A process of its own shares nothing.
   * It ends the server as a user would: with ``--stop PID`` it sends that
     process SIGINT (Ctrl-C) once its requests are answered, or failed, or
-    after :data:`LOAD_TIMEOUT` seconds.
+    after ``LOAD_TIMEOUT`` seconds.
   * Its last line on stdout is how many answers were 200; or ``closed:``
     and why, when the server closed a connection before its answer (it
     was stopped: a Ctrl-C); or ``error:`` and why.  The exit status is 0

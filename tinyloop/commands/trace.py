@@ -155,10 +155,13 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
     if name in NO_LOOP:
         return _fail(f"stage {name!r} has no event loop to trace (a blocking server); "
                      "try a readiness stage (epoll) or a loop (callbacks, aio, uv)", 2)
-    recorder = Recorder(time.monotonic, capacity=capacity)
+    hooked = stage.chapter in HOOKED_CHAPTERS
+    # A loop names its own track (its class); a readiness server has no loop object to name.
+    recorder = Recorder(time.monotonic, capacity=capacity,
+                        name=None if hooked else f"{name} server (its waits, seen by wrapping select)")
     sock = listen("127.0.0.1", 0)
     status = 0
-    probe = ReadinessProbe(recorder) if stage.chapter not in HOOKED_CHAPTERS else None
+    probe = None if hooked else ReadinessProbe(recorder)
     # Discussion: asyncio's Runner (and so tinyloop.aio's and uv's), and
     # Part II's tasks.run, turn a SIGINT into a clean cancel only while the
     # handler is Python's default, so the load stops the server with that

@@ -352,7 +352,7 @@ def run(main: Coroutine[Any, Any, Any], *, debug: bool | None = None, loop: Loop
     KeyboardInterrupt, propagates.  ``loop`` runs on a given loop instead of
     a new one (it is closed all the same).  Like ``asyncio.run``, and like
     its ``Runner``, a first Ctrl-C (SIGINT) cancels ``main`` and ``run``
-    raises KeyboardInterrupt once ``main`` has finished (see :func:`_sigint_cancels`).
+    raises KeyboardInterrupt once ``main`` has finished (see ``_sigint_cancels``).
     """
     loop = loop if loop is not None else Loop(debug=debug)
     try:

@@ -44,7 +44,7 @@ __all__ = ["COLOURS", "INSTANT_COLOURS", "cost_sentence", "render", "render_html
 ROW = 14               # px, one level of nested spans
 MARKS = 8              # px under a track's spans for its instants (read, write...)
 COUNTER_HEIGHT = 30    # px, one counter's samples
-VALUES_SHOWN = 24      # a counter with at most this many samples prints each value
+VALUES_SHOWN = 12      # a counter with at most this many samples prints each value
 LABEL_SHARE = 0.07     # a span at least this share of the window wide carries its name
 
 # Fill colours by span name (the loop's phases) or category.
