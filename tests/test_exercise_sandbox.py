@@ -129,7 +129,8 @@ def test_no_other_process_of_the_user_can_write_on_the_outcome_pipe():
     assert lines[2] == '{"start": "probe"}', (out, err)  # while the plugin itself writes
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed-for-credit"])
+@pytest.mark.parametrize("sandboxed", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["sandboxed", "unsandboxed-for-credit"])
 def test_a_report_forged_from_inside_earns_nothing(tmp_path, sandboxed):
     # The student's wrong file, loaded in the test process before pytest runs,
     # writes a passing JUnit report wherever the check's files may be, forges
@@ -202,6 +203,7 @@ if IN_TESTS and os.fork() == 0:
     assert not left_behind(mark)
 
 
+@pytest.mark.slow
 def test_a_file_deleted_through_a_shell_command_is_still_there(tmp_path):
     # Two canaries: one the sandbox cannot see (the host's /tmp), one it sees
     # read-only (in the checkout, under build/, which git ignores).
@@ -249,6 +251,7 @@ def test_a_memory_hog_fails_with_memory_error(tmp_path):
     text = report.render()
     assert not report.passed and "MemoryError" in text, text
     assert "test_run_once_runs_exactly_the_callbacks_ready_now" in text, text
+    assert not left_behind()
 
 
 # A wait inside libuv, as a student who tried to block in uv_run for the next

@@ -49,6 +49,8 @@ __all__ = ["FOLDER", "Limits", "LIMITS", "available", "command", "popen", "read_
 # Where the check's read-only folder (the student's file, the go file of a
 # waiting run) appears inside the sandbox.
 FOLDER = "/check"
+# What every sandbox has of its own, never bound from the host.
+_OWN = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run", FOLDER)
 # The uids the code under test runs as when the grader is root: one per
 # sandbox, from this range, so RLIMIT_NPROC (counted per real uid) of one
 # check is not spent by another running beside it.
@@ -107,6 +109,9 @@ def read_only_paths() -> tuple[str, ...]:
     except Exception:  # an installed copy: sys.path has it
         pass
     paths = sorted(os.path.realpath(p) for p in wanted if os.path.exists(p))
+    # Never the whole machine, nor what the sandbox has of its own (a
+    # working directory under /tmp on sys.path would hide the private tmp).
+    paths = [p for p in paths if p != "/" and not any(p == own or p.startswith(own + "/") for own in _OWN)]
     kept: list[str] = []
     for path in paths:  # sorted: a parent comes before what is inside it
         if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
