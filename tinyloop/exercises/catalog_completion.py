@@ -45,9 +45,10 @@ EXERCISES = [
             conn.receiving and conn.cancelling to False (advance() then
             submits it again if the connection still wants to read).  If
             flags has CQE_F_BUFFER, res bytes are in the provided buffer
-            buffer_id(flags): copy them out with self.buffers.data(), give
-            the buffer back with self.buffers.recycle(), and pass the bytes
-            to self.received(conn, data).  res == 0 without a buffer is end
+            buffer_id(flags): copy them out with self.buffers.data(), then
+            (not before: the kernel may fill it again at once) give the
+            buffer back with self.buffers.recycle(), and pass the bytes to
+            self.received(conn, data).  res == 0 without a buffer is end
             of stream: self.received(conn, b"").  Any other negative res
             fails the connection (conn.failed = True), except -ENOBUFS (the
             buffers ran out: just submit again) and -ECANCELED (we asked).
