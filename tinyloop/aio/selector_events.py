@@ -58,6 +58,7 @@ import select
 import selectors
 import socket
 import ssl as ssl_module
+import _socket
 import time
 import warnings
 import weakref
@@ -117,13 +118,32 @@ class _WriteBuffer(list):
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
+# A socket's family, type and protocol as plain ints.  socket.py's ``family``
+# and ``type`` properties turn the kernel's int into an enum on every read (two
+# Python calls each, five per accepted connection before these); the C getters
+# of the base class return the int, which compares equal to the enum.
+_family_of = _socket.socket.family.__get__
+_type_of = _socket.socket.type.__get__
+_proto_of = _socket.socket.proto.__get__
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+def _socket_kind(sock: socket.socket) -> tuple[int, int, int]:
+    """``(family, type, proto)`` of ``sock`` as ints; an object that is no
+    socket (a test's stand-in) gives its own attributes."""
+    try:
+        return _family_of(sock), _type_of(sock), _proto_of(sock)
+    except TypeError:
+        return sock.family, sock.type, sock.proto
+
+
 def _set_nodelay(sock: socket.socket) -> None:
     # Discussion: Nagle's algorithm holds a small write back until the
     # previous one is acknowledged; with delayed ACKs on the peer that is a
     # 40 ms stall per request/response.  asyncio turns it off for every TCP
     # transport, and so do we (tcp(7), TCP_NODELAY).
-    if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM \
-            and sock.proto in (0, socket.IPPROTO_TCP):
+    family, kind, proto = _socket_kind(sock)
+    if family in _INET and kind == socket.SOCK_STREAM and proto in (0, socket.IPPROTO_TCP):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
@@ -496,7 +516,7 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
                 self._accept_back_off(exc, protocol_factory, sock, sslcontext, server, backlog,
                                       ssl_handshake_timeout, ssl_shutdown_timeout)
                 return
-            if self._accept_backoff.pop(sock.fileno(), None) is not None:
+            if self._accept_backoff and self._accept_backoff.pop(sock.fileno(), None) is not None:
                 logger.info("accepting connections on %r again", sock)
             conn.setblocking(False)
             extra = {"peername": address}

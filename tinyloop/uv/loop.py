@@ -33,6 +33,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from tinyloop.aio import events as aio_events
+from tinyloop.aio import selector_events
 from tinyloop.aio import unix_events
 
 try:
@@ -82,7 +83,7 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
                                extra: dict[str, Any] | None = None,
                                server: Any = None) -> asyncio.Transport:
         """A uv_tcp transport for TCP; Part III's uv_poll transport for anything else."""
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
+        if selector_events._socket_kind(sock)[0] in selector_events._INET:  # ints: no enum made per connection
             return _loop.TCPTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
 
