@@ -172,8 +172,8 @@ def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[
 
 def build_c(binary: Path, source: Path) -> str | None:
     """Build one C file of benchmarks/peers/c, ``cc -O2`` (``$CC`` if set), as :func:`build` does
-    (it includes watch.h, the one helper they share)."""
-    return build(binary, [source, PEER_DIR / "c" / "watch.h"],
+    (it includes floor.h and watch.h, what the floors and the echo client share)."""
+    return build(binary, [source, PEER_DIR / "c" / "floor.h", PEER_DIR / "c" / "watch.h"],
                  lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
 
 

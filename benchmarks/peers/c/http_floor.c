@@ -22,25 +22,14 @@
  */
 
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
+#include "floor.h"
 #include "watch.h"
 
 #define IN_SIZE 8192           /* the largest request head we accept */
 #define OUT_SIZE 65536         /* responses waiting to be sent */
 #define MAX_RESPONSE 256       /* larger than any response below */
-#define MAX_EVENTS 256
 
 static const char HELLO[] = "Hello, World!\n";
 static const char NOT_FOUND[] = "Not Found\n";
@@ -55,12 +44,6 @@ struct conn {
     char in[IN_SIZE];
     char out[OUT_SIZE];
 };
-
-static volatile sig_atomic_t stopping = 0;
-static int epfd = -1;
-static long open_conns = 0;
-
-static void on_signal(int signum) { (void)signum; stopping = 1; }
 
 static void conn_close(struct conn *c) {
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -208,92 +191,22 @@ static void on_readable(struct conn *c) {
     progress(c);
 }
 
-static void on_acceptable(int listener) {
-    for (;;) {
-        int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                perror("tinyloop: accept");  /* EMFILE: the others wait in the backlog */
-            return;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        struct conn *c = malloc(sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
+static void *floor_accepted(int fd) {
+    struct conn *c = malloc(sizeof *c);
+    if (c) {
         c->fd = fd;
         c->closing = c->eof = 0;
         c->in_len = c->out_len = c->out_sent = 0;
         c->events = EPOLLIN;
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        open_conns++;
     }
+    return c;
 }
 
-int main(int argc, char **argv) {
-    int port = 8000;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
-            port = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [--port N]\n", argv[0]);
-            return 2;
-        }
-    }
-    struct sigaction sa = {.sa_handler = on_signal};  /* no SA_RESTART: epoll_wait returns EINTR */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t addr_len = sizeof addr;
-    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0
-        || listen(listener, 1024) < 0 || getsockname(listener, (struct sockaddr *)&addr, &addr_len) < 0) {
-        perror("tinyloop: cannot listen");
-        return 1;
-    }
-    epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    epoll_ctl(epfd, EPOLL_CTL_ADD, listener, &ev);
-    printf("tinyloop: serving c-epoll on http://127.0.0.1:%d/\n", ntohs(addr.sin_port));
-    fflush(stdout);
-
-    /* This loop is the whole event loop: wait for readiness, act on it. */
-    struct epoll_event events[MAX_EVENTS];
-    while (!stopping) {
-        int n = epoll_wait(epfd, events, MAX_EVENTS, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            perror("tinyloop: epoll_wait");
-            break;
-        }
-        for (int i = 0; i < n; i++) {
-            struct conn *c = events[i].data.ptr;
-            if (c == NULL)
-                on_acceptable(listener);
-            else if (events[i].events & EPOLLOUT)
-                progress(c);
-            else
-                on_readable(c);
-        }
-    }
-    /* Connections still open are closed by exit(3), which returns every
-     * descriptor to the kernel; the count below says how many there were. */
-    close(epfd);
-    close(listener);
-    fprintf(stderr, "tinyloop: c-epoll: stopped (%ld connections open)\n", open_conns);
-    return 0;
+static void floor_ready(void *conn, unsigned events) {
+    if (events & EPOLLOUT)
+        progress(conn);
+    else
+        on_readable(conn);
 }
+
+int main(int argc, char **argv) { return floor_main(argc, argv, "c-epoll"); }
