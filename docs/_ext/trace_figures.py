@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import socket
 import statistics
@@ -32,7 +33,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -344,31 +344,44 @@ def _trace_stage(stage: str, **load: Any) -> Trace:
         return json.loads((Path(scratch) / f"{stage}.json").read_text())
 
 
-def _serve_while(load: Callable[[], None], module: Any, sock: socket.socket, *, join_timeout: float) -> None:
-    """Serve ``sock`` with the stage ``module`` in this thread while ``load`` runs in another.
+def _serve_while(code: str, args: list[str], module: Any, sock: socket.socket, *, timeout: float,
+                 stdin: bool = False) -> tuple[list[str], subprocess.Popen[str]]:
+    """Serve ``sock`` with the stage ``module`` while a child process runs the clients' ``code``.
 
-    When ``load`` returns or fails, this thread gets SIGINT, on which a Part I
-    server stops (as on Ctrl-C); ``sock`` is closed and the load's thread
-    joined for at most ``join_timeout`` seconds.
+    The child gets ``args``, then this process's pid as its last argument,
+    and must send it SIGINT when its load is done (a Part I server, a
+    baseline, stops on it as on Ctrl-C): the clients never share this
+    process, or its GIL, with the server they measure.  Returns the child's
+    stdout lines and the child itself (still running when ``stdin`` is
+    asked for: it waits for that pipe to close).  ``sock`` is closed.
+    Raises RuntimeError if the child did not stop the server within ``timeout`` s.
     """
-    main_thread = threading.get_ident()
-
-    def run_load() -> None:
-        try:
-            load()
-        finally:
-            signal.pthread_kill(main_thread, signal.SIGINT)
-
+    child = subprocess.Popen([sys.executable, "-c", code, *args, str(os.getpid())], cwd=ROOT, text=True,
+                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    loader = threading.Thread(target=run_load, daemon=True)
+    late = signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    signal.alarm(int(timeout))   # a child that never signals still ends the serve
     try:
-        loader.start()
         with contextlib.suppress(KeyboardInterrupt):
             module.serve(sock)
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, late)
         signal.signal(signal.SIGINT, previous)
         sock.close()
-        loader.join(timeout=join_timeout)
+    lines: list[str] = []
+    assert child.stdout is not None
+    for line in child.stdout:
+        lines.append(line.strip())
+        if line.startswith("done"):
+            break
+    if not lines or not lines[-1].startswith("done"):
+        child.kill()
+        child.wait()
+        raise RuntimeError(f"the clients' process did not finish: {lines}")
+    if not stdin:
+        child.wait(timeout=10)
+    return lines, child
 
 
 def _name_track(tid: int, name: str, index: int) -> list[dict[str, Any]]:
@@ -381,22 +394,28 @@ IDLE = 1000
 
 # The child that holds the idle connections (each sends one request, reads its
 # answer and stays open), then sends the load, so that no client code competes
-# with the server for this process's GIL: it prints how many it holds, then the
-# load's answers and its start and end (time.monotonic), and exits when stdin closes.
+# with the server for this process's GIL: it prints how many it holds, then
+# "done", the load's answers and its start and end (time.monotonic), stops the
+# server with SIGINT, and exits when stdin closes.
 _HOLD_IDLE = """
-import sys, time
+import os, signal, sys, time
 from benchmarks.harness.process import raise_nofile
 from tinyloop.testing import Crowd
 from tinyloop.commands.load import scripted_load
-port, count = int(sys.argv[1]), int(sys.argv[2])
-raise_nofile(count + 320)
-crowd = Crowd(("127.0.0.1", port), timeout=10.0)
-crowd.open(count)
-print(sum(status == 200 for status, _ in crowd.ask()), flush=True)
-time.sleep(0.2)
-start = time.monotonic()
-ok = scripted_load("127.0.0.1", port, 10, 2)
-print(ok, start, time.monotonic(), flush=True)
+port, count, server = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+try:
+    raise_nofile(count + 320)
+    crowd = Crowd(("127.0.0.1", port), timeout=10.0)
+    crowd.open(count)
+    print(sum(status == 200 for status, _ in crowd.ask()), flush=True)
+    time.sleep(0.2)
+    start = time.monotonic()
+    ok = scripted_load("127.0.0.1", port, 10, 2)
+    print("done", ok, start, time.monotonic(), flush=True)
+except Exception as error:
+    print("done failed", repr(error), flush=True)
+finally:
+    os.kill(server, signal.SIGINT)
 sys.stdin.read()
 crowd.close()
 """
@@ -410,36 +429,23 @@ def _readiness(stage: str) -> Trace:
     module = stages.load(stage)
     recorder = Recorder(time.monotonic)
     sock = listen("127.0.0.1", 0)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_IDLE, str(sock.getsockname()[1]), str(IDLE)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    outcome: dict[str, Any] = {}
-
-    def load() -> None:
-        try:
-            assert holder.stdout is not None
-            outcome["idle"] = int(holder.stdout.readline() or 0)
-            line = holder.stdout.readline().split()
-            if len(line) != 3:
-                raise RuntimeError("the load did not run: " + " ".join(line))
-            t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
-            outcome["load_start"], outcome["load_end"] = ((float(t) - t0) * 1e6 for t in line[1:])
-        except BaseException as error:
-            outcome["error"] = error
-
-    try:
-        with ReadinessProbe(recorder).installed():
-            _serve_while(load, module, sock, join_timeout=10)
-    finally:
-        if holder.stdin:
-            holder.stdin.close()
-        holder.wait(timeout=10)
-    if "error" in outcome:
-        raise RuntimeError(f"the load on {stage} failed: {outcome['error']!r}")
-    if outcome.get("idle") != IDLE:
-        raise RuntimeError(f"only {outcome.get('idle')} of {IDLE} idle connections were opened")
+    with ReadinessProbe(recorder).installed():
+        lines, holder = _serve_while(_HOLD_IDLE, [str(sock.getsockname()[1]), str(IDLE)], module, sock,
+                                     timeout=120, stdin=True)
+    if holder.stdin:
+        holder.stdin.close()
+    holder.wait(timeout=10)
+    done = lines[-1].split()
+    if len(done) != 4:
+        raise RuntimeError(f"the load on {stage} failed: {' '.join(done[1:])}")
+    idle = int(lines[0]) if len(lines) > 1 else 0
+    if idle != IDLE:
+        raise RuntimeError(f"only {idle} of {IDLE} idle connections were opened")
+    t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
+    load_start, load_end = ((float(t) - t0) * 1e6 for t in done[2:])
     trace = recorder.trace()
     trace["otherData"].update(figure=f"{stage}: {IDLE} idle connections, 10 requests over 2 busy ones",
-                              load_start=outcome["load_start"], load_end=outcome["load_end"])
+                              load_start=load_start, load_end=load_end)
     return trace
 
 
@@ -499,59 +505,71 @@ def baselines_clients() -> Trace:
     return trace
 
 
-def _serve_three_clients(stage: str, recorder: Recorder, tracks: dict[str, int]) -> None:
-    import http.client
+# The three clients, in a process of their own: each prints its number, when it
+# connected and when its last answer came (time.monotonic); then "done", and
+# SIGINT stops the server.
+_THREE_CLIENTS = """
+import http.client, os, signal, sys, threading, time
+port, requests, compute_ms, server = (int(arg) for arg in sys.argv[1:])
 
+def client(number):
+    start = time.monotonic()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for _ in range(requests):
+        connection.request("GET", f"/compute?ms={compute_ms}")
+        connection.getresponse().read()
+    connection.close()
+    print(number, start, time.monotonic(), flush=True)
+
+try:
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(0.05)
+    print("done", flush=True)
+finally:
+    os.kill(server, signal.SIGINT)
+"""
+
+
+def _serve_three_clients(stage: str, recorder: Recorder, tracks: dict[str, int]) -> None:
     from tinyloop import stages
     from tinyloop.serving import listen
     module = stages.load(stage)
     original = module.serve_client   # each stage's own global: threaded imports it from blocking
     lock = threading.Lock()
-    offset = 0.0
-
-    def span(name: str, start: float, track: str, cat: str) -> None:
-        with lock:
-            tid = tracks.setdefault(track, 100 + len(tracks))
-        recorder.span(name, start - offset, recorder.now() - offset, tid=tid, cat=cat)
+    served: list[tuple[float, float, str]] = []   # (start, end, track), in the recorder's µs
 
     def timed(sock: socket.socket, *args: Any, **kwargs: Any) -> None:
         start = recorder.now()
         try:
             original(sock, *args, **kwargs)
         finally:
-            span("serve_client", start, f"{stage}: server, {threading.current_thread().name.split(' ')[0]}",
-                 "connection")
+            with lock:
+                served.append((start, recorder.now(),
+                               f"{stage}: server, {threading.current_thread().name.split(' ')[0]}"))
 
     sock = listen("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    errors: list[BaseException] = []
-
-    def client(number: int) -> None:
-        start = recorder.now()
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        for _ in range(CLIENT_REQUESTS):
-            connection.request("GET", f"/compute?ms={CLIENT_COMPUTE_MS}")
-            connection.getresponse().read()
-        connection.close()
-        span(f"{CLIENT_REQUESTS} requests", start, f"{stage}: client {number + 1}", "client")
-
-    def load() -> None:
-        nonlocal offset
-        offset = recorder.now()
-        try:
-            with ThreadPoolExecutor(3) as pool:
-                list(pool.map(client, range(3)))
-        except BaseException as error:
-            errors.append(error)
-        time.sleep(0.05)
-
     module.serve_client = timed
     try:
-        _serve_while(load, module, sock, join_timeout=30)
+        lines, _ = _serve_while(_THREE_CLIENTS, [str(sock.getsockname()[1]), str(CLIENT_REQUESTS),
+                                                 str(CLIENT_COMPUTE_MS)], module, sock, timeout=60)
     finally:
         module.serve_client = original
-    if errors:
-        raise RuntimeError(f"a client of {stage} failed: {errors[0]!r}")
+    t0 = time.monotonic() - recorder.now() / 1e6   # the recorder's zero, on the same clock
+    clients = [(int(number), (float(start) - t0) * 1e6, (float(end) - t0) * 1e6)
+               for number, start, end in (line.split() for line in lines[:-1])]
+    if len(clients) != 3:
+        raise RuntimeError(f"a client of {stage} failed: {lines}")
+    offset = min(start for _, start, _ in clients)   # each stage's time starts when its clients do
+    spans = [(f"{CLIENT_REQUESTS} requests", start, end, f"{stage}: client {number + 1}", "client")
+             for number, start, end in clients]
+    spans += [("serve_client", start, end, track, "connection") for start, end, track in served]
+    for name, start, end, track, cat in spans:
+        tid = tracks.setdefault(track, 100 + len(tracks))
+        recorder.span(name, round(start - offset, 3), round(end - offset, 3), tid=tid, cat=cat)
 
 
 # -- reading a trace: cuts, and the numbers the captions quote ------------------------------
