@@ -95,6 +95,9 @@ STAGES: tuple[Stage, ...] = (
           "io_uring(7) through ctypes and mmap: hand the kernel the operation, reap its completion"),
     Stage("uring-multishot", "tinyloop.raw.uring_multishot_server", "completion",
           "io_uring with multishot accept and receive on a provided-buffer ring"),
+    Stage("ring", "tinyloop.ring.server", "completion",
+          "Part III's loop as a proactor on io_uring: transports of outstanding receives and sends",
+          loop="tinyloop.ring:new_event_loop", fakes=False),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

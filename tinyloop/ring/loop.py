@@ -1,0 +1,568 @@
+"""tinyloop.ring's loop: Part III's asyncio loop with a proactor on io_uring where its selector was.
+
+Part III's loop asks the selector which sockets are ready, then calls
+recv(2) and send(2) itself.  This one hands the kernel the receive and the
+send themselves, each with its buffer, and hears when they are done
+(tinyloop/ring/proactor.py).  Everything else is Part III's, inherited:
+the ready queue, the timer heap, futures and tasks, call_soon_threadsafe,
+signals, the Server object, create_connection's Happy Eyeballs, TLS
+(sslproto over our transport), Unix sockets, pipes and subprocesses (on
+the proactor's POLL_ADD readiness).
+
+    Part III (readiness)                     tinyloop.ring (completion)
+    ---------------------------------------  ---------------------------------------------
+    transport reading: add_reader once,      a receive is always outstanding, into a
+      recv when readable                       buffer the transport owns; its completion
+                                               delivers the data and submits the next one
+    pause_reading: remove_reader             nothing to take back: the receive already
+                                               handed over completes, and its data waits
+                                               in the transport until resume_reading
+    write: send now, add_writer for the      write: queue, and submit one send of all
+      rest                                     that is queued; its completion submits the
+                                               rest (a partial send goes on from where
+                                               the kernel stopped)
+    close: remove_reader, close(2)           cancel the receive (IORING_OP_ASYNC_CANCEL),
+                                               close(2); the cancelled receive's completion
+                                               still comes, and finds the buffer alive
+    accept: add_reader on the listener       an accept operation, submitted again at each
+                                               completion
+
+Rules this module keeps:
+  * A buffer handed to the kernel stays alive, unmoved and unread until
+    its operation's completion: the receive buffer is the transport's and
+    is never handed out (the protocol gets a copy); a send's bytes are held
+    by the transport (``_sending``) and, through the completion callback
+    the proactor keeps, by the proactor.
+  * One receive and one send outstanding per transport at most: io_uring
+    starts operations in any order, so a second send could overtake the
+    first.
+  * The protocol is called from the ready queue only (step 4), as in
+    Part III: a completion callback records its result and queues the
+    transport's handle.
+  * ``get_write_buffer_size()`` counts the bytes not yet confirmed sent,
+    those in the kernel's hands included (as CPython's proactor does):
+    flow control is on what the peer has not yet taken.
+
+Where this differs from asyncio and from Part III (tests/conformance/KNOWN_DIFFERENCES.md):
+  * ``write()`` never sends at once; the send is submitted with the next
+    io_uring_enter, so the write buffer is not empty right after a small
+    write, and pause_writing comes for any single write above the
+    high-water mark.
+  * A ``sock_recv`` that is cancelled asks the kernel to cancel its
+    receive; if the receive had already taken data, that data is lost
+    (asyncio's ProactorEventLoop has the same property).
+  * The loop runs only in the thread that first ran it (Proactor.ring).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import struct
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from tinyloop.aio import events as aio_events
+from tinyloop.aio import selector_events
+from tinyloop.aio import unix_events
+from tinyloop.aio.events import Handle
+from tinyloop.raw import uring
+from tinyloop.ring.proactor import Completion, Proactor, os_error
+
+_REASON = uring.unavailable()
+if _REASON is not None:
+    raise ImportError(f"tinyloop.ring needs io_uring, and {_REASON}")
+
+__all__ = ["EventLoopPolicy", "Loop", "RingSocketTransport", "new_event_loop", "run"]
+
+T = TypeVar("T")
+
+# Room for any socket address (struct sockaddr_storage).
+_SOCKADDR_SIZE = 128
+_SOCKLEN = struct.Struct("=I")
+_FAMILY = struct.Struct("=H")
+# Accepted descriptors come non-blocking and close-on-exec (accept4(2)).
+_ACCEPT_FLAGS = socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
+_STREAM_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX)
+
+
+def sockaddr_to_address(raw: bytes | bytearray) -> Any:
+    """Python's address tuple for an AF_INET or AF_INET6 ``struct sockaddr``; None for others.
+
+    The layouts are ip(7)'s ``sockaddr_in`` (family, port in network order,
+    four address bytes) and ipv6(7)'s ``sockaddr_in6`` (family, port,
+    flowinfo, sixteen address bytes, scope id).
+    """
+    family = _FAMILY.unpack_from(raw)[0]
+    if family == socket.AF_INET:
+        port = int.from_bytes(raw[2:4], "big")
+        return socket.inet_ntop(socket.AF_INET, bytes(raw[4:8])), port
+    if family == socket.AF_INET6:
+        port, flowinfo = struct.unpack_from("!HI", raw, 2)
+        scope_id = struct.unpack_from("=I", raw, 24)[0]
+        return socket.inet_ntop(socket.AF_INET6, bytes(raw[8:24])), port, flowinfo, scope_id
+    return None
+
+
+def address_to_sockaddr(family: int, address: Any) -> bytes:
+    """The ``struct sockaddr`` for an AF_INET ``(host, port)`` or AF_INET6
+    ``(host, port[, flowinfo[, scope_id]])`` with a numeric host; the inverse
+    of :func:`sockaddr_to_address`.  Raises OSError for a host that is not numeric."""
+    if family == socket.AF_INET:
+        host, port = address[:2]
+        return (_FAMILY.pack(family) + port.to_bytes(2, "big")
+                + socket.inet_pton(family, host) + bytes(8))
+    host, port, flowinfo, scope_id = (*address, 0, 0)[:4]
+    return (_FAMILY.pack(family) + struct.pack("!HI", port, flowinfo)
+            + socket.inet_pton(family, host) + struct.pack("=I", scope_id))
+
+
+class RingSocketTransport(selector_events._SelectorSocketTransport):
+    """A stream socket (TCP or Unix) transport whose reads and writes are io_uring operations.
+
+    Part III's transport, subclassed: its protocol bookkeeping, flow
+    control, close/abort, write_eof, sendfile and errors are inherited;
+    the reading and writing below replace readiness with completions.
+
+    State beyond Part III's:
+
+        _recv_buffer   the buffer every receive goes into (max_size bytes), pinned
+        _recv_op       user_data of the outstanding receive, or 0
+        _pending       data (b"" for EOF) that completed while reading was paused
+        _sending       the bytes object a send is outstanding from, or None;
+                       it is ``_buffer[0]`` until the send completes
+        _send_offset   where in it the outstanding send started
+    """
+
+    max_size = 64 * 1024  # bytes asked of one receive, and held for it while outstanding
+
+    def __init__(self, loop: Loop, sock: socket.socket, protocol: asyncio.BaseProtocol,
+                 waiter: asyncio.Future | None = None, extra: dict[str, Any] | None = None,
+                 server: Any = None) -> None:
+        self._proactor: Proactor = loop._proactor
+        self._recv_buffer = bytearray(self.max_size)
+        self._recv_view = memoryview(self._recv_buffer)
+        self._recv_address, self._recv_pin = uring.address_of(self._recv_buffer)
+        self._recv_op = 0
+        self._recv_res = 0
+        self._recv_handle = Handle(self._recv_done, (), loop, None)
+        self._pending: bytes | None = None
+        self._at_eof = False
+        self._sending: bytes | None = None
+        self._send_offset = 0
+        self._send_op = 0
+        self._send_res = 0
+        self._send_handle = Handle(self._send_done, (), loop, None)
+        super().__init__(loop, sock, protocol, waiter, extra, server)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        # Which delivery the protocol wants; the receive itself is the same.
+        self._buffered = isinstance(protocol, asyncio.BufferedProtocol)
+        self._protocol = protocol
+
+    # -- Reading: a receive always outstanding -------------------------------------------
+
+    # exercise ring-read: begin
+    def _start_reading(self) -> None:
+        if not self.is_reading() or self._at_eof:
+            return
+        if self._pending is not None:
+            # Data that completed while paused: delivered from the ready
+            # queue, never from inside resume_reading().
+            data, self._pending = self._pending, None
+            self._loop.call_soon(self._deliver, data)
+        elif not self._recv_op and self._sock is not None:
+            self._recv_op = self._proactor.recv(self._sock_fd, self._recv_address, self.max_size,
+                                                self._recv_completed)
+
+    def _recv_completed(self, res: int, flags: int) -> None:
+        # In the proactor's wait (step 2): record, and queue the handle.
+        self._recv_op = 0
+        self._recv_res = res
+        self._loop._ready.append(self._recv_handle)
+
+    def _recv_done(self) -> None:
+        res = self._recv_res
+        if self._closing or self._conn_lost:
+            return  # a close cancelled it, or whatever it brought comes too late
+        if res < 0:
+            self._fatal_error(os_error(res), "Fatal read error on socket transport")
+            return
+        # A copy: the buffer goes straight back to the kernel.
+        self._deliver(self._recv_view[:res].tobytes())
+
+    def pause_reading(self) -> None:
+        """Stop calling the protocol with data until :meth:`resume_reading`; idempotent.
+
+        The receive already handed to the kernel is not taken back: if it
+        completes with data, the data waits here (at most ``max_size``
+        bytes) and no further receive is submitted, so the kernel's buffer
+        fills and TCP's window stops the peer, as with readiness.
+        """
+        if self.is_reading():
+            self._paused = True
+
+    def _deliver(self, data: bytes) -> None:
+        if self._conn_lost:
+            return
+        if self._paused:
+            self._pending = data
+            return
+        if self._loop._instrument is not None:  # tinyloop.trace: one receive, len(data) bytes
+            self._loop._instrument.transport_read(self, len(data), 1)
+        if not data:
+            self._at_eof = True
+            self._read_ready__on_eof()
+            return
+        try:
+            if self._buffered:
+                self._deliver_into_buffers(data)
+            else:
+                self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+            return
+        self._start_reading()  # the next receive, unless the protocol paused or closed us
+    # exercise ring-read: end
+
+    def _deliver_into_buffers(self, data: bytes) -> None:
+        """A BufferedProtocol's delivery: copy into get_buffer()'s buffers until all is taken."""
+        view = memoryview(data)
+        while view:
+            buffer = self._protocol.get_buffer(len(view))
+            size = min(len(buffer), len(view))
+            if not size:
+                raise RuntimeError("get_buffer() returned an empty buffer")
+            buffer[:size] = view[:size]
+            self._protocol.buffer_updated(size)
+            view = view[size:]
+
+    # -- Writing: one send outstanding, its bytes held until its completion ---------------
+
+    # exercise ring-write: begin
+    def write(self, data: Any) -> None:
+        """Queue ``data`` (bytes-like) and, if no send is outstanding, submit one.
+
+        Never blocks and never sends at once: the send goes to the kernel
+        with the loop's next io_uring_enter.  Calls pause_writing() when the
+        bytes not yet confirmed sent exceed the high-water mark.  Raises
+        TypeError for a non-bytes-like, RuntimeError after write_eof() or
+        during sendfile.
+        """
+        if not isinstance(data, selector_events._BYTES_LIKE):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if self._eof:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self._empty_waiter is not None:
+            raise RuntimeError("unable to write; sendfile is in progress")
+        if not data:
+            return
+        if self._conn_lost:
+            self._conn_lost += 1
+            return
+        # A copy of a mutable buffer: the caller may change it before the kernel reads it.
+        self._buffer.append(data if isinstance(data, bytes) else bytes(data))
+        self._buffer_size += len(data)
+        if self._sending is None:
+            self._send_next()
+        self._maybe_pause_protocol()
+
+    def _send_next(self) -> None:
+        # Everything queued goes as one send (what writev would do for a readiness loop).
+        buffer = self._buffer
+        if len(buffer) > 1:
+            joined = b"".join(buffer)
+            buffer.clear()
+            buffer.append(joined)
+        self._send_from(buffer[0], 0)
+
+    def _send_from(self, data: bytes, offset: int) -> None:
+        self._sending, self._send_offset = data, offset
+        self._send_op = self._proactor.send(self._sock_fd, uring.bytes_address(data) + offset,
+                                            len(data) - offset, self._send_completed)
+
+    def _send_completed(self, res: int, flags: int) -> None:
+        self._send_res = res
+        self._loop._ready.append(self._send_handle)
+
+    def _send_done(self) -> None:
+        res, data, self._sending = self._send_res, self._sending, None
+        if self._conn_lost:
+            return  # aborted: the buffer is dropped, and so are these bytes
+        if res < 0:
+            exc = os_error(res)
+            self._fatal_error(exc, "Fatal write error on socket transport")
+            if self._empty_waiter is not None:
+                self._empty_waiter.set_exception(exc)
+            return
+        self._buffer_size -= res
+        offset = self._send_offset + res
+        if offset < len(data):  # type: ignore[arg-type]
+            self._send_from(data, offset)  # type: ignore[arg-type]  # a partial send: go on from there
+        else:
+            self._buffer.popleft()
+            if self._buffer:
+                self._send_next()
+        if self._loop._instrument is not None:  # tinyloop.trace: one send
+            self._loop._instrument.transport_wrote(self, res, 1, self._buffer_size)
+        self._maybe_resume_protocol()
+        if self._sending is not None:
+            return
+        if self._empty_waiter is not None:
+            self._empty_waiter.set_result(None)
+        if self._closing:
+            self._call_connection_lost(None)
+        elif self._eof:
+            self._sock.shutdown(socket.SHUT_WR)  # type: ignore[union-attr]
+    # exercise ring-write: end
+
+    # -- Closing: cancel what is outstanding ------------------------------------------------
+
+    def close(self) -> None:
+        """Read no more (the receive is cancelled); send what is queued, then close."""
+        if not self._closing:
+            super().close()
+            self._cancel(self._recv_op)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        if self._conn_lost:
+            return
+        super()._force_close(exc)
+        self._cancel(self._recv_op)
+        if self._sending is not None:
+            self._cancel(self._send_op)
+
+    def _cancel(self, user_data: int) -> None:
+        if user_data and not self._loop.is_closed():
+            self._proactor.cancel(user_data)
+
+
+class _Acceptor:
+    """A listening socket's outstanding accept, and what its connections are served with.
+
+    ``serving`` is the argument tuple of ``Loop._start_serving``.  One
+    accept is outstanding at a time; its completion queues :meth:`accepted`,
+    which makes the transport and submits the next accept.
+    """
+
+    def __init__(self, loop: Loop, serving: tuple[Any, ...]) -> None:
+        self.loop = loop
+        self.serving = serving
+        self.sock: socket.socket = serving[1]
+        self.address = bytearray(_SOCKADDR_SIZE)
+        self.length = bytearray(_SOCKLEN.size)
+        self.address_at, self._address_pin = uring.address_of(self.address)
+        self.length_at, self._length_pin = uring.address_of(self.length)
+        self.res = 0
+        self.user_data = 0
+        self.stopped = False
+        self.handle = Handle(self.accepted, (), loop, None)
+
+    def arm(self) -> None:
+        _SOCKLEN.pack_into(self.length, 0, len(self.address))
+        self.user_data = self.loop._proactor.accept(self.sock.fileno(), self.address_at,
+                                                    self.length_at, _ACCEPT_FLAGS, self.completed)
+
+    def completed(self, res: int, flags: int) -> None:
+        self.res = res
+        self.loop._ready.append(self.handle)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if not self.loop.is_closed():
+            self.loop._proactor.cancel(self.user_data)
+
+    def accepted(self) -> None:
+        res, loop = self.res, self.loop
+        if self.stopped:
+            if res >= 0:
+                socket.close(res)  # it completed after all: a connection nobody will serve
+            return
+        if res < 0:
+            if -res in (errno.ECONNABORTED, errno.EAGAIN, errno.EINTR, errno.EPROTO):
+                self.arm()  # a client that gave up before we took it
+            elif -res in selector_events._OUT_OF_RESOURCES:
+                loop._accept_back_off(os_error(res), *self.serving)  # rest, then a new accept
+            elif -res != errno.ECANCELED:
+                loop.call_exception_handler({"message": "accept failed; the listener stops",
+                                             "exception": os_error(res), "socket": self.sock})
+            return
+        sock = self.sock
+        conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, fileno=res)
+        address = sockaddr_to_address(self.address)
+        self.arm()
+        protocol_factory, _, sslcontext, server, _, handshake_timeout, shutdown_timeout = self.serving
+        if loop._accept_backoff and loop._accept_backoff.pop(sock.fileno(), None) is not None:
+            selector_events.logger.info("accepting connections on %r again", sock)
+        extra = {"peername": address} if address is not None else {}
+        if sslcontext is None:
+            loop._accept_plain(protocol_factory, conn, extra, server)
+        else:
+            loop.create_task(loop._accept_tls(protocol_factory, conn, extra, sslcontext, server,
+                                              handshake_timeout, shutdown_timeout))
+
+
+class Loop(unix_events.SelectorEventLoop):
+    """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 6.1 or later), a proactor.
+
+    ``entries`` is the submission queue's size; ``debug=None`` reads the
+    environment as Part III does.  It takes no selector and no clock: the
+    proactor waits, on time.monotonic (CLOCK_MONOTONIC, the clock of
+    io_uring's timers).  Source of the contract: the asyncio docs, "Event Loop".
+    """
+
+    def __init__(self, *, debug: bool | None = None, entries: int = 256) -> None:
+        self._proactor = Proactor(entries)
+        self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
+        super().__init__(self._proactor, time.monotonic, debug=debug)
+
+    # -- Transports and serving ----------------------------------------------------------
+
+    def _make_socket_transport(self, sock: socket.socket, protocol: asyncio.BaseProtocol,
+                               waiter: asyncio.Future | None = None, *,
+                               extra: dict[str, Any] | None = None,
+                               server: Any = None) -> asyncio.Transport:
+        """A completion transport for a stream socket; Part III's for anything else."""
+        family, kind, _ = selector_events._socket_kind(sock)
+        if kind == socket.SOCK_STREAM and family in _STREAM_FAMILIES:
+            return RingSocketTransport(self, sock, protocol, waiter, extra, server)
+        return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+
+    def _start_serving(self, *serving: Any) -> None:
+        sock = serving[1]
+        if sock.fileno() == -1:
+            return  # closed while it rested
+        acceptor = self._acceptors[sock.fileno()] = _Acceptor(self, serving)
+        acceptor.arm()
+
+    def _stop_serving(self, sock: socket.socket) -> None:
+        acceptor = self._acceptors.pop(sock.fileno(), None)
+        if acceptor is not None:
+            acceptor.stop()
+        super()._stop_serving(sock)
+
+    # -- Socket operations as completions ------------------------------------------------
+    #
+    # Discussion: each is one operation and a future its completion sets.
+    # Cancelling the awaiting task asks the kernel to cancel the operation;
+    # the buffer stays alive in the completion callback until the kernel
+    # has answered.  What a cancelled receive had already read is lost.
+
+    def _operation(self, submit: Callable[[Completion], int], keep: object) -> asyncio.Future:
+        future = self.create_future()
+
+        def completed(res: int, flags: int, keep: object = keep) -> None:
+            if future.done():
+                return  # cancelled: this is the completion that came anyway
+            if res < 0:
+                future.set_exception(os_error(res))
+            else:
+                future.set_result(res)
+
+        user_data = submit(completed)
+
+        def cancel_if_cancelled(future: asyncio.Future) -> None:
+            if future.cancelled() and not self.is_closed():
+                self._proactor.cancel(user_data)
+
+        future.add_done_callback(cancel_if_cancelled)
+        return future
+
+    async def sock_recv(self, sock: socket.socket, nbytes: int) -> bytes:
+        """Receive up to ``nbytes`` bytes from ``sock``; b"" at EOF.  See recv(2)."""
+        buffer = bytearray(nbytes)
+        count = await self.sock_recv_into(sock, buffer) if nbytes else 0
+        return memoryview(buffer)[:count].tobytes()
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        """Receive into the writable buffer ``buf``; return the byte count (0 at EOF)."""
+        self._check_sock(sock)
+        self._ensure_fd_no_transport(sock.fileno())
+        view = memoryview(buf).cast("B")
+        address, pin = uring.address_of(view)  # type: ignore[arg-type]
+        fd = sock.fileno()
+        try:
+            return await self._operation(
+                lambda done: self._proactor.recv(fd, address, len(view), done), (view, pin))
+        finally:
+            del pin  # (the completion callback holds its own until the kernel is done)
+            view.release()
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        """Send all of ``data`` on ``sock``: one send, then another for what it left.
+
+        Raises the send error (e.g. BrokenPipeError); on cancellation some
+        prefix of ``data`` may have been sent.
+        """
+        self._check_sock(sock)
+        self._ensure_fd_no_transport(sock.fileno())
+        data = data if isinstance(data, bytes) else bytes(data)
+        fd, base, sent = sock.fileno(), uring.bytes_address(data), 0
+        while sent < len(data):
+            sent += await self._operation(
+                lambda done: self._proactor.send(fd, base + sent, len(data) - sent, done), data)
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
+        """Accept a connection on the listening ``sock``; return (non-blocking socket, address)."""
+        self._check_sock(sock)
+        self._ensure_fd_no_transport(sock.fileno())
+        address, length = bytearray(_SOCKADDR_SIZE), bytearray(_SOCKLEN.size)
+        _SOCKLEN.pack_into(length, 0, len(address))
+        (address_at, pin), (length_at, length_pin) = uring.address_of(address), uring.address_of(length)
+        fd = await self._operation(
+            lambda done: self._proactor.accept(sock.fileno(), address_at, length_at, _ACCEPT_FLAGS,
+                                               done), (pin, length_pin))
+        conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, fileno=fd)
+        peer = sockaddr_to_address(address)
+        return conn, peer if peer is not None else conn.getpeername()
+
+    async def sock_connect(self, sock: socket.socket, address: Any) -> None:
+        """Connect ``sock`` to ``address`` (a name is resolved first) with IORING_OP_CONNECT.
+
+        TCP only; other families take Part III's readiness path.  Raises
+        OSError (ConnectionRefusedError, ...) when the connection fails.
+        """
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return await super().sock_connect(sock, address)
+        self._check_sock(sock)
+        infos = await self._resolve(*address[:2], family=sock.family, type=sock.type,
+                                    proto=sock.proto, flags=0)
+        address = infos[0][4]
+        raw = address_to_sockaddr(sock.family, address)
+        fd = sock.fileno()
+        try:
+            await self._operation(
+                lambda done: self._proactor.connect(fd, uring.bytes_address(raw), len(raw), done),
+                raw)
+        except OSError as exc:
+            raise OSError(exc.errno, f"Connect call failed {address}") from None
+
+
+def new_event_loop(**kwargs: Any) -> Loop:
+    """A new, not running, :class:`Loop`; keyword arguments go to its constructor.
+
+    Pass it where asyncio takes a loop factory:
+    ``asyncio.Runner(loop_factory=tinyloop.ring.new_event_loop)``.
+    """
+    return Loop(**kwargs)
+
+
+def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
+    """Run ``main`` on a new tinyloop.ring loop and return its result, as ``asyncio.run``.
+
+    Raises what ``main`` raises; KeyboardInterrupt after Ctrl-C has
+    cancelled it; RuntimeError if a loop is already running in this thread.
+    """
+    with asyncio.Runner(loop_factory=new_event_loop, debug=debug) as runner:
+        return runner.run(main)
+
+
+class EventLoopPolicy(aio_events.EventLoopPolicy):
+    """asyncio's default policy, making tinyloop.ring loops (deprecated in 3.14, as all policies)."""
+
+    def _loop_factory(self) -> asyncio.AbstractEventLoop:
+        return new_event_loop()

@@ -1,0 +1,20 @@
+"""The ``ring`` stage: Part III's HTTP server, unchanged, on Part VI's proactor
+loop.  Only the loop factory differs from tinyloop/aio/server.py (and from
+tinyloop/uv/server.py), so every difference between their rows in the
+benchmark table is the loop's.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from tinyloop.aio.server import run_stage
+from tinyloop.raw.uring import unavailable  # noqa: F401  (the stage table asks it: tinyloop/stages.py)
+from tinyloop.ring.loop import new_event_loop  # raises ImportError where io_uring is refused
+
+__all__ = ["serve", "unavailable"]
+
+
+def serve(listener: socket.socket) -> None:
+    """The ``ring`` stage: HTTPProtocol on tinyloop.ring until KeyboardInterrupt (or SIGTERM)."""
+    run_stage(listener, "protocol", new_event_loop)
