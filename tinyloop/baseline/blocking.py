@@ -139,7 +139,7 @@ class Doorman:
             return None         # out of descriptors already: try again at the next refusal
 
     def accept(self, listener: socket.socket) -> tuple[socket.socket, Any]:
-        """Wait for the next connection on the blocking ``listener``: ``(sock, address)``, as ``accept``.
+        """The next connection on the blocking ``listener``, as ``accept``: (sock, address).
 
         Never raises for a peer's or a resource's trouble: it refuses clients
         or waits until it can serve one.  Raises OSError only when the

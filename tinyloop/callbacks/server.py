@@ -142,7 +142,8 @@ class Client:
         self.reading = False      # is our reader registered?
         self.writing = False      # is our writer registered?
         self.last_active = self.loop.time()
-        self.idle_timer: TimerHandle | None = self.loop.call_later(server.idle_timeout, self._on_idle_timer)
+        self.idle_timer: TimerHandle | None = self.loop.call_later(server.idle_timeout,
+                                                                   self._on_idle_timer)
         self._update()
 
     def _on_readable(self) -> None:
@@ -189,7 +190,8 @@ class Client:
             self.idle_timer = None
             self.close()
         else:
-            self.idle_timer = self.loop.call_later(self.server.idle_timeout - idle, self._on_idle_timer)
+            left = self.server.idle_timeout - idle
+            self.idle_timer = self.loop.call_later(left, self._on_idle_timer)
 
     def close(self) -> None:
         """Unregister, then close the socket (idempotent)."""

@@ -73,7 +73,8 @@ async def main(listener: socket.socket, mode: str = "inline") -> None:
     await server.serve_forever()
 
 
-async def handle_connection(reader: StreamReader, writer: StreamWriter, mode: str = "inline") -> None:
+async def handle_connection(reader: StreamReader, writer: StreamWriter,
+                            mode: str = "inline") -> None:
     """Serve one client until HTTP says to close, the client leaves, or the task is cancelled."""
     owed: list[int] = []  # yield mode: milliseconds of /compute still to spend
     # In yield mode the app only records what /compute owes; the loop below
@@ -102,7 +103,7 @@ async def handle_connection(reader: StreamReader, writer: StreamWriter, mode: st
 
 
 async def compute_cooperatively(milliseconds: float, slice_ms: float = SLICE_MS) -> None:
-    """Spend ``milliseconds`` of CPU in slices of ``slice_ms``, letting other tasks run between them."""
+    """Spend ``milliseconds`` of CPU in ``slice_ms`` slices, other tasks running between."""
     remaining = milliseconds
     while remaining > 0:
         burn_cpu(min(slice_ms, remaining))

@@ -144,7 +144,8 @@ class StreamReader:
             except BlockingIOError:
                 self._waiter = Future(loop=self._loop)
                 try:
-                    await _wait(self._sock, self._waiter, self._loop.add_reader, self._loop.remove_reader)
+                    loop = self._loop
+                    await _wait(self._sock, self._waiter, loop.add_reader, loop.remove_reader)
                 finally:
                     self._waiter = None
                 continue

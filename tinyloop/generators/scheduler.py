@@ -373,7 +373,7 @@ class Scheduler:
 
     def _io_wait(self, task: Task, name: str, fileobj: Any, waiters: dict[int, Task],
                  add: Callable[..., object], remove: Callable[[int], object]) -> object:
-        """Suspend ``task`` until ``fileobj`` is ready; register with ``add``, withdraw with ``remove``.
+        """Park ``task`` until ``fileobj`` is ready: ``add`` registers, ``remove`` withdraws.
 
         Discussion: the registration is one-shot.  When the descriptor is
         ready we remove it before resuming the task, and the task's next wait

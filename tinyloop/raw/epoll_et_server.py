@@ -73,7 +73,10 @@ def make_progress(conn: Connection, budget: int = BUDGET) -> bool:
 
 
 def serve(listener: socket.socket) -> None:
-    """Serve HTTP on ``listener`` (bound, listening) with edge-triggered epoll, until KeyboardInterrupt."""
+    """Serve HTTP on ``listener`` (bound, listening) with edge-triggered epoll.
+
+    Runs until KeyboardInterrupt.
+    """
     listener.setblocking(False)
     acceptor = Acceptor(listener, "epoll-et")
     ep = select.epoll()

@@ -39,7 +39,10 @@ assert (select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR, select.EPOLLHUP) == \
 
 
 def serve(listener: socket.socket) -> None:
-    """Serve HTTP on ``listener`` (bound, listening) with level-triggered epoll, until KeyboardInterrupt."""
+    """Serve HTTP on ``listener`` (bound, listening) with level-triggered epoll.
+
+    Runs until KeyboardInterrupt.
+    """
     ep = select.epoll()  # epoll_create1(2): one more descriptor, ours to close
     try:
         serve_with(ep, listener, "epoll")

@@ -407,7 +407,8 @@ class kqueue:
             raise ValueError(f"Length of eventlist must be 0 or positive, got {maxevents}")
         if timeout is not None:
             if not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be an integer or float or None, not {type(timeout).__name__}")
+                raise TypeError("timeout must be an integer or float or None, "
+                                f"not {type(timeout).__name__}")
             if timeout < 0:
                 raise ValueError("timeout must be positive or None")
         changes = self._changes(changelist)
@@ -587,4 +588,5 @@ def kqueue_api() -> tuple[ModuleType, str]:
         return select, "native kqueue"
     if hasattr(select, "epoll"):
         return sys.modules[__name__], "kqueue emulated on epoll"
-    raise NotImplementedError(f"no kqueue and no epoll on {sys.platform}: the kqueue stage cannot run here")
+    raise NotImplementedError(f"no kqueue and no epoll on {sys.platform}: "
+                              "the kqueue stage cannot run here")

@@ -98,7 +98,8 @@ def serve(listener: socket.socket) -> None:
             rest = acceptor.rest_left()
             if listening != (rest is None):
                 listening = not listening
-                changes.append(api.kevent(listener.fileno(), READ, ENABLE if listening else DISABLE))
+                flag = ENABLE if listening else DISABLE
+                changes.append(api.kevent(listener.fileno(), READ, flag))
             events = kq.control(changes, MAX_EVENTS, rest)   # make the changes, then wait
             changes = []
             handled: dict[int, Connection] = {}        # connections with events this round
