@@ -14,7 +14,7 @@ exercise), the same in every run:
     (tinyloop/exercises/mutants.py, a condition made ``True``), which the
     exercise's own tests fail;
   * ``starter`` (1 in 10): the untouched starter, which fails before any test;
-  * ``hanging`` (1 in 30): the reference with an endless loop at import,
+  * ``hanging`` (1 in 60): the reference with an endless loop at import,
     which costs the whole ``--timeout``.
 
 Each file carries its student's name in a comment, so no two are the same
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ CLASS_AT_SCALE = (200, 25)  # students x exercises: the class the teachers' page
 
 def kind(index: int) -> str:
     """What the ``index``-th file of the class is (student-major order): the pattern above."""
-    if index % 30 == 7:
+    if index % 60 == 7:
         return "hanging"
     return {0: "correct", 3: "correct", 6: "correct", 9: "starter"}.get(index % 10, "wrong")
 
@@ -97,12 +98,24 @@ def grade_once(folder: Path, out: Path, names: list[str], jobs: int, timeout: fl
                "--jobs", str(jobs), "--timeout", f"{timeout:g}", "--out", str(out), "--force",
                *(["--unsandboxed"] if unsandboxed else [])]
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=timeout * len(kinds) + 600)
+    # grade's own progress lines (one per check, with its ETA) are passed on as they come: a long
+    # run shows how far it is.
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(f"  --jobs {jobs}: {line.rstrip()[:160]}", flush=True)
+        error = proc.stderr.read() if proc.stderr is not None else ""
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # grade stops its running checks on the way out
+            proc.wait()
     seconds = time.monotonic() - started
     record: dict = {"jobs": jobs, "seconds": round(seconds, 1), "checks": len(kinds)}
-    if done.returncode != 0:
-        return {**record, "status": "failed", "note": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    if proc.returncode != 0:
+        return {**record, "status": "failed", "note": (error.strip().splitlines() or ["?"])[-1]}
     with open(out / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     unexpected = [f"{r['student']}/{r['exercise']}: {r['status']} ({kinds[r['student'], r['exercise']]})"
@@ -159,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                                             f"--quick {','.join(QUICK_EXERCISES)})")
     parser.add_argument("--jobs", default="1,2", help="comma list of --jobs values to compare (default 1,2)")
     parser.add_argument("--timeout", type=float, help="grade's limit per check, in seconds: what a hanging "
-                                                      "file costs (default 30; --quick 20)")
+                                                      "file costs (default 60; --quick 30)")
     args = parser.parse_args(argv)
     out = output.json_path(parser, args, "grading.json")
-    pick = experiment.settings(parser, args, {"students": 30, "timeout": 30.0, "repeat": 1},
-                               {"students": 4, "timeout": 20.0})
+    pick = experiment.settings(parser, args, {"students": 30, "timeout": 60.0, "repeat": 1},
+                               {"students": 4, "timeout": 30.0})
     names = args.exercises.split(",") if args.exercises else QUICK_EXERCISES if args.quick else EXERCISES
     unknown = sorted(set(names) - {e.name for e in catalog.exercises()})
     if unknown:

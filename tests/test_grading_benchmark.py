@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_generated_class_mixes_correct_wrong_starter_and_hanging_files(tmp_path: Path) -> None:
     every = [grading.kind(index) for index in range(30 * len(grading.EXERCISES))]
     count = {k: every.count(k) for k in grading.KINDS}
-    assert count == {"correct": 54, "wrong": 102, "starter": 18, "hanging": 6}, count
+    assert count == {"correct": 54, "wrong": 105, "starter": 18, "hanging": 3}, count
     kinds = grading.write_class(tmp_path, 5, grading.EXERCISES)
     assert set(kinds.values()) == set(grading.KINDS)
     texts = set()

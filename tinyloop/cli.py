@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--student", metavar="NAME",
                        help="DIR is this one student's submission (Gradescope's /autograder/submission)")
     grade.add_argument("--force", action="store_true",
-                       help="check again the files already graded with the same content (OUT/cache.json)")
+                       help="check again the files already graded with the same content (OUT/cache.jsonl)")
     grade.add_argument("--unsandboxed", action="store_true",
                        help="grade even where the sandbox cannot be built: each check runs with your rights")
     grade.set_defaults(func=_grade)

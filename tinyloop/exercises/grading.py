@@ -309,7 +309,7 @@ def progress(directory: str | os.PathLike[str] = ".") -> int:
 # an editor's, and Gradescope's results/ and source/ beside a submission.
 _NOT_STUDENTS = frozenset({"grades", "results", "source", ".git", "__pycache__", ".venv", "venv",
                            "node_modules"})
-CACHE_FILE = "cache.json"  # in OUT: the verdicts a re-run reuses
+CACHE_FILE = "cache.jsonl"  # in OUT: the verdicts a re-run reuses, a line each
 
 
 def default_jobs() -> int:
@@ -477,12 +477,22 @@ def _cache_key(name: str, path: Path, timeout: float, sandboxed: bool) -> str:
     return digest.hexdigest()
 
 
-def _load_cache(path: Path) -> dict:
+def _load_cache(path: Path) -> dict[str, list]:
+    """{key: verdict} from ``path``, one JSON object a line (``{"key": ..., "verdict":
+    [status, report, message, seconds]}``), appended as checks finish: an
+    interrupted run loses at most the line it was writing, which is skipped."""
+    cache: dict[str, list] = {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        with open(path) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    cache[entry["key"]] = entry["verdict"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return cache
 
 
 class _Display:
@@ -576,7 +586,7 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     checks run at once (default :func:`default_jobs`), each in a subprocess
     of its own (and a sandbox of its own).  A check whose file, exercise,
     tinyloop version, sandbox and time limit are those of a verdict in
-    ``OUT/cache.json`` is not run again, unless ``force``.  Without
+    ``OUT/cache.jsonl`` is not run again, unless ``force``.  Without
     ``unsandboxed``, grade refuses to run when the sandbox cannot be built
     here (:func:`sandbox_missing`), and says why.
 
@@ -645,6 +655,8 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     target.mkdir(parents=True, exist_ok=True)
     cache_path = target / CACHE_FILE
     cache = {} if force else _load_cache(cache_path)
+    if force:
+        cache_path.unlink(missing_ok=True)
 
     # Every (student, exercise): a verdict now (a file not run, or the cache's), or a check to run.
     verdicts: dict[tuple[str, str], tuple[str, dict | None, str, float]] = {}
@@ -676,8 +688,10 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                 to_run.append((name_of_student, name, path, key))
 
     started = time.monotonic()
-    lock = threading.Lock()
-    with _Display(len(to_run)) as display:
+    # SIGTERM (a CI's time-out, kill(1)) stops the checks as Ctrl-C does.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    with _Display(len(to_run)) as display, open(cache_path, "a") as cache_file:
         for line in shown_lines:
             display.show(line)
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs),
@@ -689,11 +703,9 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                 who, name, key = futures[future]
                 status, data, message, seconds = future.result()
                 verdicts[who, name] = (status, data, message, seconds)
-                with lock:
-                    if status in ("passed", "failed"):  # a timeout or a broken check is tried again
-                        cache[key] = [status, data, message, seconds]
-                        target.mkdir(parents=True, exist_ok=True)
-                        _write_atomically(cache_path, json.dumps(cache))
+                if status in ("passed", "failed"):  # a timeout or a broken check is tried again
+                    cache_file.write(json.dumps({"key": key, "verdict": [status, data, message, seconds]}) + "\n")
+                    cache_file.flush()
                 display.finished(f"{who:<20} {name:<24} {status:<8} {seconds:6.1f} s  {message}",
                                  status != "passed")
         except KeyboardInterrupt:
@@ -704,6 +716,8 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
             return 130
         finally:
             pool.shutdown(wait=True)
+            if main and previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     _write_grades(target, folder, students, exercises, verdicts, paths, sandboxed)
     ran = len(to_run)
     print(f"graded {len(verdicts)} (student, exercise) pairs: {ran} checks run in "
@@ -711,6 +725,10 @@ def grade(directory: str | os.PathLike[str], out: str | os.PathLike[str] | None 
           f"{sum(1 for v in verdicts.values() if v[0] == 'passed')} passed; "
           f"wrote {target / 'grades.csv'} and {len(students)} results.json in {target}")
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _stop_running_checks() -> None:
