@@ -149,7 +149,7 @@ def test_ctrl_c_cancels_main_and_raises_keyboard_interrupt(loop_name):
 
 @pytest.mark.skipif(sys.platform == "win32" or sys.version_info >= (3, 14),
                     reason="child watchers are Unix-only, and gone in 3.14")
-@pytest.mark.differs(loops=("aio", "uv", "uvloop"), reason=(
+@pytest.mark.differs(loops=("aio", "uv", "ring", "uvloop"), reason=(
     "the policy has no child watcher (get_child_watcher/set_child_watcher raise "
     "NotImplementedError): the loop watches its own children, and asyncio deprecated "
     "watchers in 3.12"))

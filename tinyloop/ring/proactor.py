@@ -197,7 +197,8 @@ class Proactor(selectors._BaseSelectorImpl):
         key = super().unregister(fileobj)
         self._to_arm.discard(key.fd)
         user_data = self._polls.pop(key.fd, 0)
-        if user_data:
+        if user_data and self._thread == threading.get_ident():
+            # (From another thread, only close() may come: closing the ring cancels it.)
             self.cancel(user_data)
         return key
 
