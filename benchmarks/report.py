@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from benchmarks.harness import render
@@ -225,8 +226,11 @@ def plot(data: dict, load: str | None, out_path: str | Path, servers: list[str] 
             ax.tick_params(axis="x", labelsize=7)
     handles = [Patch(color=colour, label=f"{kind}s") for kind, colour in _COLOURS.items()]
     figure.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    figure.suptitle(describe_machine(data), fontsize=8)
-    figure.tight_layout(rect=(0, 0.03, 1, 0.97))
+    # The machine line, wrapped to the figure's width (8 pt text, 11 in: ~150 characters a line),
+    # so tight_layout keeps room for every line and none is clipped at the edges.
+    title = textwrap.wrap(describe_machine(data), 150)
+    figure.suptitle("\n".join(title), fontsize=8)
+    figure.tight_layout(rect=(0, 0.03, 1, 1 - 0.03 * len(title) / len(panels)))
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
