@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from tinyloop import stages
-from tinyloop.commands.load import LOAD_TIMEOUT
 from tinyloop.serving import listen
 from tinyloop.trace import timeline
 from tinyloop.trace.instrument import for_new_loops
@@ -204,9 +203,9 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
         if compute_ms:
             load_text += f", the first /compute?ms={compute_ms}"
         if command is None:
-            command = shlex.join(["python", "-m", "tinyloop", "trace", "--out", str(out), name, "--requests",
-                                  str(requests), "--concurrency", str(concurrency), "--compute-ms",
-                                  str(compute_ms), "--capacity", str(capacity)])
+            command = command_line(argparse.Namespace(loop=None, out=out, target=name, args=[], requests=requests,
+                                                      concurrency=concurrency, compute_ms=compute_ms,
+                                                      capacity=capacity))
         written = _write(recorder, out, name, f"{name}: {load_text}", command)
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -221,7 +220,9 @@ def _finish(load: subprocess.Popen[str] | None) -> str:
     if load is None:
         return ""
     try:
-        output, _ = load.communicate(timeout=LOAD_TIMEOUT + 5 if load.poll() is None else None)
+        # It signals when it is done, so it is exiting now; if it is not (a Ctrl-C
+        # stopped the server first), its requests fail within moments.
+        output, _ = load.communicate(timeout=5)
     except subprocess.TimeoutExpired:
         output = ""
     if load.poll() is None or load.returncode < 0:
@@ -250,10 +251,8 @@ def trace_scripts(loop_names: list[str], script: Path, argv: list[str], out: Pat
     what each page says made it (default: this call as a command line).
     """
     if command is None:
-        command = shlex.join(["python", "-m", "tinyloop", "trace",
-                              *itertools.chain.from_iterable(("--loop", name) for name in loop_names),
-                              "--out", str(out), "--capacity", str(capacity), str(script),
-                              *(["--", *argv] if argv else [])])
+        command = command_line(argparse.Namespace(loop=loop_names, out=out, target=str(script), args=argv,
+                                                  capacity=capacity))
     from tinyloop.trace.outside import CANNOT_RECORD
     statuses, sections = [], []
     for loop_name in dict.fromkeys(loop_names):  # each once, in the order given
@@ -315,8 +314,8 @@ def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
         asyncio.set_event_loop_policy(old_policy)
     name = f"{script.stem}-{loop_name}"
     if command is None:
-        command = shlex.join(["python", "-m", "tinyloop", "trace", "--loop", loop_name, "--out", str(out),
-                              "--capacity", str(capacity), str(script), *(["--", *argv] if argv else [])])
+        command = command_line(argparse.Namespace(loop=[loop_name], out=out, target=str(script), args=argv,
+                                                  capacity=capacity))
     written = _write(recorder, out, name, f"{script.name} on {loop_name}", command, keep=keep)
     return written if written else status
 
