@@ -254,6 +254,15 @@ def test_a_memory_hog_fails_with_memory_error(tmp_path):
     assert not left_behind()
 
 
+def test_a_crash_in_the_sandbox_reads_as_a_crash(tmp_path):
+    # bwrap passes the signal on as its exit status, 128 + its number.
+    report = check(solution(tmp_path, "run-once.py", in_run_ready="import ctypes\nctypes.string_at(0)"),
+                   verdict_only=True)
+    text = report.render()
+    assert "CRASHED (SIGSEGV) in test_run_once_runs_exactly_the_callbacks_ready_now" in text, text
+    assert not left_behind()
+
+
 # A wait inside libuv, as a student who tried to block in uv_run for the next
 # event would write it: uv_run retries epoll_wait on EINTR inside C, so the
 # SIGALRM of pytest-timeout never runs its Python handler.

@@ -912,16 +912,17 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
         channel.finish()
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
+        code = proc.returncode
+        if session.sandboxed and code > 128 and channel.exit is None:
+            code = 128 - code  # bwrap passes a signal on as 128 + its number
+        if code < 0:  # killed by a signal: a crash, wherever it happened
+            return _crash(exercise, path, -code, stdout + stderr, channel.running)
+        if channel.collected is None and not channel.results:  # pytest never started: the file fails on import
+            return _import_failure(path, stderr)
+        # Only now wait for the ids collected outside: a crash needs none.
         expected = session.expected.get() if session.expected is not None else None
     finally:
         session.stop()
-    code = proc.returncode
-    if session.sandboxed and code > 128 and channel.exit is None:
-        code = 128 - code  # bwrap passes a signal on as 128 + its number
-    if code < 0:  # killed by a signal: a crash, wherever it happened
-        return _crash(exercise, path, -code, stdout + stderr, channel.running)
-    if channel.collected is None and not channel.results:  # pytest never started: the file fails on import
-        return _import_failure(path, stderr)
     if session.expected is not None and expected is None:
         return Step("FAIL", "the checker could not collect the exercise's tests without your file",
                     ["this is a fault in the exercise, not in your file: tell your teacher",
