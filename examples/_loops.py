@@ -41,6 +41,7 @@ LOOPS = {
     "uvloop": "uvloop:new_event_loop",            # libuv, in Cython
     "aio": "tinyloop.aio:new_event_loop",         # Part III: this book's loop
     "uv": "tinyloop.uv:new_event_loop",           # Part IV: Part III's loop, hot paths on libuv
+    "ring": "tinyloop.ring:new_event_loop",       # Part VI: Part III's loop as a proactor on io_uring
 }
 DEFAULT_LOOP = "aio"
 

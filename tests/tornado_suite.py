@@ -42,6 +42,7 @@ LOOPS = {
     "uvloop": "import uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())",
     "aio": "import tinyloop.aio; asyncio.set_event_loop_policy(tinyloop.aio.EventLoopPolicy())",
     "uv": "import tinyloop.uv; asyncio.set_event_loop_policy(tinyloop.uv.EventLoopPolicy())",
+    "ring": "import tinyloop.ring; asyncio.set_event_loop_policy(tinyloop.ring.EventLoopPolicy())",
 }
 TIMEOUT = 400.0  # seconds one run of the whole suite may take (about 40 s here, on 2 cores)
 ROOT = Path(__file__).resolve().parent.parent
