@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 import os
 import re
@@ -788,6 +789,15 @@ class _Expected:
         if cached is not None:
             self.ids = cached
             return
+        stored = _ids_file(root, self.key)
+        try:
+            cached = json.loads(stored.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        else:
+            with self._lock:
+                self._cache[self.key] = self.ids = [str(i) for i in cached]
+            return
         options = [o for o in options if o != "-x"]
         with self._lock:
             if self._cancelled:
@@ -815,6 +825,13 @@ class _Expected:
         with self._lock:
             self._cache[self.key] = ids
         self.ids = ids
+        try:  # for the next check, in another process (grade runs each check in one)
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            partial = stored.with_name(f".{os.getpid()}-{threading.get_ident()}-{stored.name}")
+            partial.write_text(json.dumps(ids), encoding="utf-8")
+            partial.replace(stored)
+        except OSError:
+            pass
 
     def get(self) -> list[str] | None:
         """The ids (waits for the collection), or None if it failed (see ``error``)."""
@@ -828,6 +845,36 @@ class _Expected:
             if self._proc is not None and self._proc.poll() is None:
                 self._proc.kill()
         self._thread.join()
+
+
+def _ids_file(root: Path, key: tuple) -> Path:
+    """Where the ids of one collection are kept (build/exercises/ids/, beside the
+    Cython builds, ignored by git): named by a digest of the collection's
+    arguments and of everything collecting reads, so that any change to the
+    tests, the reference code, reach.json or the built extensions makes a
+    new name."""
+    digest = hashlib.sha256(json.dumps([sys.executable, *key[1:]]).encode())
+    digest.update(_sources_digest(root).encode())
+    return root / "build" / "exercises" / "ids" / f"{digest.hexdigest()[:32]}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_digest(root: Path) -> str:
+    """SHA-256 of the tests, the package's Python sources, reach.json and pytest's
+    configuration, and of the compiled extensions' names and times (whether an
+    extension is built decides which tests collect); once per process."""
+    digest = hashlib.sha256()
+    package = root / "tinyloop"
+    files = sorted({*root.glob("tests/**/*.py"), *package.rglob("*.py"), *package.rglob("*.pyx"),
+                    package / "exercises" / "reach.json", root / "pyproject.toml"})
+    for path in files:
+        try:
+            digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+        except OSError:
+            pass
+    for path in sorted(package.rglob("*.so")):
+        digest.update(f"{path.relative_to(root)} {path.stat().st_mtime_ns}\0".encode())
+    return digest.hexdigest()
 
 
 def _start_tests(root: Path, override: dict[str, str], options: list[str], arguments: list[str],
