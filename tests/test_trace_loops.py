@@ -190,11 +190,14 @@ def test_uv_and_aio_run_the_same_program_in_the_same_order() -> None:
         [e["name"] for e in aio.events if e.get("cat") == "task"]
     # uv's own phases frame the same callbacks: the ready queue runs in idle,
     # the poll (the wait) comes next, then check; timers are made due in
-    # libuv's timer phase, three times here (10, 20 and 30 ms).  libuv counts
-    # whole milliseconds and may wake a fraction early, with nothing due yet.
+    # libuv's timer phase, three in all (10, 20 and 30 ms), one at a time
+    # unless the process was held up 10 ms (a busy machine: then two at
+    # once).  libuv counts whole milliseconds and may wake a fraction early,
+    # with nothing due yet.
     names = [e["name"] for e in uv.events if e.get("cat") == "loop" or e["ph"] == "i"]
     assert {"idle", "wait", "check", "run"} <= set(names)
-    assert [e["args"]["due"] for e in uv.events if e["name"] == "timers due" and e["args"]["due"]] == [1, 1, 1]
+    due = [e["args"]["due"] for e in uv.events if e["name"] == "timers due" and e["args"]["due"]]
+    assert sum(due) == 3 and 1 <= len(due) <= 3, due
     assert "callbacks" not in names and "timers" not in names, "uv reports phases, not Part II's steps"
     validate(uv.trace())
 
