@@ -14,7 +14,9 @@ the file in processes of its own):
   * a listener on a fixed port, in two checks at once.
 
 Each must get the right verdict with its reason, and leave nothing behind:
-no process (psutil), the canary files intact.
+no process (psutil), the canary files intact.  The tests that need no
+sandbox (the student's own check with the guard, the kept test ids) run
+everywhere.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import pytest
 from tinyloop.exercises import catalog, checker, markers, outcomes, sandbox
 
 WHY = sandbox.available()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
+needs_sandbox = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
 
 EXERCISE = catalog.get("run-once")
 # In the test process, the student's module is loaded by the checker's
@@ -77,6 +79,7 @@ def left_behind(mark: str | None = None) -> list[str]:
     return found
 
 
+@needs_sandbox
 def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     # The boundary itself, on a plain program: its user, loopback, namespaces, limits.
     probe = ("import os, resource, socket\n"
@@ -96,6 +99,7 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     assert lines[2:4] == ["30", "30"], (out, err)  # EROFS: the system and the checkout are read-only
 
 
+@needs_sandbox
 def test_no_other_process_of_the_user_can_write_on_the_outcome_pipe():
     # A server a test starts runs the student's code as the test process's
     # user.  It cannot reopen the test process's end of the pipe through
@@ -129,6 +133,7 @@ def test_no_other_process_of_the_user_can_write_on_the_outcome_pipe():
     assert lines[2] == '{"start": "probe"}', (out, err)  # while the plugin itself writes
 
 
+@needs_sandbox
 @pytest.mark.parametrize("sandboxed", [True, pytest.param(False, marks=pytest.mark.slow)],
                          ids=["sandboxed", "unsandboxed-for-credit"])
 def test_a_report_forged_from_inside_earns_nothing(tmp_path, sandboxed):
@@ -170,6 +175,7 @@ if IN_TESTS:
     assert not left_behind()
 
 
+@needs_sandbox
 @pytest.mark.slow
 def test_the_limit_code_in_the_test_process_can_still_forge_a_pass(tmp_path):
     # What the sandbox does not promise (chapters/teachers.md says so): the
@@ -190,6 +196,7 @@ if IN_TESTS:
     assert not honest.passed, honest.render()
 
 
+@needs_sandbox
 def test_a_detached_child_is_ended_with_the_check(tmp_path):
     mark = "3141.59"
     prologue = f'''
@@ -203,6 +210,7 @@ if IN_TESTS and os.fork() == 0:
     assert not left_behind(mark)
 
 
+@needs_sandbox
 @pytest.mark.slow
 def test_a_file_deleted_through_a_shell_command_is_still_there(tmp_path):
     # Two canaries: one the sandbox cannot see (the host's /tmp), one it sees
@@ -227,6 +235,7 @@ if IN_TESTS:
         seen.unlink()
 
 
+@needs_sandbox
 @pytest.mark.slow
 def test_a_fork_bomb_fails_and_ends(tmp_path, monkeypatch):
     # A lower process limit than a class's, to spare the machine the test runs on.
@@ -246,6 +255,7 @@ if IN_TESTS:
     assert not left_behind()
 
 
+@needs_sandbox
 def test_a_memory_hog_fails_with_memory_error(tmp_path):
     report = check(solution(tmp_path, "run-once.py", in_run_ready="cache = bytearray(16 << 30)"))
     text = report.render()
@@ -254,6 +264,7 @@ def test_a_memory_hog_fails_with_memory_error(tmp_path):
     assert not left_behind()
 
 
+@needs_sandbox
 def test_a_crash_in_the_sandbox_reads_as_a_crash(tmp_path):
     # bwrap passes the signal on as its exit status, 128 + its number.
     report = check(solution(tmp_path, "run-once.py", in_run_ready="import ctypes\nctypes.string_at(0)"),
@@ -279,6 +290,7 @@ uv.uv_run(loop, 0)
 """
 
 
+@needs_sandbox
 def test_a_hang_inside_c_is_stopped_from_outside_and_named(tmp_path, monkeypatch):
     try:
         import ctypes
@@ -298,6 +310,7 @@ def test_a_hang_inside_c_is_stopped_from_outside_and_named(tmp_path, monkeypatch
     assert not left_behind()
 
 
+@needs_sandbox
 @pytest.mark.slow
 def test_two_checks_listening_on_one_fixed_port_both_pass(tmp_path):
     # Each check listens on the port the host holds already: each has a
@@ -341,3 +354,25 @@ def test_the_student_check_still_runs_unsandboxed_with_the_guard(tmp_path):
     report = checker.check(EXERCISE, path, quick=True)
     assert not report.passed and canary.exists(), report.render()
     assert "outside the check's temporary directory" in report.render()
+
+
+def test_the_kept_test_ids_are_named_by_what_collecting_reads(tmp_path):
+    # A change to a test, the reference code or a built extension names a new
+    # file: ids kept from before are never used for other tests.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tinyloop").mkdir()
+    test = tmp_path / "tests" / "test_a.py"
+    test.write_text("def test_one(): pass\n")
+    (tmp_path / "tinyloop" / "m.py").write_text("x = 1\n")
+    key = (str(tmp_path), ("-x",), ("tests/test_a.py",))
+    names = []
+    for change in (None, lambda: test.write_text("def test_two(): pass\n"),
+                   lambda: (tmp_path / "tinyloop" / "m.py").write_text("x = 2\n"),
+                   lambda: (tmp_path / "tinyloop" / "_m.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")):
+        if change is not None:
+            change()
+        checker._sources_digest.cache_clear()
+        names.append(checker._ids_file(tmp_path, key).name)
+    checker._sources_digest.cache_clear()
+    assert len(set(names)) == 4, names
+    assert checker._ids_file(tmp_path, (str(tmp_path), ("-x",), ("tests/b.py",))).name != names[-1]
