@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tinyloop
-from tinyloop.exercises import catalog, markers
+from tinyloop.exercises import catalog, checker, markers
 from tinyloop.exercises.checker import Report, stop_session
 
 __all__ = ["GRADE_TIMEOUT", "default_jobs", "grade", "junit_suite", "progress", "record",
@@ -86,9 +86,8 @@ def step_ids(exercise: str, steps: list[dict]) -> list[str]:
     ids: list[str] = []
     tests_seen = 0
     try:
-        from tinyloop.exercises import checker
         own = bool(checker.own_test_arguments(catalog.get(exercise)))
-    except Exception:  # no checkout, no such exercise: the tests then count from "tests"
+    except (KeyError, OSError, checker.CheckerError):  # no such exercise, no checkout: all are "tests"
         own = False
     for step in steps:
         found = step.get("id")
@@ -763,11 +762,13 @@ def _write_grades(target: Path, folder: Path, students: dict[str, _Submission], 
         for name in exercises:
             status, data, message, seconds = verdicts[who, name]
             total += seconds
-            failed_test, reason = _first_failure(data) if data else ("", message)
-            if status in ("timeout", "error") or (data is None and status != "passed"):
-                failed_test = f"tinyloop.{name}::{'check' if status in ('timeout', 'error') else 'file'}"
             if status == "passed":
                 failed_test, reason = "", ""
+            elif data is not None:
+                failed_test, reason = _first_failure(data)
+            else:  # no report: the check timed out or broke, or the file was not run
+                failed_test = f"tinyloop.{name}::{'check' if status in ('timeout', 'error') else 'file'}"
+                reason = message
             path = paths[who, name]
             score = 1.0 if status == "passed" else 0.0
             rows.append({"student": who, "exercise": name, "status": status, "score": score,
