@@ -22,8 +22,11 @@ from tinyloop.stages import get as get_stage
 from tinyloop.trace.recorder import Recorder, record
 
 
-def program(log: list[str]) -> Any:
-    """A small asyncio program: a callback, a timer, two tasks, a bare sleep(0)."""
+def program(log: list[str], unit: float = 0.010) -> Any:
+    """A small asyncio program: a callback, a timer, two tasks, a bare sleep(0).
+
+    Its timer and sleeps end 1, 2 and 3 ``unit`` seconds after it starts.
+    """
 
     async def child(name: str, delay: float) -> str:
         log.append(f"{name} start")
@@ -34,10 +37,10 @@ def program(log: list[str]) -> Any:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         loop.call_soon(log.append, "call_soon")
-        loop.call_later(0.010, log.append, "call_later")
-        one = asyncio.ensure_future(child("one", 0.030))
+        loop.call_later(unit, log.append, "call_later")
+        one = asyncio.ensure_future(child("one", 3 * unit))
         await asyncio.sleep(0)
-        two = asyncio.ensure_future(child("two", 0.020))
+        two = asyncio.ensure_future(child("two", 2 * unit))
         return list(await asyncio.gather(one, two))
 
     return main
@@ -181,7 +184,9 @@ def test_uv_and_aio_run_the_same_program_in_the_same_order() -> None:
     uv_log: list[str] = []
     clock = VirtualClock()
     aio = run_traced(SelectorEventLoop(FakeSelector(clock), clock), program(aio_log))
-    uv = run_traced(new_event_loop(), program(uv_log))
+    # On libuv's real clock, 100 ms apart: a busy machine that holds the
+    # process up for less than that cannot reorder the program.
+    uv = run_traced(new_event_loop(), program(uv_log, unit=0.100))
     assert uv_log == aio_log
     # No I/O in this program: KNOWN_DIFFERENCES' one ordering difference (uv runs
     # I/O callbacks in its poll phase) cannot show, so the orders are the same.
@@ -190,9 +195,8 @@ def test_uv_and_aio_run_the_same_program_in_the_same_order() -> None:
         [e["name"] for e in aio.events if e.get("cat") == "task"]
     # uv's own phases frame the same callbacks: the ready queue runs in idle,
     # the poll (the wait) comes next, then check; timers are made due in
-    # libuv's timer phase, three in all (10, 20 and 30 ms), one at a time
-    # unless the process was held up 10 ms (a busy machine: then two at
-    # once).  libuv counts whole milliseconds and may wake a fraction early,
+    # libuv's timer phase, three in all (100, 200 and 300 ms), one at a time
+    # unless the process was held up 100 ms (then two at once).  libuv counts whole milliseconds and may wake a fraction early,
     # with nothing due yet.
     names = [e["name"] for e in uv.events if e.get("cat") == "loop" or e["ph"] == "i"]
     assert {"idle", "wait", "check", "run"} <= set(names)
