@@ -1,4 +1,4 @@
-"""tinyloop.uv's subprocesses: started by uv_spawn (tinyloop/uv/process.pyx), not by Popen.
+"""tinyloop.uv's subprocesses: started by uv_spawn (tinyloop/uv/spawn.pyx), not by Popen.
 
 The conformance suite (tests/conformance) and tests/test_aio_unix.py hold the
 asyncio contract, on every row; this file holds what is uv's own: no

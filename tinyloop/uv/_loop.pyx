@@ -28,7 +28,7 @@
 #
 # The files included below each hold one concern: handles.pyx (Handle,
 # TimerHandle), timers.pyx (the C timer heap), poll.pyx (uv_poll readiness),
-# tcp.pyx (TCP transports on uv_tcp), process.pyx (subprocesses by uv_spawn).
+# tcp.pyx (TCP transports on uv_tcp), spawn.pyx (subprocesses by uv_spawn).
 
 cimport cython
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
@@ -90,7 +90,7 @@ include "handles.pyx"
 include "timers.pyx"
 include "poll.pyx"
 include "tcp.pyx"
-include "process.pyx"
+include "spawn.pyx"
 
 
 # -- fork(2) ---------------------------------------------------------------------------

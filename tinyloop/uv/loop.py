@@ -96,7 +96,7 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
         uv_spawn runs no Python code in the child, so ``preexec_fn``,
         ``user``, ``group``, ``umask`` and the other Popen keywords outside
         ``_loop.SPAWN_KEYWORDS``, and ``restore_signals=False`` (libuv resets
-        every signal), take Part III's path (tinyloop/uv/process.pyx).
+        every signal), take Part III's path (tinyloop/uv/spawn.pyx).
         """
         if kwargs.keys() <= _loop.SPAWN_KEYWORDS and kwargs.get("restore_signals", True):
             return _loop.UVSubprocessTransport(self, protocol, args, shell, stdin, stdout, stderr,

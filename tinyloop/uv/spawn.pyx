@@ -1,4 +1,4 @@
-# tinyloop/uv/process.pyx  (included by _loop.pyx)
+# tinyloop/uv/spawn.pyx  (included by _loop.pyx)
 #
 # Subprocesses started by libuv: uv_spawn(3) in place of subprocess.Popen,
 # and libuv's SIGCHLD handling in place of Part III's child watchers.

@@ -19,9 +19,9 @@
 # until that callback.  A request timeout is scheduled and cancelled once
 # per request, so that is the path to make cheap.  zuvloop keeps one native
 # heap behind one uv_timer_t; so do we.  The other design is not shipped:
-# benchmarks/uv_variants.py builds it, from a copy of these sources with
-# benchmarks/uv_patches/timer-per-handle.patch applied, for
-# chapters/libuv.md to measure the two.
+# the benchmarks build it from a copy of these sources with a patch
+# applied (their "timer-per-handle" variant), and the libuv chapter
+# measures the two.
 
 from libc.math cimport ceil
 
