@@ -24,7 +24,7 @@ from tinyloop import stages
 from tinyloop.testing import ServerProcess
 
 __all__ = ["BASELINE", "BUILD", "PEERS", "Server", "build_c", "c_peer", "choose", "go_peer", "import_note",
-           "launch", "peer_argv", "peer_server", "prepare", "start", "stage_server", "tool_versions"]
+           "launch", "peer_argv", "peer_server", "prepare", "start", "stage_server", "tool_versions", "uring_note"]
 
 PEER_DIR = Path(__file__).resolve().parent / "peers"
 BUILD = PEER_DIR.parent / "build"
@@ -66,11 +66,27 @@ def peer_argv(script: str, *args: str) -> tuple[str, ...]:
     return ("node" if script.endswith(".js") else sys.executable, str(PEER_DIR / script), *args, "--port", "0")
 
 
-def c_peer(name: str, summary: str, program: str) -> Server:
-    """benchmarks/peers/c/PROGRAM.c, built into benchmarks/build/PROGRAM by :func:`build_c`."""
+def c_peer(name: str, summary: str, program: str, libs: Sequence[str] = (),
+           check: Callable[[], str | None] | None = None) -> Server:
+    """benchmarks/peers/c/PROGRAM.c, built into benchmarks/build/PROGRAM by :func:`build_c`, linked
+    with ``libs`` (``"uring"``: ``-luring``); ``check`` (if any) says first why it cannot run here."""
     binary = BUILD / program
     return Server(name, "peer", summary, (str(binary), "--port", "0"), needs="cc",
-                  setup=lambda: build_c(binary, PEER_DIR / "c" / f"{program}.c"))
+                  setup=lambda: (check and check()) or build_c(binary, PEER_DIR / "c" / f"{program}.c", libs))
+
+
+def uring_note() -> str | None:
+    """None when a C program on io_uring can build and run here: the kernel allows io_uring
+    (``tinyloop.raw.uring.unavailable()``) and liburing's header is installed; else why not."""
+    from tinyloop.raw import uring
+    if reason := uring.unavailable():
+        return reason
+    try:
+        found = subprocess.run([os.environ.get("CC", "cc"), "-E", "-x", "c", "-", "-o", os.devnull],
+                               input="#include <liburing.h>\n", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot look for liburing: {error}"
+    return None if found.returncode == 0 else "liburing is not installed (Debian: liburing-dev)"
 
 
 def go_peer(name: str, summary: str, binary: str, package: str) -> Server:
@@ -96,6 +112,8 @@ PEERS: tuple[Server, ...] = (
     go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
     Server("node-http", "peer", "Node.js http module", peer_argv("node/server.js"), needs="node"),
     c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
+    c_peer("c-uring", "the completion floor: the same C server on io_uring (liburing), multishot accept "
+           "and receive on provided buffers", "http_uring_floor", libs=("uring",), check=uring_note),
     Server("stall", "peer", "serves one connection, then answers nothing (tests the time-outs)",
            peer_argv("stall_server.py"), default=False),
 )
@@ -170,11 +188,13 @@ def build(binary: Path, sources: Sequence[Path], command: Callable[[Path], list[
     return None
 
 
-def build_c(binary: Path, source: Path) -> str | None:
-    """Build one C file of benchmarks/peers/c, ``cc -O2`` (``$CC`` if set), as :func:`build` does
-    (it includes floor.h and watch.h, what the floors and the echo client share)."""
-    return build(binary, [source, PEER_DIR / "c" / "floor.h", PEER_DIR / "c" / "watch.h"],
-                 lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source)])
+def build_c(binary: Path, source: Path, libs: Sequence[str] = ()) -> str | None:
+    """Build one C file of benchmarks/peers/c, ``cc -O2`` (``$CC`` if set) with ``-lLIB`` for each of
+    ``libs``, as :func:`build` does (it may include any of the headers there, what the floors and
+    the echo client share)."""
+    return build(binary, [source, *sorted((PEER_DIR / "c").glob("*.h"))],
+                 lambda out: [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(source),
+                              *(f"-l{lib}" for lib in libs)])
 
 
 def build_go(binary: Path, package: str) -> str | None:

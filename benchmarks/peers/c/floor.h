@@ -1,9 +1,10 @@
 /* benchmarks/peers/c/floor.h
  *
- * What the two C floors (http_floor.c, echo_floor.c) share: the listener on
- * 127.0.0.1, the accept loop, the stop signals and the event loop itself, so
- * that each floor's file holds only what it does with a connection.  A floor
- * defines, after including this file:
+ * What the two C epoll floors (http_floor.c, echo_floor.c) share: the accept
+ * loop and the event loop itself, on listener.h's listener and stop signals
+ * (which the io_uring floor shares too), so that each floor's file holds
+ * only what it does with a connection.  A floor defines, after including
+ * this file:
  *
  *   static void *floor_accepted(int fd);
  *       a new connection's state (its struct conn), or NULL to refuse it;
@@ -31,16 +32,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "listener.h"
+
 #define FLOOR_MAX_EVENTS 256
 
-static volatile sig_atomic_t stopping = 0;
 static int epfd = -1;
 static long open_conns = 0;    /* a floor counts its closes down */
 
 static void *floor_accepted(int fd);
 static void floor_ready(void *conn, unsigned events);
-
-static void on_signal(int signum) { (void)signum; stopping = 1; }
 
 static void on_acceptable(int listener) {
     for (;;) {
@@ -70,35 +70,13 @@ static void on_acceptable(int listener) {
 }
 
 static int floor_main(int argc, char **argv, const char *name) {
-    int port = 8000;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
-            port = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [--port N]\n", argv[0]);
-            return 2;
-        }
-    }
-    struct sigaction sa = {.sa_handler = on_signal};  /* no SA_RESTART: epoll_wait returns EINTR */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t addr_len = sizeof addr;
-    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0
-        || listen(listener, 1024) < 0 || getsockname(listener, (struct sockaddr *)&addr, &addr_len) < 0) {
-        perror("tinyloop: cannot listen");
-        return 1;
-    }
+    int listener = floor_listen(argc, argv);
+    if (listener < 0)
+        return listener == -2 ? 2 : 1;
     epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(epfd, EPOLL_CTL_ADD, listener, &ev);
-    printf("tinyloop: serving %s on http://127.0.0.1:%d/\n", name, ntohs(addr.sin_port));
-    fflush(stdout);
+    floor_announce(name, listener);
 
     /* This loop is the whole event loop: wait for readiness, act on it. */
     struct epoll_event events[FLOOR_MAX_EVENTS];
