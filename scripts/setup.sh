@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — make this checkout ready to run: the system tools the
-# benchmarks and tests drive (ab, wrk, a C compiler, libuv, bubblewrap for grade's sandbox; Chromium for the
+# benchmarks and tests drive (ab, wrk, a C compiler, libuv, liburing, bubblewrap for grade's sandbox; Chromium for the
 # book's browser test, nginx and PostgreSQL for Part V's experiments, all
 # three optional), and a virtual
 # environment in .venv with tinyloop and its development extras installed,
@@ -27,6 +27,9 @@ need_tools() {
     if ! { [ -e /usr/include/uv.h ] || [ -e /usr/local/include/uv.h ] || [ -e /opt/homebrew/include/uv.h ]; }; then
         missing+=(libuv)
     fi
+    # liburing (Linux): the C floor on io_uring, benchmarks/peers/c/http_uring_floor.c
+    [ "$(uname -s)" != Linux ] || [ -e /usr/include/liburing.h ] || [ -e /usr/local/include/liburing.h ] ||
+        missing+=(liburing)
     printf '%s\n' "${missing[@]}"
 }
 
@@ -45,7 +48,7 @@ install_system_packages() {
     if command -v apt-get >/dev/null 2>&1; then
         for tool in $missing; do case $tool in
             ab) pkgs+=(apache2-utils) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc libc6-dev) ;; libuv) pkgs+=(libuv1-dev) ;;
-            dot) pkgs+=(graphviz) ;; bwrap) pkgs+=(bubblewrap) ;;
+            dot) pkgs+=(graphviz) ;; bwrap) pkgs+=(bubblewrap) ;; liburing) pkgs+=(liburing-dev) ;;
         esac; done
         say "installing ${pkgs[*]} with apt-get"
         if as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null 2>&1 ||
@@ -56,7 +59,7 @@ install_system_packages() {
     elif command -v dnf >/dev/null 2>&1; then
         for tool in $missing; do case $tool in
             ab) pkgs+=(httpd-tools) ;; wrk) pkgs+=(wrk) ;; cc) pkgs+=(gcc) ;; libuv) pkgs+=(libuv-devel) ;;
-            dot) pkgs+=(graphviz) ;; bwrap) pkgs+=(bubblewrap) ;;
+            dot) pkgs+=(graphviz) ;; bwrap) pkgs+=(bubblewrap) ;; liburing) pkgs+=(liburing-devel) ;;
         esac; done
         say "installing ${pkgs[*]} with dnf"
         as_root dnf install -y -q "${pkgs[@]}" && return 0
@@ -68,7 +71,7 @@ install_system_packages() {
     missing=$(need_tools)
     [ -z "$missing" ] && return 0
     say "could not install: $(echo $missing | tr '\n' ' ')"
-    say "please install them by hand: ApacheBench (ab; Debian: apache2-utils), wrk, a C compiler, libuv (headers), graphviz (dot), bubblewrap (bwrap, Linux)"
+    say "please install them by hand: ApacheBench (ab; Debian: apache2-utils), wrk, a C compiler, libuv (headers), graphviz (dot), bubblewrap (bwrap, Linux), liburing (headers, Linux)"
     return 1
 }
 
