@@ -14,9 +14,10 @@ stage beside them where the comparison means something:
              keep-alive connections, one ``GET /`` each per round, ROUNDS
              rounds after a warm-up round.  -> completion_batches.md, .svg
   syscalls   benchmarks.syscalls' count (strace -c over wrk, depth 1 and 24)
-             for epoll, uring and uring-multishot.  -> completion_syscalls.md
+             for epoll, uring and uring-multishot, and the C floors c-epoll
+             and c-uring (benchmarks/peers/c).  -> completion_syscalls.md
   memory     benchmarks.memory's RSS with 0, 1,000 and 10,000 idle keep-alive
-             connections, and the slope: bytes per connection.
+             connections, and the slope: bytes per connection (the same rows).
              -> completion_memory.md
 """
 
@@ -47,7 +48,9 @@ from tinyloop.testing import Crowd, ServerProcess
 __all__ = ["RecordingRing", "main", "render_batches"]
 
 STAGES = {"uring": UringServer, "uring-multishot": MultishotServer}
-COMPARED = ["epoll", "uring", "uring-multishot"]   # the syscalls and memory rows
+# The syscalls and memory rows: the stages, then the C floors on epoll and on io_uring (what the
+# system calls alone cost, with no interpreter).
+COMPARED = ["epoll", "uring", "uring-multishot", "c-epoll", "c-uring"]
 CLIENTS = 10
 ROUNDS = 20
 
@@ -147,6 +150,13 @@ def figure(data: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def compared() -> list[servers.Server]:
+    """The servers COMPARED names: a stage's, or else a peer's."""
+    every_stage = {stage.name for stage in stages.STAGES}
+    return [servers.stage_server(stages.get(name)) if name in every_stage else servers.peer_server(name)
+            for name in COMPARED]
+
+
 def _three_places(value: float) -> str:
     # One call per thousand requests is this table's point: two places would show it as 0.00.
     return f"{value:.3f}" if value < 10 else f"{value:.1f}"
@@ -157,7 +167,7 @@ def count_syscalls(quick: bool) -> dict:
     if problem := strace_problem():
         return {"skipped": f"strace cannot count here: {problem}", "points": []}
     experiment.require("completion", "wrk")
-    chosen = [servers.stage_server(stages.get(name)) for name in COMPARED]
+    chosen = compared()
     ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
     duration, warmup = (1.0, 20) if quick else (3.0, 200)
     settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
@@ -180,7 +190,7 @@ def measure_memory(quick: bool) -> dict:
     if left_out := [n for n in counts if n + memory.ROOM > limit]:
         notes.append(f"left out: {', '.join(f'{n:,}' for n in left_out)} connections (descriptor limit {limit:,})")
         counts = [n for n in counts if n not in left_out]
-    chosen = [servers.stage_server(stages.get(name)) for name in COMPARED]
+    chosen = compared()
     ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
     results = {}
     for server in ready:
