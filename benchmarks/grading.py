@@ -110,7 +110,7 @@ def grade_once(folder: Path, out: Path, names: list[str], jobs: int, timeout: fl
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # grade stops its running checks on the way out
+            proc.send_signal(signal.SIGTERM)  # grade stops its running checks on the way out
             proc.wait()
     seconds = time.monotonic() - started
     record: dict = {"jobs": jobs, "seconds": round(seconds, 1), "checks": len(kinds)}
@@ -161,6 +161,8 @@ def render(data: dict) -> str:
              f"  {describe_machine(data)}"]
     for row in data["rows"]:
         lines += [f"  unexpected with --jobs {row['jobs']}: {u}" for u in row.get("unexpected", [])[:5]]
+    if data.get("not_measured"):
+        lines.append(f"  interrupted: {', '.join(data['not_measured'])} not measured")
     lines += ["", f"  {conclusion(data)}"]
     return "\n".join(lines) + "\n"
 
@@ -188,16 +190,23 @@ def main(argv: list[str] | None = None) -> int:
     missing = grading.sandbox_missing()
     clock = experiment.Clock()
     records = []
+    left: list[str] = []  # the runs an interruption (Ctrl-C, SIGTERM) left out
     with tempfile.TemporaryDirectory(prefix="tinyloop-grading-bench-") as tmp:
         folder = Path(tmp) / "class"
         kinds = write_class(folder, pick["students"], names)
-        for rep in range(1, pick["repeat"] + 1):
-            for count in jobs:
+        runs = [(rep, count) for rep in range(1, pick["repeat"] + 1) for count in jobs]
+        try:
+            for rep, count in runs:
                 record = grade_once(folder, Path(tmp) / f"out-{count}-{rep}", names, count, pick["timeout"],
                                     missing is not None, kinds)
                 records.append({"rep": rep, **record})
                 print(f"rep {rep} --jobs {count}: {record.get('checks_per_minute', record['status'])} checks/min "
                       f"({record['seconds']:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+        except KeyboardInterrupt:
+            left = [f"rep {rep} --jobs {count}" for rep, count in runs[len(records):]]
+            print(f"interrupted: {', '.join(left)} not measured", flush=True)
+            if not records:
+                return 130
     folded = experiment.fold(records, "checks", "jobs", ["checks_per_minute", "seconds"],
                              deciding=["checks_per_minute"])
     rows = []
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     data = experiment.document("grading", argv, clock, settings={**pick, "quick": args.quick, "exercises": names,
                                                                  "jobs": jobs},
                                rows=rows, mix=mix, sandboxed=missing is None, sandbox_missing=missing,
-                               same_csv=len(csvs) == 1, cores=len(os.sched_getaffinity(0)))
+                               same_csv=len(csvs) == 1, cores=len(os.sched_getaffinity(0)), not_measured=left)
     return experiment.conclude(data, out, clock, render, conclusion)
 
 
