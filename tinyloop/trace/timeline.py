@@ -168,20 +168,21 @@ def render(trace: dict[str, Any] | list[Any], *, max_spans: int = 50_000) -> str
             colour = _colour(event)
             unfinished = (event.get("args") or {}).get("unfinished")
             outline = "#cb181d" if unfinished else colour
-            body.append(f'<rect class="span" x="{event["ts"] - start:.3f}" y="{1 + level * ROW}" '
-                        f'width="{event["dur"]:.3f}" height="{ROW - 2}" fill="{colour}" stroke="{outline}" '
-                        f'stroke-width="1" vector-effect="non-scaling-stroke" data-name="{html.escape(event["name"])}">'
-                        f'<title>{html.escape(_label(event))}</title></rect>')
+            x, top, name = event["ts"] - start, 1 + level * ROW, html.escape(event["name"])
+            body.append(f'<rect class="span" x="{x:.3f}" y="{top}" width="{event["dur"]:.3f}" height="{ROW - 2}" '
+                        f'fill="{colour}" stroke="{outline}" stroke-width="1" vector-effect="non-scaling-stroke" '
+                        f'data-name="{name}"><title>{html.escape(_label(event))}</title></rect>')
             if event["dur"] >= LABEL_SHARE * span_us:
-                words.append(f'<span class="in" data-ts="{event["ts"] - start:.3f}" data-dur="{event["dur"]:.3f}" '
-                             f'style="{_IN.format(top=1 + level * ROW, left=pct(event["ts"]), width=event["dur"] / span_us * 100, row=ROW - 2)}">'
-                             f'{html.escape(event["name"])}</span>')
+                style = _IN.format(top=top, left=pct(event["ts"]), width=event["dur"] / span_us * 100, row=ROW - 2)
+                words.append(f'<span class="in" data-ts="{x:.3f}" data-dur="{event["dur"]:.3f}" style="{style}">'
+                             f'{name}</span>')
         for event in marks:
             colour = INSTANT_COLOURS.get(event["name"], _OTHER_INSTANT)
             x = event["ts"] - start
             body.append(f'<line class="instant" x1="{x:.3f}" x2="{x:.3f}" y1="{height - MARKS - 1}" '
                         f'y2="{height - 1}" stroke="{colour}" stroke-width="3" vector-effect="non-scaling-stroke" '
-                        f'data-name="{html.escape(event["name"])}"><title>{html.escape(_label(event))}</title></line>')
+                        f'data-name="{html.escape(event["name"])}">'
+                        f'<title>{html.escape(_label(event))}</title></line>')
         name = parsed["names"].get(tid, f"thread {tid}")
         bands.append(f'<div class="track" data-tid="{tid}" style="{_TRACK}">'
                      f'<div class="name" style="{_NAME}">{html.escape(name)}</div>'
@@ -209,9 +210,10 @@ def render(trace: dict[str, Any] | list[Any], *, max_spans: int = 50_000) -> str
                                  f'top:{max(0.0, top - 11):.1f}px;left:{pct(event["ts"]):.4f}%;padding-left:3px;'
                                  f'font:10px/10px sans-serif;color:{_COUNTER};pointer-events:none">{value:g}</span>')
         series = f"{', '.join(keys)}; " if len(keys) > 1 else ""
+        about = f"({series}{len(samples)} samples, the most {highest:g})"
         bands.append(f'<div class="counter" style="{_TRACK}"><div class="name" style="{_NAME}">{html.escape(name)} '
-                     f'<span style="font-weight:normal">({series}{len(samples)} samples, the most {highest:g})</span>'
-                     f'</div><div class="plot" style="{_PLOT}">{svg(COUNTER_HEIGHT, body)}{"".join(words)}</div></div>')
+                     f'<span style="font-weight:normal">{about}</span></div>'
+                     f'<div class="plot" style="{_PLOT}">{svg(COUNTER_HEIGHT, body)}{"".join(words)}</div></div>')
     step = _nice_step(span_us)
     ticks = []
     tick = 0.0
