@@ -97,9 +97,15 @@ def go_peer(name: str, summary: str, binary: str, package: str) -> Server:
                   env={"GOMAXPROCS": "1"}, setup=lambda: build_go(path, package))
 
 
-def _asyncio(loop: str, api: str, summary: str) -> Server:
+def _asyncio(loop: str, api: str, summary: str, setup: Callable[[], str | None] | None = None) -> Server:
     return Server(f"{loop}-{api}", "peer", summary, peer_argv("asyncio_server.py", "--loop", loop, "--api", api),
-                  needs=None if loop == "asyncio" else f"module:{loop}")
+                  needs=None if loop == "asyncio" else f"module:{loop}", setup=setup)
+
+
+def _uringcore_note() -> str | None:
+    """None when uringcore imports and io_uring is allowed here; else why not."""
+    from tinyloop.raw import uring
+    return import_note("uringcore", lambda: importlib.import_module("uringcore")) or uring.unavailable()
 
 
 PEERS: tuple[Server, ...] = (
@@ -109,6 +115,8 @@ PEERS: tuple[Server, ...] = (
     _asyncio("uvloop", "streams", "the same streams code on uvloop"),
     _asyncio("rloop", "protocol", "the same Protocol code on rloop (Rust)"),
     _asyncio("rloop", "streams", "the same streams code on rloop (Rust)"),
+    _asyncio("uringcore", "protocol", "the same Protocol code on uringcore (io_uring, Rust)", _uringcore_note),
+    _asyncio("uringcore", "streams", "the same streams code on uringcore (io_uring, Rust)", _uringcore_note),
     go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
     Server("node-http", "peer", "Node.js http module", peer_argv("node/server.js"), needs="node"),
     c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
@@ -238,4 +246,4 @@ def tool_versions() -> dict[str, str | None]:
             ("ab", ["ab", "-V"]), ("wrk", ["wrk", "-v"]), ("go", ["go", "version"]),
             ("node", ["node", "--version"]),
             ("cc", [os.environ.get("CC", "cc"), "--version"]), ("taskset", ["taskset", "--version"]))}
-    return {**versions, **{name: package_version(name) for name in ("uvloop", "rloop", "matplotlib")}}
+    return {**versions, **{name: package_version(name) for name in ("uvloop", "rloop", "uringcore", "matplotlib")}}

@@ -225,6 +225,9 @@ make_venv() {
         say "installing tinyloop and its development dependencies into .venv"
         .venv/bin/python -m pip install -q --upgrade pip >/dev/null
         .venv/bin/python -m pip install -q -e '.[dev]'
+        # Optional: uringcore builds from source with Rust's cargo; without it its benchmark rows are skipped.
+        [ "$(uname -s)" != Linux ] || .venv/bin/python -m pip install -q -e '.[uringcore]' >/dev/null 2>&1 ||
+            say "uringcore did not install (it builds from source with Rust's cargo): its benchmark rows will be skipped"
         echo "$want" > "$stamp"
     fi
 }

@@ -8,7 +8,8 @@ it (``benchmarks.servers.prepare``), and the tests talk to it over loopback
 as tests/test_servers.py talks to the stages: the answers, keep-alive by
 RFC 9112 section 9.3, pipelining, bad input, a client that never reads, and
 a clean stop on SIGTERM.  A floor that cannot build or run here (no C
-compiler, no liburing, io_uring disabled) is skipped, saying why.
+compiler, no liburing, io_uring disabled) is skipped, saying why, and so is
+the other io_uring peer, uringcore, where it cannot run.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def test_sigterm_stops_with_clients_in_every_state_and_frees_the_port(server: Se
         listen("127.0.0.1", proc.port).close()   # would raise EADDRINUSE if still held
 
 
-# --- where the io_uring floor cannot run ------------------------------------------
+# --- where the io_uring peers cannot run -------------------------------------------
 
 def test_c_uring_says_why_it_cannot_run_where_io_uring_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from tinyloop.raw import uring
@@ -202,3 +203,19 @@ def test_c_uring_says_why_it_cannot_build_without_liburing(monkeypatch: pytest.M
     monkeypatch.setattr(uring, "unavailable", lambda: None)
     monkeypatch.setenv("CC", "false")   # a compiler that finds no header
     assert servers.uring_note() == "liburing is not installed (Debian: liburing-dev)"
+
+
+def test_uringcore_peer_runs_our_handler_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # uringcore (PyPI, an asyncio loop on io_uring) is a peer to measure: the asyncio peers'
+    # script must start it as it starts uvloop and rloop (it has no new_event_loop(), only a
+    # policy), and where io_uring is refused its rows are skipped, saying why.
+    from tinyloop.raw import uring
+    peer = servers.peer_server("uringcore-protocol")
+    if note := servers.prepare(peer):
+        pytest.skip(note)
+    with ServerProcess(peer.name, command=list(peer.argv)) as proc:
+        assert http_get(proc.address) == (200, HELLO)
+        assert proc.stop() == 0, "".join(proc.stderr_lines)
+    why = "io_uring is disabled on this machine (/proc/sys/kernel/io_uring_disabled is 2)"
+    monkeypatch.setattr(uring, "unavailable", lambda: why)
+    assert servers.prepare(peer) == why

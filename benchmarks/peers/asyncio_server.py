@@ -1,8 +1,9 @@
 # benchmarks/peers/asyncio_server.py
 """The yardstick every stage is measured against: the aio stages' own HTTP Protocol and streams
-handler (tinyloop/aio/server.py) on stdlib asyncio or uvloop, so only the loop and the API differ.
+handler (tinyloop/aio/server.py) on stdlib asyncio or another loop (uvloop, rloop, uringcore), so
+only the loop and the API differ.
 
-    python benchmarks/peers/asyncio_server.py --api protocol|streams --loop asyncio|uvloop|rloop --port 0
+    python benchmarks/peers/asyncio_server.py --api protocol|streams --loop asyncio|uvloop|rloop|uringcore --port 0
 
 It prints the announce line when it listens and stops cleanly on SIGTERM or Ctrl-C.  It awaits a
 future, not ``Server.serve_forever()``: on rloop 0.5.0 serve_forever() stops listening (after it,
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
+from collections.abc import Callable
 
 from tinyloop.aio.server import serve_on
 from tinyloop.serving import announce, listen, log
@@ -34,13 +36,18 @@ async def serve(name: str, api: str, port: int) -> None:
     log(f"{name}: stopped")
 
 
+def _factory(module: object) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The loop module's ``new_event_loop``, or its policy's (uringcore 0.9.1 offers only the policy)."""
+    return getattr(module, "new_event_loop", None) or module.EventLoopPolicy().new_event_loop  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--api", choices=("protocol", "streams"), default="protocol")
-    parser.add_argument("--loop", choices=("asyncio", "uvloop", "rloop"), default="asyncio")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop", "rloop", "uringcore"), default="asyncio")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    factory = asyncio.new_event_loop if args.loop == "asyncio" else importlib.import_module(args.loop).new_event_loop
+    factory = asyncio.new_event_loop if args.loop == "asyncio" else _factory(importlib.import_module(args.loop))
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(f"{args.loop}-{args.api}", args.api, args.port))
 
