@@ -64,12 +64,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from tinyloop.aio import events as aio_events
 from tinyloop.aio import selector_events
 from tinyloop.aio import unix_events
 from tinyloop.aio.events import Handle
 from tinyloop.raw import uring
-from tinyloop.ring.proactor import Completion, Proactor, os_error
+from tinyloop.ring.proactor import Completion, Proactor, os_error, pin
 
 _REASON = uring.unavailable()
 if _REASON is not None:
@@ -144,17 +143,17 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._proactor: Proactor = loop._proactor
         self._recv_buffer = bytearray(self.max_size)
         self._recv_view = memoryview(self._recv_buffer)
-        self._recv_address, self._recv_pin = uring.address_of(self._recv_buffer)
+        self._recv_address, self._recv_pin = pin(self._recv_buffer)
         self._recv_op = 0
         self._recv_res = 0
-        self._recv_handle = Handle(self._recv_done, (), loop, None)
+        self._recv_handle: Handle | None = Handle(self._recv_done, (), loop, None)
         self._pending: bytes | None = None
         self._at_eof = False
         self._sending: bytes | None = None
         self._send_offset = 0
         self._send_op = 0
         self._send_res = 0
-        self._send_handle = Handle(self._send_done, (), loop, None)
+        self._send_handle: Handle | None = Handle(self._send_done, (), loop, None)
         super().__init__(loop, sock, protocol, waiter, extra, server)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
@@ -164,7 +163,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
 
     # -- Reading: a receive always outstanding -------------------------------------------
 
-    # exercise ring-read: begin
     def _start_reading(self) -> None:
         if not self.is_reading() or self._at_eof:
             return
@@ -178,10 +176,12 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
                                                 self._recv_completed)
 
     def _recv_completed(self, res: int, flags: int) -> None:
-        # In the proactor's wait (step 2): record, and queue the handle.
+        # In the proactor's wait (step 2): record, and queue the handle
+        # (None once connection_lost has run: nobody is left to tell).
         self._recv_op = 0
         self._recv_res = res
-        self._loop._ready.append(self._recv_handle)
+        if self._recv_handle is not None:
+            self._loop._ready.append(self._recv_handle)
 
     def _recv_done(self) -> None:
         res = self._recv_res
@@ -227,7 +227,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
             self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
             return
         self._start_reading()  # the next receive, unless the protocol paused or closed us
-    # exercise ring-read: end
 
     def _deliver_into_buffers(self, data: bytes) -> None:
         """A BufferedProtocol's delivery: copy into get_buffer()'s buffers until all is taken."""
@@ -243,7 +242,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
 
     # -- Writing: one send outstanding, its bytes held until its completion ---------------
 
-    # exercise ring-write: begin
     def write(self, data: Any) -> None:
         """Queue ``data`` (bytes-like) and, if no send is outstanding, submit one.
 
@@ -287,7 +285,8 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
 
     def _send_completed(self, res: int, flags: int) -> None:
         self._send_res = res
-        self._loop._ready.append(self._send_handle)
+        if self._send_handle is not None:
+            self._loop._ready.append(self._send_handle)
 
     def _send_done(self) -> None:
         res, data, self._sending = self._send_res, self._sending, None
@@ -318,7 +317,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
             self._call_connection_lost(None)
         elif self._eof:
             self._sock.shutdown(socket.SHUT_WR)  # type: ignore[union-attr]
-    # exercise ring-write: end
 
     # -- Closing: cancel what is outstanding ------------------------------------------------
 
@@ -335,6 +333,12 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._cancel(self._recv_op)
         if self._sending is not None:
             self._cancel(self._send_op)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        # Each handle holds a bound method of ours: drop them, so that no
+        # reference cycle keeps a closed transport for the cyclic GC.
+        self._recv_handle = self._send_handle = None  # type: ignore[assignment]
+        super()._call_connection_lost(exc)
 
     def _cancel(self, user_data: int) -> None:
         if user_data and not self._loop.is_closed():
@@ -355,12 +359,12 @@ class _Acceptor:
         self.sock: socket.socket = serving[1]
         self.address = bytearray(_SOCKADDR_SIZE)
         self.length = bytearray(_SOCKLEN.size)
-        self.address_at, self._address_pin = uring.address_of(self.address)
-        self.length_at, self._length_pin = uring.address_of(self.length)
+        self.address_at, self._address_pin = pin(self.address)
+        self.length_at, self._length_pin = pin(self.length)
         self.res = 0
         self.user_data = 0
         self.stopped = False
-        self.handle = Handle(self.accepted, (), loop, None)
+        self.handle: Handle | None = Handle(self.accepted, (), loop, None)
 
     def arm(self) -> None:
         _SOCKLEN.pack_into(self.length, 0, len(self.address))
@@ -368,19 +372,24 @@ class _Acceptor:
                                                     self.length_at, _ACCEPT_FLAGS, self.completed)
 
     def completed(self, res: int, flags: int) -> None:
+        if self.stopped:
+            if res >= 0:
+                socket.close(res)  # it completed after the cancel: a connection nobody will serve
+            return
         self.res = res
         self.loop._ready.append(self.handle)
 
     def stop(self) -> None:
         self.stopped = True
+        self.handle = None  # (it holds a bound method of ours: no cycle left behind)
         if not self.loop.is_closed():
             self.loop._proactor.cancel(self.user_data)
 
     def accepted(self) -> None:
         res, loop = self.res, self.loop
-        if self.stopped:
+        if self.stopped:  # between its completion and now
             if res >= 0:
-                socket.close(res)  # it completed after all: a connection nobody will serve
+                socket.close(res)
             return
         if res < 0:
             if -res in (errno.ECONNABORTED, errno.EAGAIN, errno.EINTR, errno.EPROTO):
@@ -407,7 +416,7 @@ class _Acceptor:
 
 
 class Loop(unix_events.SelectorEventLoop):
-    """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 6.1 or later), a proactor.
+    """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 5.6 or later), a proactor.
 
     ``entries`` is the submission queue's size; ``debug=None`` reads the
     environment as Part III does.  It takes no selector and no clock: the
@@ -483,14 +492,15 @@ class Loop(unix_events.SelectorEventLoop):
         self._check_sock(sock)
         self._ensure_fd_no_transport(sock.fileno())
         view = memoryview(buf).cast("B")
-        address, pin = uring.address_of(view)  # type: ignore[arg-type]
+        if not view:
+            return 0
+        address, pinned = pin(view)
         fd = sock.fileno()
         try:
             return await self._operation(
-                lambda done: self._proactor.recv(fd, address, len(view), done), (view, pin))
+                lambda done: self._proactor.recv(fd, address, len(view), done), pinned)
         finally:
-            del pin  # (the completion callback holds its own until the kernel is done)
-            view.release()
+            del pinned  # (the completion callback holds it until the kernel is done)
 
     async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
         """Send all of ``data`` on ``sock``: one send, then another for what it left.
@@ -512,10 +522,10 @@ class Loop(unix_events.SelectorEventLoop):
         self._ensure_fd_no_transport(sock.fileno())
         address, length = bytearray(_SOCKADDR_SIZE), bytearray(_SOCKLEN.size)
         _SOCKLEN.pack_into(length, 0, len(address))
-        (address_at, pin), (length_at, length_pin) = uring.address_of(address), uring.address_of(length)
+        (address_at, address_pin), (length_at, length_pin) = pin(address), pin(length)
         fd = await self._operation(
             lambda done: self._proactor.accept(sock.fileno(), address_at, length_at, _ACCEPT_FLAGS,
-                                               done), (pin, length_pin))
+                                               done), (address_pin, length_pin))
         conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, fileno=fd)
         peer = sockaddr_to_address(address)
         return conn, peer if peer is not None else conn.getpeername()
@@ -543,26 +553,18 @@ class Loop(unix_events.SelectorEventLoop):
 
 
 def new_event_loop(**kwargs: Any) -> Loop:
-    """A new, not running, :class:`Loop`; keyword arguments go to its constructor.
-
-    Pass it where asyncio takes a loop factory:
-    ``asyncio.Runner(loop_factory=tinyloop.ring.new_event_loop)``.
-    """
+    """A new ring :class:`Loop` (keyword arguments: its constructor's), for
+    ``asyncio.Runner(loop_factory=tinyloop.ring.new_event_loop)``."""
     return Loop(**kwargs)
 
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
-    """Run ``main`` on a new tinyloop.ring loop and return its result, as ``asyncio.run``.
-
-    Raises what ``main`` raises; KeyboardInterrupt after Ctrl-C has
-    cancelled it; RuntimeError if a loop is already running in this thread.
-    """
+    """``asyncio.run(main)`` on a ring loop: what ``main`` returns or raises (see tinyloop.aio.run)."""
     with asyncio.Runner(loop_factory=new_event_loop, debug=debug) as runner:
         return runner.run(main)
 
 
-class EventLoopPolicy(aio_events.EventLoopPolicy):
-    """asyncio's default policy, making tinyloop.ring loops (deprecated in 3.14, as all policies)."""
+class EventLoopPolicy(unix_events.EventLoopPolicy):
+    """Part III's policy, making ring loops (policies are deprecated from 3.14)."""
 
-    def _loop_factory(self) -> asyncio.AbstractEventLoop:
-        return new_event_loop()
+    _loop_factory = staticmethod(new_event_loop)  # type: ignore[assignment]

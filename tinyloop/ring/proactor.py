@@ -54,6 +54,7 @@ Lib/asyncio/proactor_events.py and windows_events.py (IocpProactor).
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import os
@@ -64,10 +65,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, Ring, timespec
+from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, timespec
 
 __all__ = ["Completion", "Proactor", "IORING_OP_CONNECT", "IORING_OP_NOP", "IORING_OP_POLL_ADD",
-           "os_error"]
+           "os_error", "pin"]
 
 # Opcodes beyond the raw stage's (enum io_uring_op in <linux/io_uring.h>).
 IORING_OP_NOP = 0
@@ -117,7 +118,8 @@ class Proactor(selectors._BaseSelectorImpl):
         self._events: list[tuple[selectors.SelectorKey, int]] = []  # what this wait's polls found
         self._timer = 0                                # user_data of the armed wait timer, or 0
         self._timer_deadline = 0.0                     # when it fires, on time.monotonic()
-        self._timespec = timespec(0)                   # its interval, alive until submitted
+        self._timespec = timespec(0)                   # its interval (the kernel copies it at submission)
+        self._timespec_at, self._timespec_pin = pin(self._timespec)
 
     # -- The ring, made in the loop's thread -------------------------------------------
 
@@ -246,9 +248,9 @@ class Proactor(selectors._BaseSelectorImpl):
         if self._timer:
             self.cancel(self._timer)  # it would fire too late
         self._timer_deadline = deadline
-        self._timespec = timespec(timeout)
+        self._timespec[:] = timespec(timeout)  # (same length: the pinned buffer does not move)
         self._timer = self._submission(self._timer_fired)
-        self.ring.prep_timeout(self._timespec, self._timer)
+        self.ring.prep(IORING_OP_TIMEOUT, -1, addr=self._timespec_at, length=1, user_data=self._timer)
 
     def _timer_fired(self, res: int, flags: int) -> None:
         # -ETIME when it expired, -ECANCELED when replaced: either way,
@@ -298,6 +300,19 @@ class Proactor(selectors._BaseSelectorImpl):
         self._operations.clear()
         self._polls.clear()
         super().close()
+
+
+def pin(buffer: Any) -> tuple[int, ctypes.c_char]:
+    """The address of the writable ``buffer``'s first byte, and the ctypes object that pins it.
+
+    What tinyloop.raw.uring.address_of does, through the one ctypes type
+    ``c_char`` instead of an array type per length: ctypes keeps array
+    types only while an instance lives, and a type is a reference cycle,
+    so a loop pinning buffers of many lengths would leave garbage for the
+    cyclic GC at every one.  ValueError for an empty buffer.
+    """
+    first = ctypes.c_char.from_buffer(buffer)
+    return ctypes.addressof(first), first
 
 
 def os_error(res: int) -> OSError:
