@@ -718,6 +718,11 @@ from tinyloop._override import apply_override
 # SIGINT ignored (a background job of a shell, some CI runners): the tests
 # of Ctrl-C would fail on every file, the reference's too.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+# The outcome pipe (tinyloop/exercises/outcomes.py) is closed on exec from
+# the start: no program the student's module starts when loaded holds it.
+import os
+if os.environ.get("TINYLOOP_OUTCOME_FD", "").isdigit():
+    os.set_inheritable(int(os.environ["TINYLOOP_OUTCOME_FD"]), False)
 apply_override()
 import pytest
 sys.exit(pytest.main(sys.argv[1:]))
