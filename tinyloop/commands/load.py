@@ -37,25 +37,38 @@ def scripted_load(host: str, port: int, requests: int, concurrency: int, compute
 
     Connection 0's first request is ``/compute?ms=COMPUTE_MS`` when that is
     above 0, the others ``/``.  Each connection sends its share one after
-    the other (HTTP/1.1, http.client), from a thread of its own.  Raises
-    OSError or http.client.HTTPException if the server fails, TimeoutError
-    past ``timeout`` seconds.
+    the other (HTTP/1.1, http.client), from a thread of its own.  All
+    connect before any sends; with a ``/compute``, it goes first and the
+    others follow 2 ms after it, so that their requests arrive while the
+    server computes (what a trace of a stalled loop is meant to show).
+    Raises OSError or http.client.HTTPException if the server fails,
+    TimeoutError past ``timeout`` seconds.
     """
     counts = [0] * concurrency
     errors: list[BaseException] = []
     shares = [requests // concurrency + (1 if i < requests % concurrency else 0) for i in range(concurrency)]
+    connected = threading.Barrier(concurrency)
+    computing = threading.Event()
 
     def client(index: int) -> None:
         connection = http.client.HTTPConnection(host, port, timeout=timeout)
         try:
+            connection.connect()
+            connected.wait(timeout)
+            if compute_ms and index > 0:
+                computing.wait(timeout)
+                time.sleep(0.002)
             for number in range(shares[index]):
                 path = f"/compute?ms={compute_ms}" if compute_ms and index == 0 and number == 0 else "/"
                 connection.request("GET", path)
+                computing.set()
                 response = connection.getresponse()
                 response.read()
                 counts[index] += response.status == 200
         except BaseException as error:
             errors.append(error)
+            connected.abort()   # (the others stop waiting for this one)
+            computing.set()
         finally:
             connection.close()
 
