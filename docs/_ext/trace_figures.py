@@ -680,7 +680,9 @@ def _stall(trace: Trace) -> tuple[float | None, float | None]:
     if not after:
         return None, None
     end = _end(after[0])
-    return longest["ts"] - 0.02 * (end - longest["ts"]), end + 0.02 * (end - longest["ts"])
+    # To the end of that step, and not into the wait that follows it.
+    following = [e["ts"] for e in _events(trace, "X", "wait") if e["ts"] >= end - 0.01]
+    return longest["ts"] - 0.02 * (end - longest["ts"]), min([end + 10.0, *following]) - 0.001
 
 
 def _readiness_facts(trace: Trace) -> str:
