@@ -206,8 +206,11 @@ def render(trace: dict[str, Any] | list[Any], *, max_spans: int = 50_000) -> str
                             f'data-value="{value:g}"><title>{html.escape(name)}: {html.escape(key)} = {value:g} '
                             f'at {event["ts"] / 1000:.3f} ms</title></line>')
                 if len(samples) <= VALUES_SHOWN and index == 0:
+                    # Beside its stem; to its left near the right edge, where it would be cut.
+                    side = "transform:translateX(-100%);padding-right:3px" if pct(event["ts"]) > 90 \
+                        else "padding-left:3px"
                     words.append(f'<span class="value" data-ts="{x:.3f}" style="position:absolute;'
-                                 f'top:{max(0.0, top - 11):.1f}px;left:{pct(event["ts"]):.4f}%;padding-left:3px;'
+                                 f'top:{max(0.0, top - 11):.1f}px;left:{pct(event["ts"]):.4f}%;{side};'
                                  f'font:10px/10px sans-serif;color:{_COUNTER};pointer-events:none">{value:g}</span>')
         series = f"{', '.join(keys)}; " if len(keys) > 1 else ""
         about = f"({series}{len(samples)} samples, the most {highest:g})"
