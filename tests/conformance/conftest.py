@@ -5,6 +5,10 @@
 #
 #     asyncio    the standard library's loop: the reference row
 #     uvloop     libuv's, where installed: a second opinion
+#     rloop      a loop in Rust (rloop): a row only when asked for, with
+#                TINYLOOP_CONFORMANCE_ROWS=rloop (KNOWN_DIFFERENCES.md says
+#                why: on 0.5.0 half the suite fails and a panic can abort the
+#                interpreter)
 #     <stage>    every stage of tinyloop/stages.py whose ``loop`` factory
 #                makes an asyncio.AbstractEventLoop (``aio`` and ``uv``):
 #                the rows under test.  A stage whose loop does not import
@@ -39,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
+import os
 import pkgutil
 import socket
 import sys
@@ -92,30 +97,33 @@ def skip_if_unavailable(name: str) -> None:
     """``pytest.skip`` the row ``name`` with the reason its loop cannot be made here."""
     if name in UNAVAILABLE:
         pytest.skip(f"{name}: {UNAVAILABLE[name]}")
-    if name == "uvloop" and UVLOOP is None:
-        pytest.skip("uvloop is not installed")
+    if name in PEER_LOOPS and PEER_LOOPS[name] is None:
+        pytest.skip(f"{name} is not installed")
 
 
-def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def _peer_factory(module: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """``module.new_event_loop``, or None when ``module`` does not import here."""
     try:
-        import uvloop
+        return importlib.import_module(module).new_event_loop
     except ImportError:
         return None
-    return uvloop.new_event_loop
 
 
 STAGE_LOOPS, UNAVAILABLE = _stage_loops()
-UVLOOP = _uvloop_factory()
+# The loops of other projects, second opinions beside asyncio: None where not installed.
+PEER_LOOPS = {name: _peer_factory(name) for name in ("uvloop", "rloop")
+              if name == "uvloop" or name in os.environ.get("TINYLOOP_CONFORMANCE_ROWS", "").split(",")}
+UVLOOP = PEER_LOOPS["uvloop"]
 # Every row, an unavailable one included (it skips, saying why).
-LOOP_NAMES = ["asyncio", "uvloop", *stages_in_order(STAGE_LOOPS, UNAVAILABLE)]
+LOOP_NAMES = ["asyncio", *PEER_LOOPS, *stages_in_order(STAGE_LOOPS, UNAVAILABLE)]
 
 
 def loop_spec(name: str) -> str:
     """The row's factory as "module:attribute", for a child process to make the same loop."""
     if name == "asyncio":
         return "asyncio:SelectorEventLoop"
-    if name == "uvloop":
-        return "uvloop:new_event_loop"
+    if name in PEER_LOOPS:
+        return f"{name}:new_event_loop"
     return stages.get(name).loop  # type: ignore[return-value]
 
 
@@ -128,8 +136,7 @@ def loop_package(name: str) -> Any:
     import importlib
 
     skip_if_unavailable(name)
-    module = {"asyncio": "asyncio", "uvloop": "uvloop"}.get(name) or \
-        loop_spec(name).partition(":")[0]
+    module = loop_spec(name).partition(":")[0]
     return importlib.import_module(module)
 
 
@@ -142,8 +149,8 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
     if name == "asyncio":
         return asyncio.SelectorEventLoop if sys.platform != "win32" else asyncio.new_event_loop
     skip_if_unavailable(name)
-    if name == "uvloop":
-        return UVLOOP  # type: ignore[return-value]
+    if name in PEER_LOOPS:
+        return PEER_LOOPS[name]  # type: ignore[return-value]
     return STAGE_LOOPS[name]
 
 
