@@ -50,6 +50,9 @@ PEERS: tuple[Server, ...] = (
     servers.go_peer("go", "Go, a goroutine per connection", "echo-go", "./echo"),
     Server("node", "peer", "Node.js net, socket.pipe(socket)", servers.peer_argv("node/echo.js"), needs="node"),
     servers.c_peer("c-epoll", "the floor: a minimal C echo server on epoll, no interpreter", "echo_floor"),
+    servers.c_peer("c-uring", "the completion floor: the same C echo on io_uring (liburing), multishot receive "
+                   "on provided buffers, each sent back from its own buffer", "echo_uring_floor", libs=("uring",),
+                   check=servers.uring_note),
 )
 _PEERS = {peer.name: peer for peer in PEERS}
 

@@ -1,4 +1,4 @@
-"""The C floors (benchmarks/peers/c): c-epoll and c-uring answer HTTP alike.
+"""The C floors (benchmarks/peers/c): c-epoll and c-uring answer HTTP alike, and echo alike.
 
 The two floors share their HTTP (http_answer.h) and differ in how bytes come
 in and go out: epoll(7) readiness with recv and send, or io_uring(7)
@@ -7,7 +7,9 @@ floor gets one server process for this module, built as the benchmarks build
 it (``benchmarks.servers.prepare``), and the tests talk to it over loopback
 as tests/test_servers.py talks to the stages: the answers, keep-alive by
 RFC 9112 section 9.3, pipelining, bad input, a client that never reads, and
-a clean stop on SIGTERM.  A floor that cannot build or run here (no C
+a clean stop on SIGTERM; and the echo floors (benchmarks/echo.py's c-epoll
+and c-uring): every byte back in order, EOF, backpressure.  A floor that
+cannot build or run here (no C
 compiler, no liburing, io_uring disabled) is skipped, saying why, and so is
 the other io_uring peer, uringcore, where it cannot run.
 """
@@ -219,3 +221,66 @@ def test_uringcore_peer_runs_our_handler_or_says_why_not(monkeypatch: pytest.Mon
     why = "io_uring is disabled on this machine (/proc/sys/kernel/io_uring_disabled is 2)"
     monkeypatch.setattr(uring, "unavailable", lambda: why)
     assert servers.prepare(peer) == why
+
+
+# --- the echo floors ------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=["c-epoll", "c-uring"])
+def echo_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    from benchmarks import echo
+    peer = echo._PEERS[request.param]
+    if note := servers.prepare(peer):
+        pytest.skip(f"echo {peer.name}: {note}")
+    with ServerProcess(peer.name, command=list(peer.argv)) as proc:
+        yield proc
+
+
+def _echo(sock: socket.socket, message: bytes) -> bytes:
+    """Send ``message`` while reading its echo (a thread sends, so neither side's buffers fill)."""
+    sender = threading.Thread(target=sock.sendall, args=(message,))
+    sender.start()
+    data = bytearray()
+    while len(data) < len(message) and (chunk := sock.recv(1 << 20)):
+        data += chunk
+    sender.join(TIMEOUT)
+    return bytes(data)
+
+
+def test_echo_sends_every_byte_back_in_order(echo_server: ServerProcess) -> None:
+    with echo_server.connect(TIMEOUT) as sock:
+        for size in (1, 1024, 100 * 1024, 3 * 1024 * 1024):   # up to many of its buffers at once
+            message = bytes(i * 7 % 251 for i in range(size))
+            assert _echo(sock, message) == message, size
+
+
+def test_echo_ends_a_connection_at_eof_after_echoing_what_came_before(echo_server: ServerProcess) -> None:
+    with echo_server.connect(TIMEOUT) as sock:
+        sock.sendall(b"last words")
+        sock.shutdown(socket.SHUT_WR)
+        assert read_until_eof(sock) == b"last words"
+
+
+def test_echo_holds_back_a_client_that_never_reads(echo_server: ServerProcess) -> None:
+    limit = 256 * 1024 * 1024
+    memory = echo_server.rss_bytes()
+    with socket.socket() as flooder:
+        flooder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
+        flooder.settimeout(TIMEOUT)
+        flooder.connect(echo_server.address)
+        flooder.setblocking(False)
+        sent, block = 0, b"x" * 65536
+        deadline = time.monotonic() + 10
+        while sent < limit and time.monotonic() < deadline:
+            try:
+                sent += flooder.send(block)
+            except BlockingIOError:
+                time.sleep(0.1)   # full: make sure it stays full (the server has stopped reading)
+                try:
+                    sent += flooder.send(block)
+                except BlockingIOError:
+                    break
+        assert sent < limit and time.monotonic() < deadline, f"the server took {sent} bytes from a client that reads nothing"
+        assert echo_server.rss_bytes() - memory < 32 * 1024 * 1024
+        with echo_server.connect(TIMEOUT) as other:   # others are served meanwhile
+            assert _echo(other, b"still here") == b"still here"
+        reset(flooder)
