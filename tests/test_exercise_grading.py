@@ -167,7 +167,7 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path: Path) -> None:
     import time
     path = tmp_path / f"{EXERCISE}.py"
     path.write_text(markers.starter(catalog.get(EXERCISE)))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "watch", EXERCISE], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
