@@ -125,7 +125,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
     control, close/abort, write_eof, sendfile and errors are inherited;
     the reading and writing below replace readiness with completions.
 
-    State beyond Part III's:
+    State beyond Part III's::
 
         _recv_buffer   the buffer every receive goes into (max_size bytes), pinned
         _recv_op       user_data of the outstanding receive, or 0

@@ -191,11 +191,17 @@ class Proactor(selectors._BaseSelectorImpl):
     # -- Readiness through POLL_ADD: the selector's interface ----------------------------
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        """Watch ``fileobj`` for ``events`` (EVENT_READ, EVENT_WRITE): its POLL_ADD is armed at the next wait.
+
+        Returns the SelectorKey; raises KeyError if it is registered
+        already, ValueError for a bad mask or descriptor (selectors' rules).
+        """
         key = super().register(fileobj, events, data)
         self._to_arm.add(key.fd)  # armed at the next wait, in the loop's thread
         return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        """Stop watching ``fileobj``: its armed POLL_ADD is cancelled.  Returns its key; KeyError if unknown."""
         key = super().unregister(fileobj)
         self._to_arm.discard(key.fd)
         user_data = self._polls.pop(key.fd, 0)
