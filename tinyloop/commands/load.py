@@ -4,9 +4,11 @@
 
 Rules this module keeps:
   * Never in the traced process.  A client thread there would share the
-    server's GIL: the interpreter hands it over every 5 ms (the switch
-    interval, ``sys.getswitchinterval()``), and a callback of 0.1 ms would
-    be recorded as 5 or 10.  A process of its own shares nothing.
+    server's GIL: a callback's recv or send hands it over, and the callback
+    waits to get it back while the thread runs, for up to the switch
+    interval (5 ms, ``sys.getswitchinterval()``), longer if the kernel
+    runs another process meanwhile.  Callbacks of 0.1 ms were recorded as
+    3 to 9 ms on a busy machine.  A process of its own shares nothing.
   * It ends the server as a user would: with ``--stop PID`` it sends that
     process SIGINT (Ctrl-C) once its requests are answered, or failed, or
     after ``LOAD_TIMEOUT`` seconds.

@@ -9,9 +9,9 @@ Rules this file keeps:
     in the main thread, as under ``serve``; the load comes from a process
     of its own (``python -m tinyloop.commands.load``), which stops the
     server with SIGINT when it is done, as Ctrl-C would.  A load thread
-    here would take the GIL from the server for the interpreter's switch
-    interval (5 ms) and the trace would show callbacks that long.  So the
-    recorder sees the server's own loop, made by the stage's own code
+    here would share the server's GIL, and the trace would show callbacks
+    waiting for it (commands/load.py says how long).  So the recorder sees
+    the server's own loop, made by the stage's own code
     (instrument.for_new_loops), and nothing else.
   * What the recorder itself costs is measured on every run (recorder.
     cost_per_event) and written into the trace, the page and stderr.
