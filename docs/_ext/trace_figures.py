@@ -14,7 +14,10 @@ are named for what they stand for, on the quizzes' virtual clock
 sleeping), so that book_trace.py, beside this file, traces it while the book
 builds, the same on every machine (a span's width counts clock readings,
 not time); or ``reference``: a stage's real server recorded in real time,
-drawn from its committed file, which only ``--reference`` rewrites.
+drawn from its committed file, which only ``--reference`` rewrites.  Its
+clients run in a process of their own; on a shared machine, record it at
+real-time priority (``chrt -f 10 python docs/_ext/trace_figures.py NAME
+--reference``, as root), or other processes preempt the server mid-callback.
 This lives beside the book's build, not in benchmarks/: it measures no loop.
 """
 
