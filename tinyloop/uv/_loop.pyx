@@ -237,17 +237,18 @@ cdef void _close_handle(uv.uv_handle_t* handle) noexcept:
 cdef void _on_walk_close(uv.uv_handle_t* handle, void* arg) noexcept with gil:
     # close(): whatever handle is still open.  Only a transport nobody
     # closed can be (our own handles are closed by then): it is told, so it
-    # lets go of the handle and warns, as an unclosed transport does.
+    # lets go of the handle and warns, as an unclosed transport does; or a
+    # child still running (spawn.pyx), whose handle is let go of the same way.
     if uv.uv_is_closing(handle):
+        return
+    if handle.type == uv.UV_PROCESS and handle.data is not NULL:
+        (<UVProcess>handle.data)._abandon()   # a child still running (it closes the handle)
         return
     if handle.type == uv.UV_TCP and handle.data is not NULL:
         try:
             (<TCPTransport>handle.data)._abandon()
         except BaseException:
             pass   # a warning turned into an error must not stop the close
-    elif handle.type == uv.UV_PROCESS and handle.data is not NULL:
-        (<UVProcess>handle.data)._abandon()   # a child still running (it closes the handle)
-        return
     else:
         (<int*>arg)[0] += 1   # not a transport: one of ours that leaked
     _close_handle(handle)
