@@ -191,9 +191,10 @@ ALLOWED_BLOCKING = [
     # Popen's one short read of its error pipe: it returns once the child
     # has called exec (the pipe is close-on-exec) or has failed to, with the
     # errno.  asyncio makes the same read in the loop's thread, and
-    # blockbuster allows it there (base_events.subprocess_exec); uvloop forks
-    # in C and reads nothing.  We allow exactly that read, Popen's, as
-    # chapters/asyncio.md explains.
+    # blockbuster allows it there (base_events.subprocess_exec); uvloop and
+    # tinyloop.uv start the child with libuv and read nothing (uv, unless a
+    # keyword such as preexec_fn sends it to Popen: tests/test_uv_spawn.py).
+    # We allow exactly that read, Popen's, as chapters/asyncio.md explains.
     ("os.read", "subprocess.py", {"_execute_child"}),
     # A UNIX server's socket file: create_unix_server removes a stale one
     # and close removes its own, as asyncio does (blockbuster allows asyncio's
