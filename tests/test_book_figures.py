@@ -1,11 +1,10 @@
-# tests/test_book_figures.py
-#
-# The book's figures drawn from traces (docs/_ext/trace_figures.py and the
-# {trace-figure} and {quiz} directives of docs/_ext/book_trace.py): every
-# chapter of Parts 0-V has one; a figure traced at build time is the same
-# on every build and a valid Chrome trace; a recorded one is committed and
-# valid; the directives put an SVG, its caption and its command on the page,
-# and an unknown name breaks the build.
+"""The book's figures drawn from traces (docs/_ext/trace_figures.py and the
+{trace-figure} and {quiz} directives of docs/_ext/book_trace.py): every
+chapter of Parts 0-V has one; a figure traced at build time is the same
+on every build and a valid Chrome trace; a recorded one is committed and
+valid; the directives put an SVG, its caption and its command on the page,
+and an unknown name breaks the build.
+"""
 
 from __future__ import annotations
 

@@ -1,34 +1,33 @@
-# docs/_ext/book_trace.py
-#
-# The book's figures drawn from traces, and its "predict the order" quizzes.
-#
-#   {trace-figure} NAME        (the directive's body is the caption)
-#       The trace of figure NAME (trace_figures.py beside this file: FIGURES),
-#       cut to the window its caption is about, drawn by
-#       tinyloop.trace.timeline.render into the page (HTML and SVG that fit
-#       the column at any width), with the caption, the trace as text where
-#       the figure asks for it (left-aligned, monospace: its indentation is
-#       the nesting), the command that makes the trace, and where it came
-#       from.  A ``build`` figure is traced while the book
-#       builds, on the virtual clock, so it is the same on every build; a
-#       ``reference`` figure is drawn from its committed file under
-#       benchmarks/results/traces/ (``... --reference`` records it again).
-#
-#   {quiz} NAME
-#       A quiz of tinyloop/quiz/: its question, its program (a
-#       literalinclude of the file), the lines to order, and behind a
-#       dropdown the answer on each loop, the known difference where the
-#       loops disagree, the reason, and the run's trace on tinyloop.aio
-#       (virtual clock: the same on every build) as text and as a timeline.
-#
-# Rules:
-#   * Offline and deterministic: nothing here touches the network, and a
-#     build figure depends only on the code it traces.
-#   * A reference figure whose file is missing is a note with the command
-#     that records it (as book_bench does for missing results), not an
-#     error; an unknown figure or quiz name is an error (a warning under -W).
-#   * Drawing is tinyloop.trace.timeline's; this file only chooses what to
-#     draw and puts it on the page.
+"""The book's figures drawn from traces, and its "predict the order" quizzes.
+
+  {trace-figure} NAME        (the directive's body is the caption)
+      The trace of figure NAME (trace_figures.py beside this file: FIGURES),
+      cut to the window its caption is about, drawn by
+      tinyloop.trace.timeline.render into the page (HTML and SVG that fit
+      the column at any width), with the caption, the trace as text where
+      the figure asks for it (left-aligned, monospace: its indentation is
+      the nesting), the command that makes the trace, and where it came
+      from.  A ``build`` figure is traced while the book
+      builds, on the virtual clock, so it is the same on every build; a
+      ``reference`` figure is drawn from its committed file under
+      benchmarks/results/traces/ (``... --reference`` records it again).
+
+  {quiz} NAME
+      A quiz of tinyloop/quiz/: its question, its program (a
+      literalinclude of the file), the lines to order, and behind a
+      dropdown the answer on each loop, the known difference where the
+      loops disagree, the reason, and the run's trace on tinyloop.aio
+      (virtual clock: the same on every build) as text and as a timeline.
+
+Rules:
+  * Offline and deterministic: nothing here touches the network, and a
+    build figure depends only on the code it traces.
+  * A reference figure whose file is missing is a note with the command
+    that records it (as book_bench does for missing results), not an
+    error; an unknown figure or quiz name is an error (a warning under -W).
+  * Drawing is tinyloop.trace.timeline's; this file only chooses what to
+    draw and puts it on the page.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,3 @@
-# docs/_ext/trace_figures.py
 """The book's figures drawn from traces: what each one records, and the command that makes it.
 
     python docs/_ext/trace_figures.py                  every figure, into benchmarks/results/local/traces/
