@@ -2,7 +2,7 @@
  *
  * What the two C epoll floors (http_floor.c, echo_floor.c) share: the accept
  * loop and the event loop itself, on listener.h's listener and stop signals
- * (which the io_uring floor shares too), so that each floor's file holds
+ * (the io_uring floors' uring_floor.h stands on them too), so that each floor's file holds
  * only what it does with a connection.  A floor defines, after including
  * this file:
  *
