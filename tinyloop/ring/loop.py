@@ -125,14 +125,13 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
     control, close/abort, write_eof, sendfile and errors are inherited;
     the reading and writing below replace readiness with completions.
 
-    State beyond Part III's::
+    State beyond Part III's:
 
-        _recv_buffer   the buffer every receive goes into (max_size bytes), pinned
+        _recv_buffer   the pinned buffer every receive goes into (max_size bytes)
         _recv_op       user_data of the outstanding receive, or 0
-        _pending       data (b"" for EOF) that completed while reading was paused
-        _sending       the bytes object a send is outstanding from, or None;
-                       it is ``_buffer[0]`` until the send completes
-        _send_offset   where in it the outstanding send started
+        _pending       data (b"" at EOF) that completed while reading was paused
+        _sending       the bytes a send is outstanding from (``_buffer[0]``), or None
+        _send_offset   where in them the outstanding send started
     """
 
     max_size = 64 * 1024  # bytes asked of one receive, and held for it while outstanding
@@ -377,7 +376,8 @@ class _Acceptor:
                 socket.close(res)  # it completed after the cancel: a connection nobody will serve
             return
         self.res = res
-        self.loop._ready.append(self.handle)
+        if self.handle is not None:
+            self.loop._ready.append(self.handle)
 
     def stop(self) -> None:
         self.stopped = True
@@ -434,7 +434,7 @@ class Loop(unix_events.SelectorEventLoop):
     def _make_socket_transport(self, sock: socket.socket, protocol: asyncio.BaseProtocol,
                                waiter: asyncio.Future | None = None, *,
                                extra: dict[str, Any] | None = None,
-                               server: Any = None) -> asyncio.Transport:
+                               server: Any = None) -> selector_events._SelectorSocketTransport:
         """A completion transport for a stream socket; Part III's for anything else."""
         family, kind, _ = selector_events._socket_kind(sock)
         if kind == socket.SOCK_STREAM and family in _STREAM_FAMILIES:

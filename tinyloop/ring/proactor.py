@@ -105,6 +105,8 @@ class Proactor(selectors._BaseSelectorImpl):
     first use where io_uring is refused (tinyloop.raw.uring.unavailable).
     """
 
+    _fd_to_key: dict[int, selectors.SelectorKey]  # selectors' own table (its _BaseSelectorImpl)
+
     def __init__(self, entries: int = 256) -> None:
         super().__init__()
         self.entries = entries
