@@ -263,14 +263,23 @@ def test_the_loop_runs_only_in_the_thread_that_first_ran_it():
         loop.close()
 
 
-def test_where_io_uring_is_refused_importing_the_loop_says_why_in_one_line():
+def test_where_io_uring_is_refused_the_loop_says_why_in_one_line():
+    # The module imports anywhere (the book documents it); the package's
+    # names refuse with ImportError, as for a loop that is not installed,
+    # and making a Loop refuses with RuntimeError: both in one line.
     code = ("import tinyloop.raw.uring as u\n"
             "u.unavailable = lambda: 'io_uring is disabled here (a test)'\n"
-            "import tinyloop.ring.loop\n")
+            "import tinyloop.ring, tinyloop.ring.loop\n"
+            "try:\n"
+            "    tinyloop.ring.new_event_loop\n"
+            "except ImportError as e:\n"
+            "    print('ImportError:', e)\n"
+            "tinyloop.ring.loop.Loop()\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    reason = "tinyloop.ring needs io_uring, and io_uring is disabled here (a test)"
+    assert result.stdout == f"ImportError: {reason}\n"
     assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last == "ImportError: tinyloop.ring needs io_uring, and io_uring is disabled here (a test)"
+    assert result.stderr.strip().splitlines()[-1] == f"RuntimeError: {reason}"
 
 
 def test_addresses_round_trip_through_struct_sockaddr():

@@ -17,5 +17,8 @@ __all__ = ["EventLoopPolicy", "Loop", "new_event_loop", "run"]
 def __getattr__(name: str) -> object:
     if name in __all__:
         from tinyloop.ring import loop
+        reason = loop.refusal()
+        if reason is not None:  # what a loop factory's users (asyncio.Runner, the tests) expect
+            raise ImportError(reason)
         return getattr(loop, name)
     raise AttributeError(f"module 'tinyloop.ring' has no attribute {name!r}")

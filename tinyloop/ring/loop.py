@@ -70,13 +70,24 @@ from tinyloop.aio.events import Handle
 from tinyloop.raw import uring
 from tinyloop.ring.proactor import Completion, Proactor, os_error, pin
 
-_REASON = uring.unavailable()
-if _REASON is not None:
-    raise ImportError(f"tinyloop.ring needs io_uring, and {_REASON}")
-
-__all__ = ["EventLoopPolicy", "Loop", "RingSocketTransport", "new_event_loop", "run"]
+__all__ = ["EventLoopPolicy", "Loop", "RingSocketTransport", "new_event_loop", "refusal", "run"]
 
 T = TypeVar("T")
+
+_refusal: list[str | None] = []  # tinyloop.raw.uring.unavailable()'s answer, asked once
+
+
+def refusal() -> str | None:
+    """Why this machine refuses tinyloop.ring, in one line, or None; asked of the kernel once.
+
+    Importing this module works everywhere (the book documents it on any
+    machine); making a loop, or taking ``new_event_loop`` from the package,
+    is what refuses.
+    """
+    if not _refusal:
+        reason = uring.unavailable()
+        _refusal.append(None if reason is None else f"tinyloop.ring needs io_uring, and {reason}")
+    return _refusal[0]
 
 # Room for any socket address (struct sockaddr_storage).
 _SOCKADDR_SIZE = 128
@@ -419,12 +430,16 @@ class Loop(unix_events.SelectorEventLoop):
     """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 5.6 or later), a proactor.
 
     ``entries`` is the submission queue's size; ``debug=None`` reads the
-    environment as Part III does.  It takes no selector and no clock: the
+    environment as Part III does.  Raises RuntimeError, saying why in one
+    line, where io_uring is missing or refused (:func:`refusal`).  It takes no selector and no clock: the
     proactor waits, on time.monotonic (CLOCK_MONOTONIC, the clock of
     io_uring's timers).  Source of the contract: the asyncio docs, "Event Loop".
     """
 
     def __init__(self, *, debug: bool | None = None, entries: int = 256) -> None:
+        reason = refusal()
+        if reason is not None:
+            raise RuntimeError(reason)
         self._proactor = Proactor(entries)
         self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
         super().__init__(self._proactor, time.monotonic, debug=debug)

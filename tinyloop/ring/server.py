@@ -10,7 +10,7 @@ import socket
 
 from tinyloop.aio.server import run_stage
 from tinyloop.raw.uring import unavailable  # noqa: F401  (the stage table asks it: tinyloop/stages.py)
-from tinyloop.ring.loop import new_event_loop  # raises ImportError where io_uring is refused
+from tinyloop.ring.loop import new_event_loop
 
 __all__ = ["serve", "unavailable"]
 
