@@ -86,7 +86,8 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
              "print(os.getuid(), os.getpid(), os.environ['HOME'], sorted(socket.if_nameindex())[0][1])\n"
              "print(resource.getrlimit(resource.RLIMIT_NPROC)[0], resource.getrlimit(resource.RLIMIT_AS)[0])\n"
              "for target in ('/usr/x', os.environ['TINYLOOP_ROOT'] + '/x'):\n"
-             "    try:\n        open(target, 'w')\n    except OSError as e:\n        print(e.errno)\n")
+             "    try:\n        open(target, 'w')\n    except OSError as e:\n        print(e.errno)\n"
+             "import multiprocessing\nmultiprocessing.Lock()\nprint('semaphores')\n")
     proc = sandbox.popen([sys.executable, "-c", probe], env={"TINYLOOP_ROOT": str(checker.repository_root())},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
@@ -97,6 +98,7 @@ def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     assert int(pid) <= 3 and home == "/tmp" and interface == "lo", out  # its own PID and network namespaces
     assert lines[1] == f"{sandbox.LIMITS.processes} {sandbox.LIMITS.memory_bytes}", out
     assert lines[2:4] == ["30", "30"], (out, err)  # EROFS: the system and the checkout are read-only
+    assert lines[4] == "semaphores", (out, err)  # multiprocessing's locks: a /dev/shm of its own
 
 
 @needs_sandbox

@@ -6,7 +6,8 @@ tool Flatpak uses; see bwrap(1)) from Linux namespaces and resource limits:
     interpreter's prefix, this checkout and the check's own read-only
     folder, all read-only, and a private tmp (a tmpfs of bounded size at
     /tmp, also HOME): nothing outside it can be written, nor read where it
-    is not bound (the teacher's home, other students' files);
+    is not bound (the teacher's home, other students' files), and a
+    private /dev/shm for POSIX semaphores;
   * its own network namespace, whose only interface is its own loopback
     (bwrap brings ``lo`` up): parallel checks may listen on the same port,
     and nothing leaves the machine;
@@ -67,6 +68,7 @@ class Limits:
     processes: int = 1024               # RLIMIT_NPROC: processes and threads of the uid
     file_bytes: int = 256 << 20         # RLIMIT_FSIZE: the largest file a process may write
     tmp_bytes: int = 512 << 20          # size of the private tmp (a tmpfs, in memory)
+    shm_bytes: int = 64 << 20           # size of the private /dev/shm (a tmpfs)
 
 
 LIMITS = Limits()
@@ -149,7 +151,9 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
     out = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "tinyloop-check",
            "--dev", "/dev", "--proc", "/proc",
-           "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+           "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+           # POSIX semaphores and shared memory (multiprocessing's locks, queues)
+           "--perms", "1777", "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm"]
     # /bin, /lib... are symbolic links into /usr on a merged-/usr system.
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         link = f"/{name}"
