@@ -88,6 +88,7 @@ cdef class UVProcess:
     cdef object on_exit
 
     cdef _exited(self, object returncode):
+        keep = self   # _release drops libuv's reference: not the last while this runs
         self.returncode = returncode
         on_exit, self.on_exit = self.on_exit, None
         self._release()
@@ -116,6 +117,7 @@ cdef class UVProcess:
         exits, as with Part III's loop closed before its pidfd turned
         readable); :meth:`kill` still reaches it by pid, which is still its.
         """
+        keep = self   # as in _exited
         self.on_exit = None
         self._release()
 
