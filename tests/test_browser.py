@@ -16,8 +16,9 @@ installs it) at 1280 and at 390 CSS px, driven through the DevTools protocol
     block;
   * every benchmark chart has the rows of the table it stands beside, in
     its order, and says why a row has no bar as the table does;
-  * every trace figure fits the column, so the span its caption names is on
-    screen (test_trace_figures_fit_the_column).
+  * every trace figure draws its whole window (the one its caption names)
+    stretched to the column, every mark of it on screen
+    (test_trace_figures_show_their_whole_window).
 
 Rules this file keeps:
   * Nothing leaves the machine: the browser is started with its background
@@ -336,31 +337,51 @@ TRACE_PAGES = [page for page in PAGES
 @pytest.mark.timeout(BUILD_TIMEOUT + 60)
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", TRACE_PAGES)
-def test_trace_figures_fit_the_column(site: str, browser: DevTools, page: str, width: str) -> None:
-    # A trace figure draws the window its caption is about, scaled to the
-    # column (an SVG viewBox, no fixed pixel width): the whole drawing is on
-    # screen, so the span the caption names is too, at 1280 px and on a phone.
+def test_trace_figures_show_their_whole_window(site: str, browser: DevTools, page: str, width: str) -> None:
+    # A trace figure draws the window its caption is about (cut when the
+    # book is built; its length in µs is the timeline's data-span) and
+    # stretches it to the column (tinyloop/trace/timeline.py): each band is
+    # an SVG whose viewBox is that whole window and whose box is the
+    # timeline's width, the timeline fits the column, and every mark placed
+    # in time (data-ts: spans' names, counter values, axis ticks) is inside
+    # the visible box, so the span the caption names is on screen, at
+    # 1280 px and on a phone.
     _at_width(browser, width)
     try:
         browser.load(site + page)
         figures = browser.evaluate("""Array.from(document.querySelectorAll('figure.book-trace-figure'))
           .map(figure => {
-            const svg = figure.querySelector('svg');
-            if (!svg) return {id: figure.id, svg: false};
-            const box = figure.getBoundingClientRect(), drawn = svg.getBoundingClientRect();
-            let scrolls = false;
-            for (let el = svg.parentElement; el && el !== figure.parentElement; el = el.parentElement)
-              if (el.scrollWidth > el.clientWidth + 1) scrolls = true;
-            return {id: figure.id, svg: true, viewBox: svg.getAttribute('viewBox'),
-                    fixedWidth: /^[0-9.]+(px)?$/.test(svg.getAttribute('width') || ''),
-                    left: drawn.left - box.left, right: drawn.right - box.right, scrolls: scrolls};
+            const timeline = figure.querySelector('.timeline');
+            if (!timeline) return {id: figure.id, timeline: false};
+            const box = timeline.getBoundingClientRect();
+            const column = figure.parentElement.getBoundingClientRect();
+            const span = parseFloat(timeline.dataset.span);
+            const bands = Array.from(timeline.querySelectorAll('svg')).map(svg => {
+              const view = (svg.getAttribute('viewBox') || '').split(/[ ,]+/).map(Number);
+              const drawn = svg.getBoundingClientRect();
+              return {view: view.length === 4 ? view[2] : null, left: drawn.left - box.left,
+                      right: drawn.right - box.right};
+            });
+            const outside = Array.from(timeline.querySelectorAll('[data-ts]')).filter(mark => {
+              const r = mark.getBoundingClientRect();
+              return r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1);
+            }).map(mark => `${mark.className} "${mark.textContent.slice(0, 20)}" at ${mark.dataset.ts} µs`);
+            return {id: figure.id, timeline: true, span: span, bands: bands, outside: outside,
+                    fits: box.left >= column.left - 1 && box.right <= column.right + 1,
+                    clipped: timeline.scrollWidth > timeline.clientWidth + 1};
           })""")
     finally:
         browser.call("Emulation.clearDeviceMetricsOverride")
     assert figures, f"{page}: no trace figure"
     for figure in figures:
         where = f"{page} at {WIDTHS[width][0]} px, {figure['id']}"
-        assert figure["svg"] and figure["viewBox"], f"{where}: no SVG with a viewBox"
-        assert not figure["fixedWidth"] and not figure["scrolls"], \
-            f"{where}: drawn at a fixed width in a box that scrolls sideways: part of its window is off screen"
-        assert figure["left"] >= -1 and figure["right"] <= 1, f"{where}: the drawing runs past the column"
+        assert figure["timeline"], f"{where}: no timeline"
+        assert figure["fits"], f"{where}: the timeline is wider than the column"
+        assert figure["bands"], f"{where}: no band drawn"
+        for band in figure["bands"]:
+            assert band["view"] is not None and abs(band["view"] - figure["span"]) <= 1e-3 * figure["span"], \
+                f"{where}: a band's viewBox ({band['view']}) is not the window ({figure['span']} µs)"
+            assert abs(band["left"]) <= 1 and abs(band["right"]) <= 1, \
+                f"{where}: a band is not stretched to the timeline's width ({band})"
+        assert not figure["outside"] and not figure["clipped"], \
+            f"{where}: marks outside the visible box: {figure['outside']}"
