@@ -378,3 +378,17 @@ def test_the_kept_test_ids_are_named_by_what_collecting_reads(tmp_path):
     checker._sources_digest.cache_clear()
     assert len(set(names)) == 4, names
     assert checker._ids_file(tmp_path, (str(tmp_path), ("-x",), ("tests/b.py",))).name != names[-1]
+
+
+def test_without_bwrap_available_says_why_and_a_sandboxed_check_refuses(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap on it
+    said = subprocess.run([sys.executable, "-c", "from tinyloop.exercises import sandbox; print(sandbox.available())"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    if sys.platform.startswith("linux"):
+        assert said.stdout.strip() == "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    else:
+        assert said.stdout.strip().startswith("the sandbox needs Linux namespaces"), said
+    done = subprocess.run([sys.executable, "-m", "tinyloop.exercises.checker", EXERCISE.name,
+                           str(solution(tmp_path, "run-once.py")), "--sandboxed"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("tinyloop: cannot run the check in a sandbox: "), done
