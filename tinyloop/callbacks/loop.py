@@ -380,7 +380,8 @@ class Loop:
 
     def _add_interest(self, fd: Any, event: int, callback: Callable[..., object],
                       args: tuple[Any, ...]) -> Handle:
-        self._check_callback(callback, "add_reader" if event == selectors.EVENT_READ else "add_writer")
+        name = "add_reader" if event == selectors.EVENT_READ else "add_writer"
+        self._check_callback(callback, name)
         handle = self.handle_class(callback, args, self)
         reading = event == selectors.EVENT_READ
         try:
@@ -583,7 +584,8 @@ class Loop:
         if self._thread_id is not None:
             raise RuntimeError("this loop is already running")
         if getattr(_running, "loop", None) is not None:
-            raise RuntimeError("cannot run a loop while another loop is running in this thread")
+            raise RuntimeError("cannot run a loop while another loop "
+                               "is running in this thread")
         self._thread_id = threading.get_ident()
         _running.loop = self
         if self._instrument is not None:
@@ -746,7 +748,8 @@ class Loop:
 
     def _check_thread(self) -> None:
         if self._thread_id is not None and self._thread_id != threading.get_ident():
-            raise RuntimeError("non-thread-safe call from another thread; use call_soon_threadsafe")
+            raise RuntimeError("non-thread-safe call from another thread; "
+                               "use call_soon_threadsafe")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self.is_running() else "stopped"

@@ -39,7 +39,10 @@ FD_SETSIZE = 1024  # glibc's fixed size of an fd_set, in descriptors
 
 
 def serve(listener: socket.socket) -> None:
-    """Serve HTTP on ``listener`` (bound, listening) with select(2), until KeyboardInterrupt."""
+    """Serve HTTP on ``listener`` (bound, listening) with select(2).
+
+    Runs until KeyboardInterrupt.
+    """
     listener.setblocking(False)
     acceptor = Acceptor(listener, "select")
     connections: set[Connection] = set()
