@@ -136,14 +136,16 @@ def _check(result: int) -> int:
     return result
 
 
-def address_of(buffer: bytearray | mmap.mmap) -> tuple[int, ctypes.Array]:
+def address_of(buffer: bytearray | mmap.mmap) -> tuple[int, ctypes.c_char]:
     """The address of ``buffer``'s first byte, and the ctypes object that pins it.
 
     While the returned ctypes array lives, ``buffer`` cannot be resized or
     closed (BufferError): a bytearray the kernel is writing into must not
     move.  Drop the array (``del``) only after the operation's completion.
     """
-    pin = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+    # One c_char at the first byte pins the whole buffer, and makes no new
+    # ctypes type per length (each such type is a cycle the collector must find).
+    pin = ctypes.c_char.from_buffer(buffer)
     return ctypes.addressof(pin), pin
 
 
