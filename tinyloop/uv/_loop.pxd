@@ -80,7 +80,7 @@ cdef class UVLoop:
     # The C-level test on the hot paths: True while _instrument is not None,
     # so a loop with no instrument makes no Python call to find out.
     cdef bint _instrumented
-    cdef uv.uv_prepare_t* _prepare     # made at the first add_instrument: reports the wait
+    cdef uv.uv_prepare_t* _prepare     # made at start: lends the GIL out for a wait, reports it
     cdef _sync_instrumented(self)
 
     cdef object _last_error            # KeyboardInterrupt/SystemExit from a callback

@@ -110,6 +110,7 @@ cdef void _on_alloc(uv.uv_handle_t* handle, size_t suggested, uv.uv_buf_t* buf) 
         buf.base = tcp.recv_buffer
         buf.len = READ_BUFFER_SIZE
         return
+    _hold_gil()
     with gil:
         _alloc_user_buffer(handle, buf)
 
@@ -128,7 +129,12 @@ cdef void _alloc_user_buffer(uv.uv_handle_t* handle, uv.uv_buf_t* buf) noexcept:
         transport._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
 
 
-cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf) noexcept with gil:
+cdef void _on_read(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf) noexcept nogil:
+    _hold_gil()   # the first callback after a wait takes the GIL back for the rest
+    _on_read_held(stream, nread, buf)
+
+
+cdef void _on_read_held(uv.uv_stream_t* stream, ssize_t nread, const uv.uv_buf_t* buf) noexcept with gil:
     if stream.data is NULL:
         return
     cdef TCPTransport transport = <TCPTransport>stream.data

@@ -83,9 +83,11 @@ cdef extern from "uv.h" nogil:
     int uv_check_start(uv_check_t* check, uv_check_cb cb)
     int uv_check_stop(uv_check_t* check)
     # Prepare runs just before the poll (prepare.html): where tinyloop.trace
-    # hears "before the I/O wait", with the timeout libuv will pass to epoll.
+    # hears "before the I/O wait", with the timeout libuv will pass to epoll,
+    # and where the loop lends the GIL out for the wait.
     ctypedef struct uv_prepare_t:
         void* data
+        uv_loop_t* loop
     ctypedef void (*uv_prepare_cb)(uv_prepare_t* handle) with gil
     int uv_prepare_init(uv_loop_t* loop, uv_prepare_t* prepare)
     int uv_prepare_start(uv_prepare_t* prepare, uv_prepare_cb cb)
