@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
+install_benchmark_peers
 "$TINYLOOP_PYTHON" -m benchmarks.run "$@"
 
 # Part III, after the HTTP table: TCP echo (benchmarks.echo) and the loop

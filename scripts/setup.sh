@@ -225,9 +225,6 @@ make_venv() {
         say "installing tinyloop and its development dependencies into .venv"
         .venv/bin/python -m pip install -q --upgrade pip >/dev/null
         .venv/bin/python -m pip install -q -e '.[dev]'
-        # Optional: uringcore builds from source with Rust's cargo; without it its benchmark rows are skipped.
-        [ "$(uname -s)" != Linux ] || .venv/bin/python -m pip install -q -e '.[uringcore]' >/dev/null 2>&1 ||
-            say "uringcore did not install (it builds from source with Rust's cargo): its benchmark rows will be skipped"
         echo "$want" > "$stamp"
     fi
 }
@@ -259,6 +256,19 @@ build_uv() {
     fi
     "$TINYLOOP_PYTHON" setup.py build_ext --inplace -q >/dev/null ||
         say "tinyloop.uv did not build (setup.py's output above): its tests will be skipped"
+}
+
+# --- peers only the benchmarks need ----------------------------------------------
+# uringcore (Part VI's peer) has no wheel: pip builds it with Rust's cargo,
+# about a quarter of an hour on two cores.  So only the benchmark command
+# asks for it (scripts/benchmark.sh calls this), never the test command;
+# once built, pip's cache keeps the wheel.  Optional: without it its rows are skipped.
+install_benchmark_peers() {
+    [ "$(uname -s)" = Linux ] || return 0
+    "$TINYLOOP_PYTHON" -c 'import uringcore' >/dev/null 2>&1 && return 0
+    say "installing uringcore (Part VI's peer; builds with Rust's cargo, once)"
+    "$TINYLOOP_PYTHON" -m pip install -q -e '.[uringcore]' >/dev/null 2>&1 ||
+        say "uringcore did not install (it builds from source with Rust's cargo): its benchmark rows will be skipped"
 }
 
 install_system_packages
