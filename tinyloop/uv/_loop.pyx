@@ -269,8 +269,13 @@ cdef void _after_io(UVLoop loop) noexcept:
         loop._stash_error(exc)
 
 
-cdef void _on_async(uv.uv_async_t* handle) noexcept with gil:
+cdef void _on_async(uv.uv_async_t* handle) noexcept nogil:
     # call_soon_threadsafe's wake-up: the handle is in _ready already.
+    _hold_gil()
+    _arm_idle_of(handle)
+
+
+cdef void _arm_idle_of(uv.uv_async_t* handle) noexcept with gil:
     (<UVLoop>handle.data)._arm_idle()
 
 

@@ -28,7 +28,12 @@ cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
 
 
-cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept with gil:
+cdef void _on_poll(uv.uv_poll_t* handle, int status, int events) noexcept nogil:
+    _hold_gil()   # the first callback after a wait takes the GIL back (_loop.pyx)
+    _on_poll_held(handle, status, events)
+
+
+cdef void _on_poll_held(uv.uv_poll_t* handle, int status, int events) noexcept with gil:
     cdef UVPoll poll = <UVPoll>handle.data
     cdef Handle reader, writer
     poll.loop._check_state.io_ran += 1   # a count: tinyloop.trace reports it

@@ -76,7 +76,12 @@ cdef class _WriteRequest:
     cdef TCPTransport transport
 
 
-cdef void _on_write(uv.uv_write_t* req, int status) noexcept with gil:
+cdef void _on_write(uv.uv_write_t* req, int status) noexcept nogil:
+    _hold_gil()   # the first callback after a wait takes the GIL back (_loop.pyx)
+    _on_write_held(req, status)
+
+
+cdef void _on_write_held(uv.uv_write_t* req, int status) noexcept with gil:
     cdef _WriteRequest request = <_WriteRequest>req.data
     Py_DECREF(request)         # libuv's reference, taken in _flush
     cdef TCPTransport transport = request.transport
