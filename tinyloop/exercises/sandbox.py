@@ -50,8 +50,11 @@ __all__ = ["FOLDER", "Limits", "LIMITS", "available", "command", "popen", "read_
 # Where the check's read-only folder (the student's file, the go file of a
 # waiting run) appears inside the sandbox.
 FOLDER = "/check"
-# What every sandbox has of its own, never bound from the host.
+# What every sandbox has of its own, never bound from the host.  A path
+# *inside* one of the first two may be (a checkout cloned under /tmp, as CI
+# does): it is bound read-only on top of the private tmp.
 _OWN = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run", FOLDER)
+_SCRATCH = ("/tmp", "/var/tmp")
 # The uids the code under test runs as when the grader is root: one per
 # sandbox, from this range, so RLIMIT_NPROC (counted per real uid) of one
 # check is not spent by another running beside it.
@@ -111,9 +114,11 @@ def read_only_paths() -> tuple[str, ...]:
     except Exception:  # an installed copy: sys.path has it
         pass
     paths = sorted(os.path.realpath(p) for p in wanted if os.path.exists(p))
-    # Never the whole machine, nor what the sandbox has of its own (a
-    # working directory under /tmp on sys.path would hide the private tmp).
-    paths = [p for p in paths if p != "/" and not any(p == own or p.startswith(own + "/") for own in _OWN)]
+    # Never the whole machine, nor what the sandbox has of its own (/tmp
+    # itself on sys.path, a working directory, would hide the private tmp);
+    # a checkout or a virtual environment inside /tmp is bound over it.
+    paths = [p for p in paths if p != "/" and p not in _OWN
+             and not any(p.startswith(own + "/") for own in _OWN if own not in _SCRATCH)]
     kept: list[str] = []
     for path in paths:  # sorted: a parent comes before what is inside it
         if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
