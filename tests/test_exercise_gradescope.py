@@ -95,10 +95,13 @@ def autograde(tmp_path: Path, source: Path, files: dict[str, str | bytes], insta
             system += ["--symlink", os.readlink(path), str(path)]
         elif path.exists():
             system += ["--ro-bind", str(path), str(path)]
+    # The private /tmp first: bwrap mounts in order, and a checkout under /tmp
+    # (CI's clean clone) must be bound on top of it, not hidden by it.
     command = ["bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+               "--tmpfs", "/tmp",
                "--ro-bind", "/usr", "/usr", *system, "--ro-bind", "/etc", "/etc",
                "--ro-bind", sys.base_prefix, sys.base_prefix, "--ro-bind", str(ROOT), str(ROOT),
-               "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp",
+               "--dev", "/dev", "--proc", "/proc", "--setenv", "HOME", "/tmp",
                "--dir", "/autograder",
                "--ro-bind", str(source), "/autograder/source",
                "--ro-bind", str(source / "run_autograder"), "/autograder/run_autograder",
