@@ -10,7 +10,7 @@ of the wall-clock seconds:
 
   * one check of ``run-once``'s reference solution (its own tests, the wider
     suites, the four loop properties), as ``grade`` runs it: ``python -m
-    tinyloop.exercises.checker run-once FILE`` plain (the student's way, the
+    tinyloop.exercises.grading run-once FILE`` plain (the student's way, the
     test ids as the test process reports them), ``--for-credit`` (the ids
     collected first, without the file: ``grade --unsandboxed``) and
     ``--sandboxed`` (``grade``);
@@ -43,7 +43,7 @@ MODES = {"plain": [], "for-credit": ["--for-credit"], "sandboxed": ["--sandboxed
 def one_check(path: Path, flags: list[str]) -> tuple[float, str | None]:
     """Seconds for one check of ``path``, and None, or the first failing step if it did not pass."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tinyloop.exercises.checker", EXERCISE, str(path), *flags],
+    done = subprocess.run([sys.executable, "-m", "tinyloop.exercises.grading", EXERCISE, str(path), *flags],
                           capture_output=True, text=True, cwd=path.parent, timeout=900)
     took = time.monotonic() - started
     if done.returncode == 0:

@@ -15,7 +15,7 @@ they are joined by the hand-written wrong solutions of HAND_WRITTEN.
 For each exercise, the reference solution is written out as the file a
 student would hand in (``markers.reference``), cosmic-ray makes every mutant
 of the lines inside the exercise's marked region(s), and each mutant is
-graded by ``python -m tinyloop.exercises.checker NAME FILE --verdict-only``,
+graded by ``python -m tinyloop.exercises.grading NAME FILE --verdict-only``,
 the student's check (``python -m tinyloop check``) less the diagnosis of a
 failure and the progress record: a FAILED verdict kills it.  The score is killed / (mutants - equivalent).
 
@@ -198,7 +198,7 @@ class _Provider:
 def _config(name: str, ranges: list[str], python: str, timeout: float) -> str:
     lines = ", ".join(json.dumps(r) for r in ranges)
     excluded = ", ".join(json.dumps(e) for e in EXCLUDED_OPERATORS)
-    command = f"{shlex.quote(python)} -m tinyloop.exercises.checker {name} {name}.py --verdict-only"
+    command = f"{shlex.quote(python)} -m tinyloop.exercises.grading {name} {name}.py --verdict-only"
     return (f'[cosmic-ray]\nmodule-path = "{name}.py"\ntimeout = {timeout}\n'
             f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
             f'[cosmic-ray.distributor]\nname = "local"\n\n'
@@ -479,7 +479,7 @@ def measure_ours(exercise, *, timeout: float, dry_run: bool = False, progress=pr
         folder.mkdir()
         path = folder / filename
         path.write_text(mutated, encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.checker", exercise.name, str(path),
+        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.grading", exercise.name, str(path),
                                  "--verdict-only"],
                                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)

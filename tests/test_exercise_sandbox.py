@@ -388,7 +388,7 @@ def test_without_bwrap_available_says_why_and_a_sandboxed_check_refuses(tmp_path
         assert said.stdout.strip() == "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     else:
         assert said.stdout.strip().startswith("the sandbox needs Linux namespaces"), said
-    done = subprocess.run([sys.executable, "-m", "tinyloop.exercises.checker", EXERCISE.name,
+    done = subprocess.run([sys.executable, "-m", "tinyloop.exercises.grading", EXERCISE.name,
                            str(solution(tmp_path, "run-once.py")), "--sandboxed"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("tinyloop: cannot run the check in a sandbox: "), done

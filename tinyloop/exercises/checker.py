@@ -74,7 +74,7 @@ from tinyloop._override import ENV
 from tinyloop.exercises import build, guard, markers, outcomes, properties, sandbox
 from tinyloop.exercises.model import Exercise
 
-__all__ = ["CheckerError", "Report", "Step", "check", "main", "stop_session", "own_test_arguments", "repository_root",
+__all__ = ["CheckerError", "Report", "Step", "check", "stop_session", "own_test_arguments", "repository_root",
            "stages_using", "test_arguments", "wider_test_arguments"]
 
 # Time limits, in seconds: one test (pytest-timeout; a wrong solution often
@@ -1144,42 +1144,3 @@ def _crash(exercise: Exercise, path: Path, number: int, output: str, running: st
 
 def _clip(line: str, width: int = 100) -> str:
     return line if len(line) <= width else line[:width - 3] + "..."
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tinyloop.exercises.checker NAME FILE [--sandboxed] [--for-credit] [--verdict-only] [--quick]``:
-    check FILE and print the report as JSON (grading.report_json) on standard
-    output; exit 0 passed, 1 failed, 2 the check could not run (one line on
-    standard error).
-
-    The graders' entry point (grade, the mutation runner): unlike ``python -m
-    tinyloop check``, it records nothing in the user's progress file."""
-    import argparse
-    from tinyloop.exercises import catalog, grading
-    parser = argparse.ArgumentParser(prog="python -m tinyloop.exercises.checker",
-                                     description="check one file; print the report as JSON")
-    parser.add_argument("exercise")
-    parser.add_argument("file")
-    parser.add_argument("--sandboxed", action="store_true", help="run the file's processes in a sandbox")
-    parser.add_argument("--for-credit", action="store_true",
-                        help="take the test ids from a collection without the file (implied by --sandboxed)")
-    parser.add_argument("--verdict-only", action="store_true",
-                        help="skip the diagnosis of a failure: the same verdict, sooner")
-    parser.add_argument("--quick", action="store_true", help="the loop properties with smaller counts")
-    args = parser.parse_args(argv)
-    # SIGTERM (a grader's time-out) becomes an exit, so the finally blocks
-    # stop the test sessions and sandboxes this check started.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        report = check(catalog.get(args.exercise), args.file, quick=args.quick,
-                       verdict_only=args.verdict_only, sandboxed=args.sandboxed,
-                       collect_first=args.sandboxed or args.for_credit)
-    except (KeyError, CheckerError) as error:
-        print(f"tinyloop: {error.args[0]}", file=sys.stderr)
-        return 2
-    print(json.dumps(grading.report_json(report), indent=1))
-    return 0 if report.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

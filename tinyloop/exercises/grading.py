@@ -34,6 +34,7 @@ import concurrent.futures
 import contextlib
 import csv
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -52,7 +53,7 @@ import tinyloop
 from tinyloop.exercises import catalog, checker, markers
 from tinyloop.exercises.checker import Report, stop_session
 
-__all__ = ["GRADE_TIMEOUT", "default_jobs", "grade", "junit_suite", "progress", "record",
+__all__ = ["GRADE_TIMEOUT", "default_jobs", "grade", "junit_suite", "main", "progress", "record",
            "report_json", "report_junit", "sandbox_missing", "step_ids"]
 
 GRADE_TIMEOUT = 600.0  # seconds for one student's check of one exercise
@@ -419,13 +420,13 @@ def _check_one(name: str, path: Path, timeout: float, *,
     ``sandbox.available()``), and the verdict is taken outside it; False: the
     student's own check, with the audit-hook guard, but with the test ids
     collected without the file all the same (``--for-credit``).  The check is
-    ``python -m tinyloop.exercises.checker``, which records nothing in the
+    ``python -m tinyloop.exercises.grading``, which records nothing in the
     teacher's progress file; its HOME and cache folder are a fresh
     temporary folder all the same, and a sandbox's are its private tmp."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tinyloop-grade-") as tmp:
         env = {**os.environ, "HOME": tmp, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
-        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.checker", name, str(path),
+        proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.grading", name, str(path),
                                  "--sandboxed" if sandboxed else "--for-credit"],
                                 cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -508,8 +509,8 @@ class _Display:
         self._rich = None
         self._task = None
         if total and sys.stdout.isatty():
-            try:
-                from rich import progress as rich_progress
+            try:  # by name: tinyloop itself imports only the standard library (tests/test_project.py)
+                rich_progress = importlib.import_module("rich.progress")
             except ImportError:
                 pass
             else:
@@ -806,3 +807,41 @@ def _shown_path(path: Path | None, folder: Path) -> str:
         return str(path.resolve().relative_to(folder.resolve()))
     except ValueError:
         return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tinyloop.exercises.grading NAME FILE [--sandboxed] [--for-credit] [--verdict-only] [--quick]``:
+    check FILE and print the report as JSON (:func:`report_json`) on standard
+    output; exit 0 passed, 1 failed, 2 the check could not run (one line on
+    standard error).
+
+    The graders' entry point (grade, the mutation runner): unlike ``python -m
+    tinyloop check``, it records nothing in the user's progress file."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m tinyloop.exercises.grading",
+                                     description="check one file; print the report as JSON")
+    parser.add_argument("exercise")
+    parser.add_argument("file")
+    parser.add_argument("--sandboxed", action="store_true", help="run the file's processes in a sandbox")
+    parser.add_argument("--for-credit", action="store_true",
+                        help="take the test ids from a collection without the file (implied by --sandboxed)")
+    parser.add_argument("--verdict-only", action="store_true",
+                        help="skip the diagnosis of a failure: the same verdict, sooner")
+    parser.add_argument("--quick", action="store_true", help="the loop properties with smaller counts")
+    args = parser.parse_args(argv)
+    # SIGTERM (a grader's time-out) becomes an exit, so the finally blocks
+    # stop the test sessions and sandboxes this check started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        report = checker.check(catalog.get(args.exercise), args.file, quick=args.quick,
+                       verdict_only=args.verdict_only, sandboxed=args.sandboxed,
+                       collect_first=args.sandboxed or args.for_credit)
+    except (KeyError, checker.CheckerError) as error:
+        print(f"tinyloop: {error.args[0]}", file=sys.stderr)
+        return 2
+    print(json.dumps(report_json(report), indent=1))
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

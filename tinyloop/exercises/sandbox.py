@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import tinyloop
+
 __all__ = ["FOLDER", "Limits", "LIMITS", "available", "command", "popen", "read_only_paths"]
 
 # Where the check's read-only folder (the student's file, the go file of a
@@ -108,11 +110,8 @@ def read_only_paths() -> tuple[str, ...]:
     wanted = {"/usr", "/etc", "/opt", sys.prefix, sys.base_prefix, sys.exec_prefix,
               str(Path(sys.executable).resolve().parent.parent)}
     wanted |= {p for p in sys.path if p and os.path.isabs(p)}
-    from tinyloop.exercises.checker import repository_root
-    try:
-        wanted.add(str(repository_root()))
-    except Exception:  # an installed copy: sys.path has it
-        pass
+    # The folder holding the tinyloop package: the checkout, whose tests/ the check runs.
+    wanted.add(str(Path(tinyloop.__file__).resolve().parent.parent))
     paths = sorted(os.path.realpath(p) for p in wanted if os.path.exists(p))
     # Never the whole machine, nor what the sandbox has of its own (/tmp
     # itself on sys.path, a working directory, would hide the private tmp);
