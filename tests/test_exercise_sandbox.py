@@ -69,10 +69,22 @@ def check(path: Path, **kw) -> checker.Report:
     return checker.check(EXERCISE, path, quick=True, sandboxed=True, **kw)
 
 
+def _running_command(process: psutil.Process) -> str | None:
+    """``process``'s command line, or None when nothing runs in it any more: it
+    ended meanwhile, or is a zombie (dead, left for its parent to reap; another
+    test in this worker may have one)."""
+    try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return None
+
+
 def left_behind(mark: str | None = None) -> list[str]:
     """What a check left running: any process descended from this one (the
     sandboxes, and all in them, are), and any whose command line holds ``mark``."""
-    found = [" ".join(c.cmdline()) for c in psutil.Process().children(recursive=True) if c.is_running()]
+    found = [line for line in map(_running_command, psutil.Process().children(recursive=True)) if line]
     if mark is not None:
         found += [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
                   if mark in " ".join(p.info["cmdline"] or [])]
