@@ -284,6 +284,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "stages": chosen_stages, "peers": peers}
 
 
+@pytest.mark.slow  # the three quick_run tests share one whole quick run, ~45 s (the slow step runs them)
 @pytest.mark.timeout(QUICK_RUN_TIMEOUT + 30)
 def test_quick_run_writes_the_json_the_docs_read(quick_run: dict) -> None:
     data, servers = quick_run["data"], quick_run["stages"] + quick_run["peers"]
@@ -306,6 +307,7 @@ def test_quick_run_writes_the_json_the_docs_read(quick_run: dict) -> None:
     assert quick_run["out"].with_suffix(".png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_quick_run_measures_the_baseline_and_its_ratios_are_one(quick_run: dict) -> None:
     data = quick_run["data"]
     assert data["baseline"] == "asyncio-protocol"
@@ -322,6 +324,7 @@ def test_quick_run_measures_the_baseline_and_its_ratios_are_one(quick_run: dict)
     assert ab_close["completed"] == data["settings"]["requests"]["ab-close"]
 
 
+@pytest.mark.slow
 def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: dict) -> None:
     data = quick_run["data"]
     for load in ("ab-close", "ab-keepalive", "wrk"):

@@ -123,6 +123,7 @@ def test_the_table_marks_capped_partial_and_missing_cells() -> None:
     assert poll_row[1:4] == ["10", "15*", "timeout"]
 
 
+@pytest.mark.slow  # a whole book build, ~13 s (the slow step runs it)
 @pytest.mark.timeout(120 + BUILD_TIMEOUT)
 def test_the_book_renders_the_run(run: tuple[dict, str], tmp_path: Path) -> None:
     data, _ = run

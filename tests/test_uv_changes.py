@@ -103,6 +103,7 @@ print(type(transport).__name__, waiting)
 """
 
 
+@pytest.mark.slow  # imports every step's build, ~35 s on 2 cores (the slow step runs it)
 @pytest.mark.timeout(300 + BUILD_ALLOWANCE)
 def test_each_step_is_the_loop_its_row_names() -> None:
     # A write of one byte waits for the end of the turn only where writes are batched.
@@ -166,6 +167,7 @@ def test_the_profile_shows_the_c_loop_as_a_layer(tmp_path: Path) -> None:
     assert uv_changes.C_LOOP not in aio and "the loop: tinyloop/callbacks + tinyloop/aio" in aio
 
 
+@pytest.mark.slow  # strace over each step's server, ~45 s on 2 cores (the slow step runs it)
 @needs_wrk
 @pytest.mark.timeout(120 + BUILD_ALLOWANCE)
 def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path, variant_builds: None) -> None:
