@@ -92,6 +92,30 @@ def left_behind(mark: str | None = None) -> list[str]:
 
 
 @needs_sandbox
+@pytest.mark.parametrize("checkout", ["/check/work/main", "/proc/self"])
+def test_a_checkout_the_sandbox_would_hide_is_refused_by_name(monkeypatch, checkout):
+    # CI clones into /check/work/main; the sandbox's own folder was once /check,
+    # and every sandboxed check failed there with "Can't chdir".  A checkout
+    # under the sandbox's own folders must be refused by name, not lost.
+    if not os.path.exists(checkout):
+        monkeypatch.setattr(os.path, "exists", lambda p, exists=os.path.exists: p == checkout or exists(p))
+    monkeypatch.setattr(sandbox, "repository_root", lambda: checkout)
+    sandbox.available.cache_clear()
+    sandbox.read_only_paths.cache_clear()
+    try:
+        bound = sandbox.read_only_paths()
+        why = sandbox.available() if checkout not in bound else None  # a path bwrap can't bind if made up
+    finally:
+        monkeypatch.undo()
+        sandbox.available.cache_clear()
+        sandbox.read_only_paths.cache_clear()
+    if checkout.startswith("/check/"):
+        assert checkout in bound
+    else:
+        assert why is not None and "/proc/" in why and "move it" in why
+
+
+@needs_sandbox
 def test_available_says_yes_here_and_builds_the_boundary(tmp_path):
     # The boundary itself, on a plain program: its user, loopback, namespaces, limits.
     probe = ("import os, resource, socket\n"
@@ -163,7 +187,7 @@ if IN_TESTS:
              'errors="0"><testcase classname="tests.test_exercise_callbacks" '
              'name="test_run_once_runs_exactly_the_callbacks_ready_now"/></testsuite></testsuites>')
     tmp = os.environ.get("TMPDIR", "/tmp")
-    for folder in [tmp, *glob.glob(tmp + "/*"), *glob.glob("/check/*")]:
+    for folder in [tmp, *glob.glob(tmp + "/*"), *glob.glob({sandbox.FOLDER + "/*"!r})]:
         try:
             with open(os.path.join(folder, "junit.xml"), "w") as out:
                 out.write(junit)

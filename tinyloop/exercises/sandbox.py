@@ -50,8 +50,9 @@ import tinyloop
 __all__ = ["FOLDER", "Limits", "LIMITS", "available", "command", "popen", "read_only_paths"]
 
 # Where the check's read-only folder (the student's file, the go file of a
-# waiting run) appears inside the sandbox.
-FOLDER = "/check"
+# waiting run) appears inside the sandbox.  A name no checkout lives under:
+# CI clones into /check/..., and a shorter name once hid the whole checkout.
+FOLDER = "/tinyloop-check"
 # What every sandbox has of its own, never bound from the host.  A path
 # *inside* one of the first two may be (a checkout cloned under /tmp, as CI
 # does): it is bound read-only on top of the private tmp.
@@ -99,6 +100,10 @@ def available() -> str | None:
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return f"bwrap cannot build a sandbox here ({why}); are user namespaces allowed?"
+    checkout = os.path.realpath(repository_root())
+    if not any(checkout == p or checkout.startswith(p.rstrip("/") + "/") for p in read_only_paths()):
+        return (f"the checkout {checkout} lies under a folder every sandbox has of its own "
+                f"({', '.join(_OWN)}): move it elsewhere")
     return None
 
 
@@ -111,7 +116,7 @@ def read_only_paths() -> tuple[str, ...]:
               str(Path(sys.executable).resolve().parent.parent)}
     wanted |= {p for p in sys.path if p and os.path.isabs(p)}
     # The folder holding the tinyloop package: the checkout, whose tests/ the check runs.
-    wanted.add(str(Path(tinyloop.__file__).resolve().parent.parent))
+    wanted.add(repository_root())
     paths = sorted(os.path.realpath(p) for p in wanted if os.path.exists(p))
     # Never the whole machine, nor what the sandbox has of its own (/tmp
     # itself on sys.path, a working directory, would hide the private tmp);
@@ -123,6 +128,11 @@ def read_only_paths() -> tuple[str, ...]:
         if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(path)
     return tuple(kept)
+
+
+def repository_root() -> str:
+    """The checkout: the folder holding the tinyloop package."""
+    return str(Path(tinyloop.__file__).resolve().parent.parent)
 
 
 _uid_lock = threading.Lock()
