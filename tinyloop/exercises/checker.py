@@ -142,7 +142,7 @@ def repository_root() -> Path:
 def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = False,
           root: Path | None = None, stop_when_unwritten: bool = True,
           verdict_only: bool = False, sandboxed: bool = False,
-          collect_first: bool | None = None) -> Report:
+          collect_first: bool | None = None, overlap: bool = True) -> Report:
     """Grade the file ``path`` as a solution to ``exercise``.
 
     ``quick`` measures the loop properties with smaller counts (for the test
@@ -160,6 +160,12 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
     ``collect_first`` (default: ``sandboxed``) takes the test ids from that
     collection rather than from the test process (grading for credit
     unsandboxed: ``grade --unsandboxed``); a second or two more per run.
+    ``overlap`` (a student's check) starts the wider suites' pytest while the
+    exercise's own tests run, and measures the loop properties while the
+    wider tests run: the verdict sooner, on both cores.  ``overlap=False``
+    (grade, whose parallelism is across checks) runs each step after the
+    one before, and only when it passed: one core per check, no work spent
+    on a step a failure makes moot.  The verdict is the same either way.
     Raises :class:`CheckerError` if ``path`` does not exist, there is no
     checkout, or ``sandboxed`` and no sandbox can be built here.
     """
@@ -213,13 +219,13 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
                 replaced = f"{exercise.module}={sandbox.FOLDER}/{path.name}"
                 shown = Path(sandbox.FOLDER) / path.name
         _run_steps(report, exercise, text, replaced, shown, root, scratch, quick, verdict_only, sandboxed,
-                   sandboxed if collect_first is None else collect_first)
+                   sandboxed if collect_first is None else collect_first, overlap)
     return report
 
 
 def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, shown: Path, root: Path,
                scratch: Path, quick: bool, verdict_only: bool, sandboxed: bool,
-               collect_first: bool) -> None:
+               collect_first: bool, overlap: bool = True) -> None:
     """The test steps of :func:`check` (4 and 5), in ``report``: the file is ``replaced``
     (TINYLOOP_OVERRIDE's value), shown in messages as ``shown``; ``scratch`` is the
     check's temporary directory (sandboxed: the folder the sandbox sees read-only)."""
@@ -251,13 +257,18 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
     # the tests that run the exercise's code (tinyloop/exercises/reach.py),
     # cheapest first, stopping at the first failure too: a student fixes one
     # failure at a time.
-    # The wide step's pytest starts now, with the exercise's own tests: it
-    # imports and collects meanwhile (seconds, on the other core) and waits
-    # before its first test until those pass; if they fail it is stopped.
+    # Overlapping, the wide step's pytest starts now, with the exercise's own
+    # tests: it imports and collects meanwhile (seconds, on the other core)
+    # and waits before its first test until those pass; if they fail it is
+    # stopped.  Not overlapping, it starts once they pass.
     own = own_test_arguments(exercise, root)
-    wide = _start_tests(root, override, ["-x", *WIDE_UNUSED_PLUGINS, *REACH_OPTIONS, exercise.name],
-                        wider_test_arguments(exercise, root), scratch, wait=True, sandboxed=sandboxed,
-                        collect_first=collect_first)
+
+    def start_wide(wait: bool) -> _Session:
+        return _start_tests(root, override, ["-x", *WIDE_UNUSED_PLUGINS, *REACH_OPTIONS, exercise.name],
+                            wider_test_arguments(exercise, root), scratch, wait=wait, sandboxed=sandboxed,
+                            collect_first=collect_first)
+
+    wide = start_wide(True) if overlap else None
     limits = properties.QUICK if quick else properties.FULL
     measured: list[properties.Result] = []
     try:
@@ -276,19 +287,26 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
             # The loop properties are measured on servers of their own while the
             # wide tests run (each waits mostly on sockets), and shown only if
             # those pass.
-            measuring = None
+            measure = None
             if exercise.stage and exercise.properties:
                 stage, names = exercise.stage, exercise.properties
                 measure = ((lambda: _measure_sandboxed(stage, names, override, limits, scratch)) if sandboxed
                            else (lambda: properties.check(stage, names, env=override, limits=limits)))
+            measuring = None
+            if measure is not None and overlap:
                 measuring = threading.Thread(target=lambda: measured.extend(measure()), daemon=True)
                 measuring.start()
+            if wide is None:
+                wide = start_wide(False)
             step = _finish_tests(wide, exercise, shown, root)
             report.steps.append(step)
             if measuring is not None:
                 measuring.join()
+            elif measure is not None and step.status != "FAIL":
+                measured.extend(measure())
     finally:
-        wide.stop()
+        if wide is not None:
+            wide.stop()
     refused = _refused(guard_log)
     if refused is not None:
         report.steps.append(refused)

@@ -426,8 +426,10 @@ def _check_one(name: str, path: Path, timeout: float, *,
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tinyloop-grade-") as tmp:
         env = {**os.environ, "HOME": tmp, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        # --no-overlap: grade's parallelism is across checks (--jobs), so each
+        # check's steps run one after another, on one core.
         proc = subprocess.Popen([sys.executable, "-m", "tinyloop.exercises.grading", name, str(path),
-                                 "--sandboxed" if sandboxed else "--for-credit"],
+                                 "--sandboxed" if sandboxed else "--for-credit", "--no-overlap"],
                                 cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -810,7 +812,7 @@ def _shown_path(path: Path | None, folder: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tinyloop.exercises.grading NAME FILE [--sandboxed] [--for-credit] [--verdict-only] [--quick]``:
+    """``python -m tinyloop.exercises.grading NAME FILE [--sandboxed] [--for-credit] [--verdict-only] [--quick] [--no-overlap]``:
     check FILE and print the report as JSON (:func:`report_json`) on standard
     output; exit 0 passed, 1 failed, 2 the check could not run (one line on
     standard error).
@@ -828,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verdict-only", action="store_true",
                         help="skip the diagnosis of a failure: the same verdict, sooner")
     parser.add_argument("--quick", action="store_true", help="the loop properties with smaller counts")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="run the check's steps one after another, on one core (grade runs --jobs "
+                             "checks at once); the same verdict")
     args = parser.parse_args(argv)
     # SIGTERM (a grader's time-out) becomes an exit, so the finally blocks
     # stop the test sessions and sandboxes this check started.
@@ -835,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = checker.check(catalog.get(args.exercise), args.file, quick=args.quick,
                        verdict_only=args.verdict_only, sandboxed=args.sandboxed,
-                       collect_first=args.sandboxed or args.for_credit)
+                       collect_first=args.sandboxed or args.for_credit, overlap=not args.no_overlap)
     except (KeyError, checker.CheckerError) as error:
         print(f"tinyloop: {error.args[0]}", file=sys.stderr)
         return 2
