@@ -168,16 +168,30 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path: Path) -> None:
     path = tmp_path / f"{EXERCISE}.py"
     path.write_text(markers.starter(catalog.get(EXERCISE)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    import threading
     proc = subprocess.Popen([sys.executable, "-m", "tinyloop", "watch", EXERCISE], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+
+    def wait_for(text: str, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while not any(text in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     try:
-        time.sleep(8)
+        reader.start()
+        wait_for("not written yet")
+        time.sleep(0.05)  # a save the poll tells from the first by its time or size
         path.write_text(path.read_text().replace("from __future__ import annotations\n",
                                                  "from __future__ import annotations\nimport os (\n", 1))
-        time.sleep(8)
+        wait_for("does not compile")
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(5)
+        err = proc.stderr.read()
+    out = "".join(lines)
     assert proc.returncode == 0, err
     assert out.count(f"check {EXERCISE}:") == 2, out
     assert "not written yet" in out and "does not compile" in out, out
@@ -464,3 +478,38 @@ def test_a_class_graded_in_parallel_gets_the_expected_csv(tmp_path: Path) -> Non
         for process in left:  # clean up before failing, so one failure does not leak into the next run
             process.kill()
     assert not left, f"a student's detached child outlived the grading: {left}"
+
+
+@pytest.mark.slow  # four whole checks, ~30 s on 2 cores: the slow step runs it
+@pytest.mark.parametrize("right", [True, False], ids=["right", "wrong"])
+def test_a_check_without_overlap_gives_the_same_verdict_and_starts_no_moot_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, right: bool) -> None:
+    # grade runs checks with overlap=False: one step after another, so a
+    # check keeps one core and --jobs spreads the class.  The verdict and
+    # its steps must be those of the overlapping check a student runs, and
+    # a file whose own tests fail must not start the wider suites' pytest.
+    exercise = catalog.get("run-once")
+    path = tmp_path / "run-once.py"
+    path.write_text(markers.reference(exercise, path.name) if right else
+                    markers.reference(exercise, path.name).replace(
+                        "            handle = self._ready.popleft()\n", "            handle = self._ready.pop()\n"))
+    started: list[list[str]] = []
+    start = checker._start_tests
+
+    def counting(root, override, options, arguments, *args, **kwargs):
+        started.append(list(arguments))
+        return start(root, override, options, arguments, *args, **kwargs)
+
+    monkeypatch.setattr(checker, "_start_tests", counting)
+    reports = {}
+    for overlap in (True, False):
+        started.clear()
+        reports[overlap] = checker.check(exercise, path, quick=True, overlap=overlap)
+        starts = len(started)
+        if overlap:
+            assert starts == 2  # the wide step starts with the own tests, whatever they give
+        else:
+            assert starts == (2 if right else 1)
+    steps = {overlap: [(s.status, s.text.split(":")[0]) for s in r.steps] for overlap, r in reports.items()}
+    assert reports[True].passed is reports[False].passed is right
+    assert steps[True] == steps[False]

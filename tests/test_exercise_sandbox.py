@@ -81,10 +81,25 @@ def _running_command(process: psutil.Process) -> str | None:
         return None
 
 
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test():
+    """The pids this worker had as descendants before the test: its own helpers
+    (multiprocessing's resource tracker, started once by another test in this
+    worker and kept for its life) are not what a check left behind."""
+    _BEFORE.clear()
+    _BEFORE.update(p.pid for p in psutil.Process().children(recursive=True))
+    yield
+
+
 def left_behind(mark: str | None = None) -> list[str]:
     """What a check left running: any process descended from this one (the
-    sandboxes, and all in them, are), and any whose command line holds ``mark``."""
-    found = [line for line in map(_running_command, psutil.Process().children(recursive=True)) if line]
+    sandboxes, and all in them, are) since the test began, and any whose
+    command line holds ``mark``."""
+    found = [line for line in map(_running_command, [p for p in psutil.Process().children(recursive=True)
+                                                      if p.pid not in _BEFORE]) if line]
     if mark is not None:
         found += [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
                   if mark in " ".join(p.info["cmdline"] or [])]
