@@ -230,23 +230,43 @@ if IN_TESTS:
 
 @needs_sandbox
 @pytest.mark.slow
-def test_the_limit_code_in_the_test_process_can_still_forge_a_pass(tmp_path):
-    # What the sandbox does not promise (chapters/teachers.md says so): the
-    # student's module is loaded into the test process, and code there can
-    # change pytest itself.  This wrong file makes every test a no-op that
-    # passes, and the check reports PASSED: every expected test reported, on
-    # the checker's own pipe, by the real plugin.  If this test fails, the
-    # hole is closed: change the teachers' page with it.
+def test_a_harness_made_to_pass_every_test_is_caught_by_the_canary(tmp_path):
+    # The student's module is loaded into the test process, and code there can
+    # change pytest itself: this wrong file makes every test a no-op that
+    # passes.  Every expected test then reports a pass on the checker's own
+    # pipe, by the real plugin; the checker's canary, a test that must fail
+    # with a nonce, passes too, and gives the forgery away.
     prologue = """
 if IN_TESTS:
     import _pytest.python
     _pytest.python.Function.runtest = lambda self: None
 """
     report = check(solution(tmp_path, "run-once.py", wrong=True, prologue=prologue), verdict_only=True)
-    assert report.passed, report.render()
-    # The same file without the patch fails at once.
+    assert not report.passed
+    failed = [step for step in report.steps if step.status == "FAIL"]
+    assert failed[0].text.startswith("the test harness was changed"), report.render()
+    assert "reported passed" in failed[0].details[0]
+    # The same wrong file without the patch fails on its own test; the right one passes.
     honest = check(solution(tmp_path, "run-once.py", wrong=True), verdict_only=True)
-    assert not honest.passed, honest.render()
+    assert not honest.passed and "canary" not in honest.render()
+    right = check(solution(tmp_path, "run-once.py"), verdict_only=True)
+    assert right.passed, right.render()
+
+
+@needs_sandbox
+def test_the_limit_code_that_spares_the_canary_can_still_forge_a_pass(tmp_path):
+    # What the sandbox does not promise (chapters/teachers.md says so): code in
+    # the test process that knows of the canary can run it for real and no
+    # other test.  If this test fails, the hole is closed: change the
+    # teachers' page with it.
+    prologue = """
+if IN_TESTS:
+    import _pytest.python
+    real = _pytest.python.Function.runtest
+    _pytest.python.Function.runtest = lambda self: real(self) if "canary" in self.name else None
+"""
+    report = check(solution(tmp_path, "run-once.py", wrong=True, prologue=prologue), verdict_only=True)
+    assert report.passed, report.render()
 
 
 @needs_sandbox

@@ -766,6 +766,7 @@ class _Session:
     channel: outcomes.Channel
     expected: _Expected | None  # the test ids, collected without the file (None: as reported)
     sandboxed: bool
+    canary: outcomes.Canary | None = None  # for credit: the test that must fail, run last
     stopped: bool = False
 
     @property
@@ -921,11 +922,22 @@ def _start_tests(root: Path, override: dict[str, str], options: list[str], argum
         folder.chmod(0o711)  # the sandbox's user may look for the go file, by its name
         seen_go = Path(sandbox.FOLDER) / folder.name / "go"
     expected = _Expected(root, options, arguments) if collect_first else None
+    # For credit, the canary (outcomes.write_canary): a test that must fail,
+    # run last, which a harness made to pass every test passes too.
+    canary = outcomes.write_canary(folder) if collect_first else None
+    seen_canary = []
+    if canary is not None:
+        folder.chmod(0o755)  # the sandbox's user reads the canary
+        seen_canary = [str(Path(sandbox.FOLDER) / folder.name / outcomes.CANARY_FILE) if sandboxed
+                       else canary.path]
+        # A -k selection must let it through too.
+        arguments = [f"({a}) or {canary.name}" if i and arguments[i - 1] == "-k" else a
+                     for i, a in enumerate(arguments)]
     channel = outcomes.Channel()
     command = [sys.executable, "-c", PYTEST_MAIN, "-q", "-p", "no:cacheprovider",
                "-p", "tinyloop.exercises.outcomes", f"--maxfail={SHOW_FAILURES}",
                "-o", f"timeout={TEST_TIMEOUT:g}", *options,
-               *([f"--tinyloop-wait={seen_go}"] if go else []), *arguments]
+               *([f"--tinyloop-wait={seen_go}"] if go else []), *arguments, *seen_canary]
     # Output goes to files, not pipes: a process the student's code forked
     # would hold a pipe open, and reading it to its end would wait for that
     # process rather than for pytest.  They are diagnostics only: the
@@ -942,7 +954,7 @@ def _start_tests(root: Path, override: dict[str, str], options: list[str], argum
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     pass_fds=channel.pass_fds, start_new_session=True)
     channel.started_writer()
-    return _Session(proc, tmp, go, channel, expected, sandboxed)
+    return _Session(proc, tmp, go, channel, expected, sandboxed, canary)
 
 
 # A test still running this long after pytest-timeout's limit is stuck where
@@ -1006,6 +1018,9 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
                     ["this is a fault in the exercise, not in your file: tell your teacher",
                      properties.last_line(output)])
     results = channel.results
+    canary = session.canary
+    if canary is not None:  # judged apart: it must fail, and is none of the exercise's tests
+        results = {i: r for i, r in results.items() if not outcomes.is_canary(i)}
     # A failure counts wherever it is reported (a collection error has no test id).
     failed = [r for r in results.values() if r.outcome == "failed"]
     finished = [i for i in ids if i in results and results[i].done]
@@ -1014,6 +1029,16 @@ def _finish_tests(session: _Session, exercise: Exercise, path: Path, root: Path,
     what = ("the exercise's own tests, stopped at the first failure" if own
             else _describe_tests(exercise, root))
     missing = [i for i in ids if i not in finished]
+    if not failed and not missing and canary is not None:
+        if not canary.failed_as_it_must(channel.results):
+            found = canary.result(channel.results)
+            seen = ("never reported" if found is None else
+                    f"reported {found.outcome}" + ("" if found.outcome != "failed" else ", without its nonce"))
+            return Step("FAIL", "the test harness was changed: the checker's canary test, which must "
+                        "fail, did not fail as it must", [f"canary {canary.name}: {seen}",
+                        "a file that makes pytest pass tests without running them earns nothing"])
+        if code == 1:  # the canary's failure, and no other
+            code = 0
     if not failed and not missing and code == 0:
         return Step("ok", f"tests: {passed} passed ({what})")
     if not failed:

@@ -12,6 +12,14 @@ Two sides:
     and keeps what came, the test running last included (a run stopped at a
     wall-clock limit names it).
 
+A check graded for credit adds a *canary*: a test file of the checker's
+(:func:`write_canary`), run last, whose one test must fail with a random
+nonce in its failure text.  Code that makes pytest pass tests without
+running them (a patched ``runtest``, outcomes forged on the pipe) passes
+the canary too, or reports it without its nonce, and the check fails.  It
+raises the bar; it is no proof: code in the test process can read the
+canary's file and spare it (see chapters/teachers.md).
+
 The plugin also makes its process non-dumpable (prctl(2) PR_SET_DUMPABLE):
 other processes of the same user (a server a test started, running the
 student's code) can then neither open its descriptors through
@@ -32,11 +40,58 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["ENV", "MAX_BYTES", "Channel", "Outcome", "undumpable"]
+__all__ = ["CANARY_FILE", "ENV", "MAX_BYTES", "Canary", "Channel", "Outcome", "is_canary", "undumpable",
+           "write_canary"]
 
 ENV = "TINYLOOP_OUTCOME_FD"
 MAX_BYTES = 32 << 20  # what the checker reads from one run at most
 _TEXT = 20_000        # characters of one failure's text sent
+
+
+CANARY_FILE = "test_canary.py"  # the checker's canary test file (write_canary)
+_CANARY_TEST = "test_canary_"  # its one test's name, before the nonce
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A canary test written by :func:`write_canary`: ``path`` its file, ``name``
+    its test function, ``nonce`` the text its failure report must hold."""
+
+    path: str
+    name: str
+    nonce: str
+
+    def result(self, results: dict[str, "Outcome"]) -> "Outcome | None":
+        """The canary's outcome among ``results`` (keyed by node id), or None."""
+        return next((r for i, r in results.items() if i.endswith("::" + self.name)), None)
+
+    def failed_as_it_must(self, results: dict[str, "Outcome"]) -> bool:
+        """True if the canary ran and failed with its nonce in the failure's text."""
+        found = self.result(results)
+        return found is not None and found.called and found.outcome == "failed" and self.nonce in found.text
+
+
+def write_canary(folder: str | os.PathLike[str]) -> Canary:
+    """Write the canary test file into ``folder`` (made readable by all: a
+    sandbox's user runs it) and return it.  Its test asserts that two
+    different random strings are equal, so it fails, naming both."""
+    import secrets
+    nonce, other = secrets.token_hex(8), secrets.token_hex(8)
+    name = _CANARY_TEST + secrets.token_hex(4)
+    path = os.path.join(folder, CANARY_FILE)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f'"""The checker\'s canary: this test must fail, naming {nonce}."""\n\n\n'
+                  f"def {name}():\n    assert {nonce!r} == {other!r}\n")
+    os.chmod(path, 0o644)
+    return Canary(path, name, nonce)
+
+
+def is_canary(nodeid: str) -> bool:
+    """True for the canary's node id.  The checker passes its file last, so pytest
+    runs it last; the reach plugin keeps it, and last."""
+    file, _, name = nodeid.partition("::")
+    # Outside pytest's rootdir, a file's part of the node id is empty.
+    return (file == "" or file.endswith(CANARY_FILE)) and name.startswith(_CANARY_TEST)
 
 
 # -- the plugin, in the test process -----------------------------------------

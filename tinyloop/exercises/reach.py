@@ -48,7 +48,7 @@ from pathlib import Path
 import pytest
 
 from tinyloop._override import ENV
-from tinyloop.exercises import markers
+from tinyloop.exercises import markers, outcomes
 from tinyloop.exercises.model import Exercise
 
 __all__ = ["DATA", "compute", "hit", "instrument", "load", "prepare", "region_digest", "selected"]
@@ -179,8 +179,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     else:
         keep = set(selected(exercise, (item.nodeid for item in items)))
         keep -= _other_stages(exercise, [item for item in items if item.nodeid in keep])
+        keep |= {item.nodeid for item in items if outcomes.is_canary(item.nodeid)}  # the checker's own
     dropped = [item for item in items if item.nodeid not in keep]
-    items[:] = sorted((item for item in items if item.nodeid in keep), key=lambda i: _rank(i.nodeid))
+    items[:] = sorted((item for item in items if item.nodeid in keep),
+                      key=lambda i: (outcomes.is_canary(i.nodeid), _rank(i.nodeid)))
     if dropped:
         config.hook.pytest_deselected(items=dropped)
 
