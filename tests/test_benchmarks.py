@@ -338,6 +338,7 @@ def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: 
     assert "TIMEOUT" in quick_run["stdout"]
 
 
+@pytest.mark.slow  # shares the module's whole quick run (~45 s on 2 cores): the slow step runs it
 def test_quick_run_shows_blocking_cannot_take_100_keepalive_connections(quick_run: dict) -> None:
     if "blocking" not in quick_run["stages"]:
         pytest.skip("the blocking stage is not built")
@@ -347,6 +348,7 @@ def test_quick_run_shows_blocking_cannot_take_100_keepalive_connections(quick_ru
     assert results["wrk"]["blocking"]["status"] == "starved"
 
 
+@pytest.mark.slow  # shares the module's whole quick run (~45 s on 2 cores): the slow step runs it
 def test_quick_run_leaves_no_process_behind(quick_run: dict) -> None:
     marker = f"TINYLOOP_BENCH_TEST={quick_run['marker']}".encode()
     left = []
@@ -360,6 +362,7 @@ def test_quick_run_leaves_no_process_behind(quick_run: dict) -> None:
     assert left == []
 
 
+@pytest.mark.slow  # shares the module's whole quick run (~45 s on 2 cores): the slow step runs it
 def test_report_cli_prints_the_saved_tables(quick_run: dict) -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.report", str(quick_run["out"])],
                           capture_output=True, text=True, timeout=30, cwd=ROOT)

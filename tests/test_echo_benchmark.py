@@ -186,6 +186,7 @@ def test_each_operation_runs_and_returns_seconds(op: str, loop: str) -> None:
     assert seconds > 0
 
 
+@pytest.mark.slow  # a whole small run of the benchmark: the slow step (CI) runs it
 @pytest.mark.timeout(120)
 def test_a_tiny_pyperf_run_writes_both_jsons(tmp_path: Path) -> None:
     pytest.importorskip("pyperf")

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a whole small run of the benchmark: the slow step (CI) runs it
 @pytest.mark.timeout(150)
 def test_a_small_run_writes_its_json_and_table_and_concludes(tmp_path: Path) -> None:
     out, table = tmp_path / "fairness.json", tmp_path / "fairness.txt"

@@ -47,6 +47,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
             (out / "idle.txt").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # the module's run, ~10 s on 2 cores: the slow step runs it
 @pytest.mark.timeout(120)
 def test_every_run_succeeds_and_answers_every_request(run: tuple[dict, str]) -> None:
     data, _ = run
@@ -57,6 +58,7 @@ def test_every_run_succeeds_and_answers_every_request(run: tuple[dict, str]) -> 
         assert record["cpu_us_per_req"] > 0 and record["rps"] > 0 and record["p99_ms"] > 0, record
 
 
+@pytest.mark.slow  # the module's run, ~10 s on 2 cores: the slow step runs it
 @pytest.mark.timeout(120)
 def test_the_server_really_holds_the_idle_connections(run: tuple[dict, str]) -> None:
     data, _ = run
@@ -69,6 +71,7 @@ def test_the_server_really_holds_the_idle_connections(run: tuple[dict, str]) -> 
         assert busy["server_fds_after"] == busy["server_fds"]
 
 
+@pytest.mark.slow  # the module's run, ~10 s on 2 cores: the slow step runs it
 @pytest.mark.timeout(120)
 def test_the_json_has_what_the_book_reads(run: tuple[dict, str]) -> None:
     data, text = run

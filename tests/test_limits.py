@@ -169,6 +169,7 @@ def test_idle_connections_do_not_slow_a_busy_client(stage: str, descriptors_for_
         f" against {alone * 1e6:.0f} us with none: the wait is not O(ready)")
 
 
+@pytest.mark.slow  # a whole small run of the benchmark: the slow step (CI) runs it
 def test_the_limits_benchmark_measures_both_trees_and_renders_its_json(tmp_path: Path) -> None:
     # benchmarks/limits.py on one stage, with this checkout standing in for
     # the "before" tree: every figure the table shows is in the JSON.

@@ -95,6 +95,7 @@ def test_a_request_goes_through_nginx_and_the_app_to_postgres_and_back(
     assert not _group_members(pgid), f"{name} left processes behind: {_group_members(pgid)}"
 
 
+@pytest.mark.slow  # a whole quick run, ~10 s on 2 cores: the slow step runs it
 def test_the_benchmark_writes_its_json_and_table_from_a_quick_run_under_local_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     app = BY_NAME["gunicorn-falcon"]

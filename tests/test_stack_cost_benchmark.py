@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a whole small run of the benchmark: the slow step (CI) runs it
 @pytest.mark.timeout(150)
 def test_a_tiny_run_writes_every_row_and_concludes(tmp_path: Path) -> None:
     out = tmp_path / "stack_cost.json"

@@ -43,6 +43,7 @@ def variant_builds() -> None:
     uv_changes.prepare_builds([step.key for step in uv_changes.STEPS])
 
 
+@pytest.mark.slow  # the variant builds' set-up alone is ~25 s per worker: the slow step runs it
 @pytest.mark.timeout(60 + BUILD_ALLOWANCE)
 @pytest.mark.parametrize("key", [step.key for step in uv_changes.STEPS])
 def test_every_step_serves_http_and_echo(key: str, variant_builds: None) -> None:

@@ -318,6 +318,7 @@ def test_benchmark_table_is_generated_from_the_json() -> None:
     assert {(row["server"], row["workers"]) for row in data["rows"]} >= {("epoll", 1), ("epoll", 2)}
 
 
+@pytest.mark.slow  # a whole small run of the benchmark: the slow step (CI) runs it
 def test_benchmark_quick_run_writes_under_local_or_out_and_concludes(tmp_path) -> None:
     # A --quick run on one stage: its JSON and table go where --out says (by
     # default benchmarks/results/local/, never the committed folder), and it
