@@ -25,6 +25,7 @@ import concurrent.futures
 import dataclasses
 import errno
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -396,6 +397,7 @@ def test_two_checks_listening_on_one_fixed_port_both_pass(tmp_path):
         outside.setblocking(False)
         port, other = taken.getsockname()[1], outside.getsockname()[1]
         prologue = f'''
+import shutil
 import socket
 if IN_TESTS:
     _listener = socket.socket()
@@ -463,3 +465,28 @@ def test_without_bwrap_available_says_why_and_a_sandboxed_check_refuses(tmp_path
                            str(solution(tmp_path, "run-once.py")), "--sandboxed"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("tinyloop: cannot run the check in a sandbox: "), done
+
+
+@needs_sandbox
+@pytest.mark.slow  # compiles Part IV's extension with the file (a minute on 2 cores)
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the extension")
+def test_a_cython_file_builds_in_the_sandbox_and_cannot_include_a_host_file(tmp_path):
+    # `cdef extern from "FILE"` makes the C compiler #include FILE and print
+    # its lines in its errors: built outside the sandbox, a .pyx could read
+    # any file the grader can and show it in its report.  For credit the
+    # build runs in the sandbox, which does not see the host's /tmp.
+    from tinyloop import stages
+    from tinyloop.exercises import build
+    if (why := stages.get("uv").unavailable()):
+        pytest.skip(why)
+    secret = tmp_path / "secret.h"
+    secret.write_text("THE-GRADERS-SECRET is on this line\n")
+    exercise = catalog.get("uv-write-batch")
+    student = tmp_path / "tcp.pyx"
+    student.write_text(markers.reference(exercise) + f'\ncdef extern from "{secret}":\n'
+                       "    int tinyloop_probe_of_a_host_file\n")
+    made = build.build(exercise, student, checker.repository_root(), sandboxed=True)
+    assert made.module is None
+    said = "\n".join(made.errors)
+    assert "THE-GRADERS-SECRET" not in said
+    assert "secret.h" in said and ("No such file" in said or "not found" in said), said

@@ -22,6 +22,10 @@ Rules this module keeps:
   * Errors speak of the student's file: Cython's ``FILE:LINE:COL: message``
     for the student's file becomes ``line LINE of your file: message``.
   * Every subprocess has a time limit.
+  * For credit (``sandboxed``), the compiler runs in the check's sandbox
+    (tinyloop/exercises/sandbox.py), writing only the scratch copy: a
+    ``.pyx`` file can make the C compiler read any file it names
+    (``cdef extern from "..."``) and print it in its errors.
 """
 
 from __future__ import annotations
@@ -71,9 +75,11 @@ def _suffix() -> str:
     return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
-def build(exercise: Exercise, student: Path, root: Path) -> Build:
+def build(exercise: Exercise, student: Path, root: Path, *, sandboxed: bool = False) -> Build:
     """Build ``exercise.extension`` with the file ``student`` in place of the exercise's
     reference ``.pyx``, using the checkout ``root``'s setup.py; cached by content.
+    ``sandboxed``: Cython and the compiler run in a sandbox that can write
+    only the build's scratch copy.
 
     Returns a :class:`Build`.  Raises nothing for a bad file (that is a
     failed Build); ``ModuleNotFoundError`` if the exercise names no source.
@@ -106,10 +112,15 @@ def build(exercise: Exercise, student: Path, root: Path) -> Build:
             (work.joinpath(*relative.parts[:part]) / "__init__.py").touch()
         for name, data in files.items():
             (target / name).write_bytes(data)
+        argv, preexec = [sys.executable, str(setup), "-q", "build_ext", "--inplace"], None
+        if sandboxed:
+            from tinyloop.exercises import sandbox
+            flags = {k: os.environ[k] for k in ("TINYLOOP_UV_DEBUG", "TINYLOOP_UV_CFLAGS") if k in os.environ}
+            argv, preexec = sandbox.command(argv, env=flags, cwd=str(work), writable=work)
         try:
-            result = subprocess.run([sys.executable, str(setup), "-q", "build_ext", "--inplace"],
-                                    cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
-                                    text=True, timeout=BUILD_TIMEOUT)
+            result = subprocess.run(argv, cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
+                                    text=True, timeout=BUILD_TIMEOUT, preexec_fn=preexec,
+                                    start_new_session=sandboxed)
         except subprocess.TimeoutExpired:
             return Build(None, [f"the build did not finish within {BUILD_TIMEOUT:g} s"])
         built = target / f"{leaf}{_suffix()}"

@@ -193,7 +193,7 @@ def check(exercise: Exercise, path: str | os.PathLike[str], *, quick: bool = Fal
             return report
     replaced, shown = f"{exercise.module}={path}", path
     if cython:
-        step, module = _build(exercise, path, root)
+        step, module = _build(exercise, path, root, sandboxed)
         report.steps.append(step)
         if module is None:
             return report
@@ -659,9 +659,9 @@ def _defines_cython(exercise: Exercise, path: Path, text: str) -> Step:
                 [f"is it the file `{markers.python_command()} -m tinyloop start {exercise.name}` wrote?"])
 
 
-def _build(exercise: Exercise, path: Path, root: Path) -> tuple[Step, Path | None]:
+def _build(exercise: Exercise, path: Path, root: Path, sandboxed: bool = False) -> tuple[Step, Path | None]:
     source = markers.source_path(exercise.module).name
-    made = build.build(exercise, path, root)
+    made = build.build(exercise, path, root, sandboxed=sandboxed)
     if made.module is None:
         return Step("FAIL", f"{exercise.extension} does not build with your file as {source}",
                     made.errors), None

@@ -149,7 +149,7 @@ def _uid() -> int:
 
 def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None,
             env: Mapping[str, str] | None = None, limits: Limits | None = None,
-            cwd: str | None = None):
+            cwd: str | None = None, writable: str | os.PathLike[str] | None = None):
     """``(argv, preexec)``: the command that runs ``argv`` in a new sandbox, and the
     function subprocess must call in the child before exec (it sets the rlimits).
 
@@ -157,8 +157,10 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
     the whole environment of ``argv`` (the sandbox starts from an empty one;
     HOME and TMPDIR are the private tmp).  ``cwd``: the working directory
     inside (default: the private tmp).  ``limits``: default :data:`LIMITS`,
-    read at each call.  Every file descriptor the caller passes
-    (``pass_fds``) stays open in the sandbox.
+    read at each call.  ``writable``: a host directory the sandbox may write,
+    bound read-write at its own path (a build's scratch copy); under a root
+    grader it is first given to the sandbox's user.  Every file descriptor
+    the caller passes (``pass_fds``) stays open in the sandbox.
     """
     limits = limits if limits is not None else LIMITS
     bound = read_only_paths()
@@ -176,7 +178,8 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
         elif os.path.isdir(link):
             out += ["--ro-bind", link, link]
     made = {"/", "/tmp", "/dev", "/proc"}
-    for path in [*bound, *([FOLDER] if folder is not None else [])]:
+    writable = os.path.realpath(writable) if writable is not None else None
+    for path in [*bound, *([FOLDER] if folder is not None else []), *([writable] if writable else [])]:
         # bwrap makes missing parents with the host's mode (/root is 0700):
         # make each one world-searchable first.
         parents = [str(p) for p in reversed(Path(path).parents)]
@@ -185,7 +188,7 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
                 made.add(parent)
                 out += ["--perms", "0755", "--dir", parent]
         made.add(path)
-        out += ["--ro-bind", str(folder) if path == FOLDER else path, path]
+        out += ["--bind" if path == writable else "--ro-bind", str(folder) if path == FOLDER else path, path]
     environment = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {}),
                    "HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache"}
     out += ["--clearenv"]
@@ -194,6 +197,8 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
     out += ["--chdir", cwd or "/tmp", "--"]
     if os.geteuid() == 0:
         uid = _uid()
+        if writable:
+            _give(writable, uid)
         out += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     out += list(argv)
@@ -210,6 +215,14 @@ def command(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None
             resource.setrlimit(which, (value, value))
 
     return out, preexec
+
+
+def _give(folder: str, uid: int) -> None:
+    """Make ``folder`` and all in it the user ``uid``'s (chown, symbolic links not followed)."""
+    for parent, folders, files in os.walk(folder):
+        for name in [*folders, *files]:
+            os.chown(os.path.join(parent, name), uid, uid, follow_symlinks=False)
+    os.chown(folder, uid, uid)
 
 
 def popen(argv: Sequence[str], *, folder: str | os.PathLike[str] | None = None,
