@@ -38,10 +38,18 @@ _API = {"protocol": "an asyncio.Protocol", "streams": "start_server streams"}
 def _loop_peer(loop: str, api: str) -> Server:
     """peers/echo_server.py on ``loop`` with ``api``; skipped unless the loop's factory imports."""
     module = LOOPS[loop].partition(":")[0]
+    setup = partial(servers.import_note, f"Python module {module}", partial(loop_factory, loop))
+    if loop == "ring":  # it imports anywhere, and runs only where io_uring is allowed
+        setup = partial(_ring_note, setup)
     return Server(f"{loop}-{api}", "peer", f"{_API[api]} on {loop}",
                   servers.peer_argv("echo_server.py", "--loop", loop, "--api", api),
-                  needs=None if loop == "asyncio" else f"module:{module}",
-                  setup=partial(servers.import_note, f"Python module {module}", partial(loop_factory, loop)))
+                  needs=None if loop == "asyncio" else f"module:{module}", setup=setup)
+
+
+def _ring_note(imports) -> str | None:
+    """Why tinyloop.ring cannot run here (it does not import, or io_uring is not allowed), or None."""
+    from tinyloop.raw import uring
+    return imports() or uring.unavailable()
 
 
 # The rows: every loop of echo_server.LOOPS with each API, then the peers.

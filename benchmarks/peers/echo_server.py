@@ -28,6 +28,7 @@ LOOPS: dict[str, str] = {
     "rloop": "rloop:new_event_loop",
     "aio": "tinyloop.aio:new_event_loop",
     "uv": "tinyloop.uv:new_event_loop",
+    "ring": "tinyloop.ring:new_event_loop",  # Part VI: a proactor on io_uring
 }
 APIS = ("protocol", "streams")
 READ_SIZE = 65536  # bytes the streams handler asks for per read, as the Go and Node peers
