@@ -284,9 +284,9 @@ def _run_steps(report: Report, exercise: Exercise, text: str, replaced: str, sho
             report.steps.append(refused)
             return
         if step is None or step.status != "FAIL":
-            # The loop properties are measured on servers of their own while the
-            # wide tests run (each waits mostly on sockets), and shown only if
-            # those pass.
+            # The loop properties are measured on servers of their own, while
+            # the wide tests run (each waits mostly on sockets) when
+            # overlapping, else once they pass; shown only if those pass.
             measure = None
             if exercise.stage and exercise.properties:
                 stage, names = exercise.stage, exercise.properties
