@@ -229,33 +229,51 @@ make_venv() {
     fi
 }
 
-# --- Part IV's extension --------------------------------------------------------
-# pip install -e builds tinyloop/uv/_loop*.so in place (setup.py), but the
-# stamp above only tracks pyproject.toml: a changed .pyx or .pxd would be
-# left unbuilt, and the tests would run the old extension.  Rebuild it when
-# any of them is newer than the built extension, or when there is none and
-# libuv is here.  Optional: without libuv Part IV's tests are skipped, and
-# say what to install.
+# --- Part IV's and Part VI's extensions --------------------------------------------
+# pip install -e builds tinyloop/uv/_loop*.so and tinyloop/ring/_uring*.so in
+# place (setup.py), but the stamp above only tracks pyproject.toml: a changed
+# .pyx or .pxd would be left unbuilt, and the tests would run the old
+# extension.  Rebuild one when any of its sources is newer than it, or when
+# there is none and its C library is here.  Optional: without libuv Part IV's
+# tests are skipped, without liburing tinyloop.ring runs its pure-Python core;
+# each says what to install.
 have_libuv() {
     { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libuv; } ||
         [ -e /usr/include/uv.h ] || [ -e /usr/local/include/uv.h ] || [ -e /opt/homebrew/include/uv.h ]
 }
 
-build_uv() {
-    local built="" so
-    for so in tinyloop/uv/_loop*.so; do
+have_liburing() {
+    { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists liburing; } ||
+        [ -e /usr/include/liburing.h ] || [ -e /usr/local/include/liburing.h ]
+}
+
+# build_extension FOLDER MODULE HAVE_LIBRARY WHAT WITHOUT_IT INSTALL
+build_extension() {
+    local folder=$1 module=$2 have=$3 what=$4 without=$5 install=$6 built="" so
+    for so in "$folder/$module"*.so; do
         [ -e "$so" ] && built=$so && break
     done
     if [ -n "$built" ]; then
-        [ -n "$(find tinyloop/uv -maxdepth 1 \( -name '*.pyx' -o -name '*.pxd' \) -newer "$built" -print -quit)" ] ||
+        [ -n "$(find "$folder" -maxdepth 1 \( -name '*.pyx' -o -name '*.pxd' \) -newer "$built" -print -quit)" ] ||
             return 0
-        say "rebuilding tinyloop.uv: its Cython sources changed since $built was built"
+        say "rebuilding $what: its Cython sources changed since $built was built"
     else
-        have_libuv || { say "no libuv: tinyloop.uv is not built, and its tests will be skipped (Debian: apt-get install libuv1-dev)"; return 0; }
-        say "building tinyloop.uv (libuv is here, the extension is not)"
+        "$have" || { say "$what is not built (its C library is missing), and $without ($install)"; return 0; }
+        say "building $what (its C library is here, the extension is not)"
     fi
     "$TINYLOOP_PYTHON" setup.py build_ext --inplace -q >/dev/null ||
-        say "tinyloop.uv did not build (setup.py's output above): its tests will be skipped"
+        say "$what did not build (setup.py's output above): $without"
+}
+
+build_uv() {
+    build_extension tinyloop/uv _loop have_libuv tinyloop.uv "its tests will be skipped" \
+        "Debian: apt-get install libuv1-dev"
+}
+
+build_ring() {
+    [ "$(uname -s)" = Linux ] || return 0  # io_uring is Linux's
+    build_extension tinyloop/ring _uring have_liburing "tinyloop.ring's Cython core" \
+        "tinyloop.ring runs its pure-Python core" "Debian: apt-get install liburing-dev"
 }
 
 # --- peers only the benchmarks need ----------------------------------------------
@@ -279,3 +297,4 @@ install_services
 make_venv
 export TINYLOOP_PYTHON="$PWD/.venv/bin/python"
 build_uv
+build_ring

@@ -3,11 +3,12 @@
 Part III's loop asks the selector which sockets are ready, then calls
 recv(2) and send(2) itself.  This one hands the kernel the receive and the
 send themselves, each with its buffer, and hears when they are done
-(tinyloop/ring/proactor.py).  Everything else is Part III's, inherited:
-the ready queue, the timer heap, futures and tasks, call_soon_threadsafe,
-signals, the Server object, create_connection's Happy Eyeballs, TLS
-(sslproto over our transport), Unix sockets, pipes and subprocesses (on
-the proactor's POLL_ADD readiness).
+(tinyloop/ring/proactor.py, on a ring in C through liburing where that
+is built, in Python otherwise: tinyloop/ring/core.py).  Everything else is
+Part III's, inherited: the ready queue, the timer heap, futures and tasks,
+call_soon_threadsafe, signals, the Server object, create_connection's
+Happy Eyeballs, TLS (sslproto over our transport), Unix sockets, pipes and
+subprocesses (on the proactor's POLL_ADD readiness).
 
     Part III (readiness)                     tinyloop.ring (completion)
     ---------------------------------------  ---------------------------------------------
@@ -68,6 +69,7 @@ from tinyloop.aio import selector_events
 from tinyloop.aio import unix_events
 from tinyloop.aio.events import Handle
 from tinyloop.raw import uring
+from tinyloop.ring.core import proactor_type
 from tinyloop.ring.proactor import Completion, Proactor, os_error, pin
 
 __all__ = ["EventLoopPolicy", "Loop", "RingSocketTransport", "new_event_loop", "refusal", "run"]
@@ -290,7 +292,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
 
     def _send_from(self, data: bytes, offset: int) -> None:
         self._sending, self._send_offset = data, offset
-        self._send_op = self._proactor.send(self._sock_fd, uring.bytes_address(data) + offset,
+        self._send_op = self._proactor.send(self._sock_fd, self._proactor.bytes_address(data) + offset,
                                             len(data) - offset, self._send_completed)
 
     def _send_completed(self, res: int, flags: int) -> None:
@@ -430,17 +432,23 @@ class Loop(unix_events.SelectorEventLoop):
     """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 5.6 or later), a proactor.
 
     ``entries`` is the submission queue's size; ``debug=None`` reads the
-    environment as Part III does.  Raises RuntimeError, saying why in one
-    line, where io_uring is missing or refused (:func:`refusal`).  It takes no selector and no clock: the
+    environment as Part III does; ``core`` picks the proactor's ring,
+    ``"cython"`` (liburing) or ``"python"`` (ctypes), None for the default
+    (tinyloop/ring/core.py), and the loop's ``core`` attribute says which
+    it runs on.  Raises RuntimeError, saying why in one
+    line, where io_uring is missing or refused (:func:`refusal`), or where
+    the Cython core is asked for and not built.  It takes no selector and no clock: the
     proactor waits, on time.monotonic (CLOCK_MONOTONIC, the clock of
     io_uring's timers).  Source of the contract: the asyncio docs, "Event Loop".
     """
 
-    def __init__(self, *, debug: bool | None = None, entries: int = 256) -> None:
+    def __init__(self, *, debug: bool | None = None, entries: int = 256,
+                 core: str | None = None) -> None:
         reason = refusal()
         if reason is not None:
             raise RuntimeError(reason)
-        self._proactor = Proactor(entries)
+        self.core, proactor = proactor_type(core)
+        self._proactor: Proactor = proactor(entries)
         self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
         super().__init__(self._proactor, time.monotonic, debug=debug)
 
@@ -526,7 +534,7 @@ class Loop(unix_events.SelectorEventLoop):
         self._check_sock(sock)
         self._ensure_fd_no_transport(sock.fileno())
         data = data if isinstance(data, bytes) else bytes(data)
-        fd, base, sent = sock.fileno(), uring.bytes_address(data), 0
+        fd, base, sent = sock.fileno(), self._proactor.bytes_address(data), 0
         while sent < len(data):
             sent += await self._operation(
                 lambda done: self._proactor.send(fd, base + sent, len(data) - sent, done), data)
@@ -561,7 +569,7 @@ class Loop(unix_events.SelectorEventLoop):
         fd = sock.fileno()
         try:
             await self._operation(
-                lambda done: self._proactor.connect(fd, uring.bytes_address(raw), len(raw), done),
+                lambda done: self._proactor.connect(fd, self._proactor.bytes_address(raw), len(raw), done),
                 raw)
         except OSError as exc:
             raise OSError(exc.errno, f"Connect call failed {address}") from None

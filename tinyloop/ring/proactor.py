@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, timespec
+from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, bytes_address, timespec
 
 __all__ = ["Completion", "Proactor", "IORING_OP_CONNECT", "IORING_OP_NOP", "IORING_OP_POLL_ADD",
            "os_error", "pin"]
@@ -107,6 +107,13 @@ class Proactor(selectors._BaseSelectorImpl):
 
     _fd_to_key: dict[int, selectors.SelectorKey]  # selectors' own table (its _BaseSelectorImpl)
 
+    # The ring this proactor drives, made by ring_type(entries), and how it
+    # finds a bytes object's address: the pure-Python ones of Part VI's
+    # first half.  tinyloop/ring/core.py's CythonProactor puts liburing's
+    # in their place, and its own _complete.
+    ring_type: Callable[[int], Any] = Ring
+    bytes_address = staticmethod(bytes_address)
+
     def __init__(self, entries: int = 256) -> None:
         super().__init__()
         self.entries = entries
@@ -130,7 +137,7 @@ class Proactor(selectors._BaseSelectorImpl):
         """The io_uring instance, made on first use; RuntimeError from another thread."""
         ring = self._ring
         if ring is None:
-            ring = self._ring = Ring(self.entries)
+            ring = self._ring = self.ring_type(self.entries)
             self._thread = threading.get_ident()
         elif self._thread != threading.get_ident():
             raise RuntimeError("a tinyloop.ring loop runs only in the thread that first ran it "
@@ -290,6 +297,16 @@ class Proactor(selectors._BaseSelectorImpl):
         except InterruptedError:
             pass  # a signal: its byte is in the self-pipe, whose POLL_ADD will say so
         events = self._events = []
+        self._complete(ring)
+        return events
+
+    def _complete(self, ring: Ring) -> None:
+        """Run each posted completion's callback, oldest first (the loop's step 2, continued).
+
+        A CQE with CQE_F_MORE (a multishot operation, still armed) leaves
+        its callback in the table; any other is the operation's last and
+        takes it out.  A CQE nobody waits for (user_data 0) is only reaped.
+        """
         operations = self._operations
         for user_data, res, flags in ring.completions():
             if flags & CQE_F_MORE:
@@ -298,7 +315,6 @@ class Proactor(selectors._BaseSelectorImpl):
                 callback = operations.pop(user_data, None)
             if callback is not None:
                 callback(res, flags)
-        return events
 
     def close(self) -> None:
         """Close the ring (the kernel cancels every outstanding operation) and forget the keys."""

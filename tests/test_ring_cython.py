@@ -1,0 +1,298 @@
+"""tinyloop.ring on its two cores: the pure-Python ring (ctypes) and the Cython one (liburing).
+
+tinyloop/ring/core.py picks the core; tests/test_ring_loop.py and the
+conformance suite run the default one (Cython where it is built).  Here:
+the choice itself (default, TINYLOOP_RING_CORE, the ``core`` argument, a
+clear refusal), the proactor's own tests from test_ring_loop.py on each
+core, and what the C ring must do as the Python one does: signals and
+EINTR around its wait, a full submission queue, the table entry of a
+multishot operation kept until its last completion, a bytes object's
+address.  Cython-only tests skip where the extension is not built, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tinyloop.raw.uring import unavailable
+
+REASON = unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"ring: {REASON}")
+
+if REASON is None:
+    import test_ring_loop as base  # tests/ is on sys.path
+
+    from tinyloop.raw import uring
+    from tinyloop.ring import core
+    from tinyloop.ring import loop as ring_loop
+    from tinyloop.ring.proactor import IORING_OP_NOP, pin
+
+NOT_BUILT = "tinyloop.ring's Cython core is not built here (setup.py needs liburing's headers)"
+IORING_TIMEOUT_MULTISHOT = 1 << 6  # <linux/io_uring.h>, 6.4: a timeout that fires ``count`` times
+
+
+@pytest.fixture(params=["python", "cython"])
+def ring_core(request, monkeypatch):
+    """Each core in turn, through the environment variable a user would set."""
+    if request.param == "cython" and not core.built():
+        pytest.skip(NOT_BUILT)
+    monkeypatch.setenv(core.ENVIRONMENT, request.param)
+    return request.param
+
+
+def ring_types():
+    return {"python": uring.Ring, "cython": core._uring.Ring if core.built() else None}
+
+
+# -- Choosing the core -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, argument, expected", [
+    (None, None, "default"), ("python", None, "python"), ("cython", None, "cython"),
+    ("cython", "python", "python"), (None, "python", "python"), ("python", "cython", "cython")])
+def test_the_default_core_is_cython_where_built_and_either_can_be_forced(monkeypatch, env, argument, expected):
+    if expected == "default":
+        expected = "cython" if core.built() else "python"
+    elif expected == "cython" and not core.built():
+        pytest.skip(NOT_BUILT)
+    if env is None:
+        monkeypatch.delenv(core.ENVIRONMENT, raising=False)
+    else:
+        monkeypatch.setenv(core.ENVIRONMENT, env)
+    loop = ring_loop.Loop(core=argument)
+    try:
+        assert loop.core == expected
+        loop.run_until_complete(asyncio.sleep(0))
+        assert type(loop._proactor.ring) is ring_types()[expected]  # the ring it really runs on
+    finally:
+        loop.close()
+
+
+def test_an_unknown_core_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv(core.ENVIRONMENT, "rust")
+    with pytest.raises(ValueError, match=r"one of cython, python, not 'rust'.*TINYLOOP_RING_CORE"):
+        ring_loop.Loop()
+
+
+def test_without_the_extension_the_loop_runs_in_python_and_cython_is_refused_saying_why():
+    code = ("import sys\n"
+            "sys.modules['tinyloop.ring._uring'] = None  # as if it were not built\n"
+            "import asyncio, tinyloop.ring\n"
+            "from tinyloop.ring import loop\n"
+            "made = loop.Loop()\n"
+            "print(tinyloop.ring.run(asyncio.sleep(0, 'ran')), made.core)\n"
+            "made.close()\n"
+            "loop.Loop(core='cython')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TINYLOOP_RING_CORE"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert result.stdout == "ran python\n"
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: tinyloop.ring's Cython core is not built in this installation")
+    assert "apt-get install liburing-dev" in last
+
+
+# -- The proactor's own tests, on each core ---------------------------------------------
+
+
+KEY_TESTS = [
+    base.test_data_that_completes_while_paused_waits_for_resume_reading,
+    base.test_a_send_the_kernel_takes_in_pieces_goes_on_from_where_it_stopped,
+    base.test_writes_queued_behind_an_outstanding_send_arrive_in_order,
+    base.test_close_cancels_the_outstanding_receive_and_lets_the_transport_go,
+    base.test_a_cancelled_sock_recv_is_cancelled_in_the_kernel_too,
+    base.test_one_wait_timer_at_a_time_however_many_timers_are_scheduled,
+    base.test_call_soon_threadsafe_wakes_a_loop_waiting_in_io_uring_enter,
+] if REASON is None else []
+
+
+@pytest.mark.parametrize("test", KEY_TESTS, ids=lambda test: test.__name__[5:])
+def test_the_proactor_tests_pass_on_each_core(ring_core, test):
+    test()
+
+
+def test_tcp_echo_through_a_server_on_each_core(ring_core):
+    # The hot path the Cython core is for: accept, receive, send, close,
+    # 1 KiB messages on a few connections at once.
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert loop.core == ring_core
+
+        async def echo(reader, writer):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        completed = loop._proactor.ring.completed
+
+        async def client(number):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for i in range(50):
+                message = bytes([number, i % 256]) * 512
+                writer.write(message)
+                assert await reader.readexactly(len(message)) == message
+            writer.close()
+            await writer.wait_closed()
+
+        await asyncio.gather(*(client(n) for n in range(4)))
+        server.close()
+        await server.wait_closed()
+        return loop._proactor.ring.completed - completed
+
+    completions = base.run(main())
+    assert completions >= 4 * 50 * 2  # at least a receive and a send per message, reaped by this ring
+
+
+# -- The ring's wait: signals and EINTR ---------------------------------------------------
+
+
+class Alarm(Exception):
+    pass
+
+
+def signal_main_thread(signum, delay=0.2):
+    """Send ``signum`` to this (the main) thread after ``delay`` seconds, from another thread.
+
+    pthread_kill, not kill: a signal sent to the process may be taken by
+    any thread, and only the main thread's wait is ended by it.  (Not
+    SIGALRM: pytest-timeout's timer is SIGALRM.)
+    """
+    timer = threading.Timer(delay, signal.pthread_kill, (threading.main_thread().ident, signum))
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("name", ["python", "cython"])
+def test_a_signal_handler_runs_inside_the_wait_and_its_exception_ends_it(name):
+    # Nothing is submitted and one completion is awaited: only the signal
+    # can end this wait.  The handler's exception must come out of the
+    # call itself (PyErr_CheckSignals after the wait), not an
+    # InterruptedError with the handler run later, and not a wait that
+    # retries EINTR forever.
+    if ring_types()[name] is None:
+        pytest.skip(NOT_BUILT)
+    ring = ring_types()[name](8)
+
+    def alarm(signum, frame):
+        raise Alarm
+
+    previous = signal.signal(signal.SIGUSR1, alarm)
+    try:
+        soon = signal_main_thread(signal.SIGUSR1)
+        started = time.monotonic()
+        with pytest.raises(Alarm) as caught:
+            ring.submit_and_wait(1)
+        assert caught.value.__context__ is None
+        assert time.monotonic() - started < 5
+        soon.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        ring.close()
+
+
+@pytest.mark.parametrize("name", ["python", "cython"])
+def test_a_signal_whose_handler_returns_ends_the_wait_with_eintr_after_the_handler_ran(name):
+    if ring_types()[name] is None:
+        pytest.skip(NOT_BUILT)
+    ring = ring_types()[name](8)
+    ran = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: ran.append(signum))
+    try:
+        soon = signal_main_thread(signal.SIGUSR1)
+        with pytest.raises(InterruptedError):
+            ring.submit_and_wait(1)
+        assert ran == [signal.SIGUSR1]
+        soon.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        ring.close()
+
+
+def test_ctrl_c_reaches_a_loop_waiting_in_the_ring(ring_core):
+    # asyncio.Runner's SIGINT handler cancels the main task; the loop must
+    # hear the signal while it waits in io_uring_enter, on either core.
+    soon = signal_main_thread(signal.SIGINT)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ring_loop.run(asyncio.sleep(30))
+    assert time.monotonic() - started < 10
+    soon.join()
+
+
+# -- The ring's queues ---------------------------------------------------------------------
+
+
+def test_more_submissions_than_the_queue_holds_are_all_submitted(ring_core):
+    # A four-entry SQ and twelve operations prepared before one wait: each
+    # full queue is submitted to make room (Ring.prep, Ring._sqe); the
+    # sixteen-entry CQ holds all their completions.
+    proactor = core.proactor_type()[1](entries=4)
+    results = []
+    try:
+        for _ in range(12):
+            proactor.ring.prep(IORING_OP_NOP, -1, user_data=proactor._submission(
+                lambda res, flags: results.append(res)))
+        for _ in range(20):
+            if len(results) == 12:
+                break
+            proactor.select(0)
+        assert results == [0] * 12 and proactor.outstanding() == 0
+    finally:
+        proactor.close()
+
+
+def test_a_multishot_operation_keeps_its_callback_until_its_last_completion(ring_core):
+    # A timeout that fires three times: the first two CQEs carry
+    # IORING_CQE_F_MORE and must leave the table entry (and so the
+    # callback, and what it keeps alive) in place; the third removes it.
+    proactor = core.proactor_type()[1](entries=8)
+    seen = []
+    try:
+        interval = uring.timespec(0.005)
+        address, pinned = pin(interval)
+        user_data = proactor._submission(lambda res, flags: seen.append(
+            (res, bool(flags & uring.CQE_F_MORE), user_data in proactor._operations)))
+        proactor.ring.prep(uring.IORING_OP_TIMEOUT, -1, addr=address, length=1, offset=3,
+                           op_flags=IORING_TIMEOUT_MULTISHOT, user_data=user_data)
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:
+            proactor.select(0.05)
+        del pinned
+        etime = -62  # ETIME: a timeout's result when it expires
+        assert seen == [(etime, True, True), (etime, True, True), (etime, False, False)]
+    finally:
+        proactor.close()
+
+
+def test_a_bytes_address_is_the_same_from_c_as_from_ctypes():
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    data = b"the kernel reads these bytes"
+    address = core._uring.bytes_address(data)
+    assert address == uring.bytes_address(data)
+    assert ctypes.string_at(address, len(data)) == data
+    with pytest.raises(TypeError):
+        core._uring.bytes_address(bytearray(data))  # not immutable: its buffer may move
+
+
+def test_a_closed_c_ring_refuses_instead_of_touching_freed_memory():
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    ring = core._uring.Ring(8)
+    ring.close()
+    ring.close()  # idempotent
+    for call in (lambda: ring.prep_recv(0, 0, 0, 1), lambda: ring.submit_and_wait(0)):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    assert ring.complete({}) == 0

@@ -1,0 +1,86 @@
+"""tinyloop.ring's two cores, and which one a loop runs on.
+
+The proactor (tinyloop/ring/proactor.py) drives a ring.  It has two:
+
+    python   tinyloop.raw.uring.Ring: io_uring from its system calls, by
+             ctypes, mmap and struct; the chapter's lesson, and what runs
+             wherever the extension is not built
+    cython   tinyloop.ring._uring.Ring (tinyloop/ring/_uring.pyx): the same
+             ring through liburing, and the completion loop in C
+
+:class:`CythonProactor` is the Proactor with the second: its ring type,
+its way of finding a bytes object's address, and its ``_complete``, the
+loop over the CQEs that calls each operation's callback, in C.  Every
+other line of the proactor, the loop and the transports is the same on
+both, so the conformance suite holds both to one contract.
+
+Rules this module keeps:
+  * The Cython core is used when it is built and importable; the
+    environment variable ``TINYLOOP_RING_CORE`` (``python`` or ``cython``)
+    or the loop's ``core`` argument forces one.  Asking for ``cython``
+    where it is not built raises RuntimeError saying why; an unknown name
+    raises ValueError.
+  * Importing this module never fails for want of the extension.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tinyloop.ring.proactor import Proactor
+
+__all__ = ["CORES", "ENVIRONMENT", "CythonProactor", "built", "proactor_type"]
+
+CORES = ("cython", "python")
+ENVIRONMENT = "TINYLOOP_RING_CORE"
+
+try:
+    from tinyloop.ring import _uring
+except ImportError as exc:  # not built: no liburing headers or no C compiler at install time
+    _uring = None
+    _MISSING = (f"tinyloop.ring's Cython core is not built in this installation ({exc}); install "
+                "liburing's headers and a C compiler (Debian/Ubuntu: apt-get install liburing-dev gcc; "
+                "Fedora: dnf install liburing-devel gcc), then reinstall tinyloop (pip install -e .)")
+
+
+def built() -> bool:
+    """True when the Cython core (tinyloop.ring._uring) imports."""
+    return _uring is not None
+
+
+if _uring is not None:
+    class CythonProactor(Proactor):
+        """The Proactor on liburing: the ring, an address, and the completion loop in C.
+
+        Each CQE's callback runs from :meth:`tinyloop.ring._uring.Ring.complete`,
+        which pops it from this proactor's table as Proactor._complete does,
+        without a Python iteration per completion.
+        """
+
+        ring_type = _uring.Ring
+        bytes_address = staticmethod(_uring.bytes_address)
+
+        def _complete(self, ring: _uring.Ring) -> None:
+            ring.complete(self._operations)
+else:
+    CythonProactor = None  # type: ignore[assignment,misc]
+
+
+def proactor_type(core: str | None = None) -> tuple[str, type[Proactor]]:
+    """``(name, class)`` of the proactor a loop runs on.
+
+    ``core`` is ``"cython"``, ``"python"``, or None: then
+    ``$TINYLOOP_RING_CORE`` if set, else ``"cython"`` where it is built and
+    ``"python"`` elsewhere.  Raises ValueError for another name, and
+    RuntimeError when ``"cython"`` is asked for and not built.
+    """
+    if core is None:
+        core = os.environ.get(ENVIRONMENT) or ("cython" if _uring is not None else "python")
+    if core == "python":
+        return core, Proactor
+    if core == "cython":
+        if CythonProactor is None:
+            raise RuntimeError(_MISSING)
+        return core, CythonProactor
+    raise ValueError(f"tinyloop.ring's core is one of {', '.join(CORES)}, not {core!r} "
+                     f"(the core argument, or ${ENVIRONMENT})")
