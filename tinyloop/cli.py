@@ -4,7 +4,7 @@
   python -m tinyloop list                      the stages, with their chapters
   python -m tinyloop serve STAGE [--host H] [--port P] [--workers N] [--stats]
   python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
-  python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
+  python -m tinyloop trace --loop aio|uv|ring|asyncio|uvloop SCRIPT [ARGS...]
   python -m tinyloop exercises                 the exercises, by chapter
   python -m tinyloop start EXERCISE [FILE]     write an exercise's starter file
   python -m tinyloop check EXERCISE [FILE] [--format text|json|junit]   grade a solution

@@ -687,6 +687,102 @@ def _stall(trace: Trace) -> tuple[float | None, float | None]:
     return longest["ts"] - 0.02 * (end - longest["ts"]), min([end + 10.0, *following]) - 0.001
 
 
+def _operations(trace: Trace) -> list[dict[str, Any]]:
+    """tinyloop.ring's operations that completed in ``trace``: each a span from the io_uring_enter that
+    submitted it (``args.enter``, its place in that batch ``args.order``) to its CQE (``args.res``)."""
+    return [e for e in _events(trace, "X", cat="operation") if (e.get("args") or {}).get("enter")]
+
+
+def _operation_name(event: dict[str, Any]) -> str:
+    return f"{event['name']} fd {event['args']['fd']}"
+
+
+def _largest_batch(trace: Trace) -> list[dict[str, Any]]:
+    """The operations of the io_uring_enter that submitted the most of those that completed (the first
+    such enter), in the order it submitted them; [] if the trace has none."""
+    batches: dict[int, list[dict[str, Any]]] = {}
+    for event in _operations(trace):
+        batches.setdefault(event["args"]["enter"], []).append(event)
+    if not batches:
+        return []
+    enter = max(batches, key=lambda number: (len(batches[number]), -number))
+    return sorted(batches[enter], key=lambda e: e["args"]["order"])
+
+
+def _batch(trace: Trace) -> tuple[float | None, float | None]:
+    """From the first SQE of the largest batch (prepared in a callback) to the last of its CQEs."""
+    batch = _largest_batch(trace)
+    if not batch:
+        return None, None
+    start = min(e["args"]["prepared"] for e in batch)
+    end = max(_end(e) for e in batch)
+    pad = max(5.0, 0.03 * (end - start))
+    return start - pad, end + pad
+
+
+def _batch_facts(trace: Trace) -> str:
+    """What the largest batch's io_uring_enter submitted, and the order its CQEs came back in."""
+    batch = _largest_batch(trace)
+    enters = [e for e in _events(trace, "X", "io_uring_enter")
+              if batch and (e.get("args") or {}).get("enter") == batch[0]["args"]["enter"]]
+    if not enters:
+        return "no batch of operations recorded."
+    enter = enters[0]
+    sqes = ", ".join(f"{count} {opcode}" for opcode, count in enter["args"]["sqes"].items())
+    came = sorted(batch, key=_end)
+    return (f"one io_uring_enter submitted {enter['args']['submitted']} SQEs ({sqes}), in this order: "
+            f"{', '.join(_operation_name(e) for e in batch)}; their CQEs came back in this order: "
+            + ", ".join(f"{_operation_name(e)} ({_end(e) - enter['ts']:.0f} µs after the call began)" for e in came)
+            + ".")
+
+
+def _connection(trace: Trace) -> list[dict[str, Any]]:
+    """The first accepted connection's operations, in the order they completed: the ACCEPT whose CQE
+    gave its descriptor, then every operation on that descriptor after it, up to its end of file."""
+    operations = sorted(_operations(trace), key=_end)
+    accept = next((e for e in operations if e["name"] == "ACCEPT" and e["args"]["res"] >= 0), None)
+    if accept is None:
+        return []
+    life = [accept]
+    for event in operations:
+        if event["args"]["fd"] == accept["args"]["res"] and _end(event) > _end(accept):
+            life.append(event)
+            if event["name"] == "RECV" and event["args"]["res"] <= 0:
+                break   # end of file (or an error): the connection's last
+    return life
+
+
+def _request_life(trace: Trace) -> tuple[float | None, float | None]:
+    """From just before the ACCEPT's CQE to just after the connection's last CQE."""
+    life = _connection(trace)
+    if len(life) < 2:
+        return None, None
+    start, end = _end(life[0]), _end(life[-1])
+    pad = max(10.0, 0.04 * (end - start))
+    return start - pad, end + pad
+
+
+def _life_facts(trace: Trace) -> str:
+    """Each operation of the connection: what its CQE said, and how long the kernel held it."""
+    life = _connection(trace)
+    if not life:
+        return "no accepted connection recorded."
+
+    def result(event: dict[str, Any]) -> str:
+        res = event["args"]["res"]
+        if res < 0:
+            return f"-{event['args'].get('error', -res)}"
+        if event["name"] == "ACCEPT":
+            return f"the new descriptor, {res}"
+        return f"{res} bytes" + (" (end of file)" if event["name"] == "RECV" and res == 0 else "")
+
+    enters = [e for e in _events(trace, "X", "io_uring_enter") if _end(life[0]) <= e["ts"] <= _end(life[-1])]
+    steps = "; ".join(f"{_operation_name(e)}: {result(e)}" + ("" if e is life[0] else
+                                                              f", {e['dur']:.0f} µs after it was submitted")
+                      for e in life)
+    return f"{steps}; {len(enters)} io_uring_enter calls from the accept's CQE to the last."
+
+
 def _readiness_facts(trace: Trace) -> str:
     """Per server: its waits, the median wait and the median work between two, the load's length."""
     parts = []
@@ -763,6 +859,16 @@ FIGURES: tuple[Figure, ...] = (
     Figure("realworld-pipelined", "realworld", "build", partial(_aio_request, REQUEST * 23 + LAST_REQUEST, 24),
            "24 pipelined requests: one read, one parse pass, one write", counters=(),
            crop=_request_path, text=True),
+    Figure("completion-batch", "completion", "reference",
+           partial(_trace_stage, "ring", requests=16, concurrency=4),
+           "tinyloop.ring under four keep-alive clients: the largest batch one io_uring_enter submitted, "
+           "and its completions", tracks=("loop", "ACCEPT", "RECV", "SEND"), counters=("SQEs", "CQEs"),
+           crop=_batch, facts=_batch_facts, shows=("io_uring_enter", "SEND", "RECV", "SQE", "CQE")),
+    Figure("completion-request", "completion", "reference",
+           partial(_trace_stage, "ring", requests=1, concurrency=1),
+           "one request's life on tinyloop.ring, SQE to CQE: accept, receive, send, end of file",
+           tracks=("loop", "ACCEPT", "RECV", "SEND"), counters=(), crop=_request_life, facts=_life_facts,
+           shows=("io_uring_enter", "RECV", "SEND", "SQE", "CQE")),
 )
 
 

@@ -2,7 +2,7 @@
 asyncio program, and write the trace (JSON) and its timeline (HTML).
 
     python -m tinyloop trace STAGE [--out DIR] [--requests N] [--concurrency C] [--compute-ms MS]
-    python -m tinyloop trace --loop aio|uv|asyncio|uvloop SCRIPT [ARGS...]
+    python -m tinyloop trace --loop aio|uv|ring|asyncio|uvloop SCRIPT [ARGS...]
 
 Rules this file keeps:
   * The server is the only thing in its process.  The stage's server runs
@@ -21,10 +21,12 @@ Rules this file keeps:
     be written fails at once, with one line.  A file already there is
     never overwritten: the new trace takes the next free number
     (``NAME-2.json``).
-  * Stages with a loop of ours (Parts II-IV) are recorded through their
-    hooks; the readiness servers of Part I have no loop object, so their
-    waits are recorded by wrapping select/poll/epoll (outside.ReadinessProbe);
-    the baselines have no loop at all and are refused.
+  * Stages with a loop of ours (Parts II-IV, and Part VI's ring) are
+    recorded through their hooks; the readiness servers of Part I have no
+    loop object, so their waits are recorded by wrapping select/poll/epoll
+    (outside.ReadinessProbe); the baselines have no loop at all, and Part
+    VI's raw io_uring servers wait in io_uring_enter, which that wrapping
+    cannot see: both are refused, in one line.
   * Output goes to ``traces/`` by default, which git ignores.
 """
 
@@ -55,10 +57,11 @@ __all__ = ["HOOKED_CHAPTERS", "LOOPS", "add_arguments", "main", "positive_int", 
            "trace_scripts", "trace_stage"]
 
 DEFAULT_OUT = "traces"
-LOOPS = ("aio", "uv", "asyncio", "uvloop")
+LOOPS = ("aio", "uv", "ring", "asyncio", "uvloop")
 NO_LOOP = ("blocking", "threaded")   # Part 0: a thread per client, nothing to trace
 # The chapters whose stages run on a loop with hooks (Parts II-IV); Part I's
-# readiness servers are traced through ReadinessProbe instead.
+# readiness servers are traced through ReadinessProbe instead.  In Part VI's
+# chapter only the stage with a loop (ring) has hooks: the stage table says so.
 HOOKED_CHAPTERS = ("callbacks", "generators", "coroutines", "asyncio", "libuv")
 
 
@@ -69,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  python -m tinyloop trace epoll\n"
         "  python -m tinyloop trace uv --requests 50 --concurrency 4 --compute-ms 50\n"
+        "  python -m tinyloop trace ring --requests 8 --concurrency 4   (each SQE and CQE too)\n"
         "  python -m tinyloop trace --loop asyncio --loop aio examples/crawler.py -- --quiet\n"
         "each writes NAME.json (Chrome Trace Event Format: Perfetto, chrome://tracing, vizviewer)\n"
         "and NAME.html (a timeline that opens in any browser; drag to pan, wheel to zoom) into --out,\n"
@@ -154,7 +158,14 @@ def trace_stage(name: str, out: Path, *, requests: int = 20, concurrency: int = 
     if name in NO_LOOP:
         return _fail(f"stage {name!r} has no event loop to trace (a blocking server); "
                      "try a readiness stage (epoll) or a loop (callbacks, aio, uv)", 2)
-    hooked = stage.chapter in HOOKED_CHAPTERS
+    hooked = stage.chapter in HOOKED_CHAPTERS or stage.loop is not None
+    if stage.chapter == "completion" and not hooked:
+        return _fail(f"stage {name!r} waits in io_uring_enter, which trace cannot see from outside "
+                     "(it wraps select, poll and epoll); try ring, Part VI's loop, whose hooks "
+                     "record each SQE and CQE", 2)
+    reason = stage.unavailable()
+    if reason is not None:
+        return _fail(f"stage {name!r} cannot run here: {reason}", 2)
     # A loop names its own track (its class); a readiness server has no loop object to name.
     recorder = Recorder(time.monotonic, capacity=capacity,
                         name=None if hooked else f"{name} server (its waits, seen by wrapping select)")
@@ -277,7 +288,7 @@ def trace_script(loop_name: str, script: Path, argv: list[str], out: Path,
                  command: str | None = None) -> int:
     """Run ``script`` as ``__main__`` with asyncio's loops made by ``loop_name``; write its trace.
 
-    aio and uv are recorded through their hooks.  stdlib asyncio and uvloop
+    aio, uv and ring are recorded through their hooks.  stdlib asyncio and uvloop
     have none: they are recorded from outside (tinyloop/trace/outside.py,
     which says what that misses).  The trace is also appended to ``keep``
     when given.
@@ -327,6 +338,9 @@ def _policy(loop_name: str, recorder: Recorder) -> Any:
     if loop_name == "uv":
         from tinyloop import uv
         return uv.EventLoopPolicy()
+    if loop_name == "ring":
+        from tinyloop import ring   # (its names raise ImportError, saying why, where io_uring is refused)
+        return ring.EventLoopPolicy()
     from tinyloop.trace import outside
     return outside.policy(loop_name, recorder)
 

@@ -452,6 +452,20 @@ class Loop(unix_events.SelectorEventLoop):
         self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
         super().__init__(self._proactor, time.monotonic, debug=debug)
 
+    # -- Instruments: the proactor reports the SQEs and CQEs -----------------------------
+
+    def add_instrument(self, instrument: Any) -> None:
+        """Part II's add_instrument; the proactor then reports each SQE, enter and CQE too
+        (the completion hooks of :class:`tinyloop.trace.instrument.Instrument`)."""
+        super().add_instrument(instrument)
+        self._proactor._instrument = self._instrument
+
+    def remove_instrument(self, instrument: Any) -> bool:
+        """Part II's remove_instrument; with the last one gone the proactor's hook sites are off too."""
+        removed = super().remove_instrument(instrument)
+        self._proactor._instrument = self._instrument
+        return removed
+
     # -- Transports and serving ----------------------------------------------------------
 
     def _make_socket_transport(self, sock: socket.socket, protocol: asyncio.BaseProtocol,

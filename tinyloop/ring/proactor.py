@@ -46,6 +46,10 @@ Rules this module keeps:
   * Cancellation is a request: :meth:`cancel` submits an
     IORING_OP_ASYNC_CANCEL, and the target's own completion, which may
     carry data or a result after all, is still delivered to its callback.
+  * The flight recorder (tinyloop.trace) hears each SQE as it is
+    prepared, each io_uring_enter with the count the kernel took, and each
+    CQE before its callback (:meth:`_observe`); every hook site tests one
+    attribute first, so a loop with no instrument pays nothing more.
 
 Sources: io_uring(7), io_uring_enter(2) (IORING_OP_POLL_ADD,
 IORING_OP_TIMEOUT, IORING_OP_ASYNC_CANCEL, IORING_OP_NOP); CPython's
@@ -66,6 +70,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, bytes_address, timespec
+from tinyloop.trace.instrument import InstrumentSet
 
 __all__ = ["Completion", "Proactor", "IORING_OP_CONNECT", "IORING_OP_NOP", "IORING_OP_POLL_ADD",
            "os_error", "pin"]
@@ -129,6 +134,8 @@ class Proactor(selectors._BaseSelectorImpl):
         self._timer_deadline = 0.0                     # when it fires, on time.monotonic()
         self._timespec = timespec(0)                   # its interval (the kernel copies it at submission)
         self._timespec_at, self._timespec_pin = pin(self._timespec)
+        # tinyloop.trace: the loop's InstrumentSet, or None (Loop.add_instrument keeps it in step).
+        self._instrument: InstrumentSet | None = None
 
     # -- The ring, made in the loop's thread -------------------------------------------
 
@@ -159,12 +166,16 @@ class Proactor(selectors._BaseSelectorImpl):
         """
         user_data = self._submission(callback)
         self.ring.prep_recv(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "RECV", fd)
         return user_data
 
     def send(self, fd: int, address: int, length: int, callback: Completion) -> int:
         """Send ``length`` bytes from ``address`` (send(2), MSG_NOSIGNAL); res: bytes sent, maybe fewer."""
         user_data = self._submission(callback)
         self.ring.prep_send(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "SEND", fd)
         return user_data
 
     def accept(self, fd: int, address: int, length_address: int, flags: int,
@@ -175,12 +186,16 @@ class Proactor(selectors._BaseSelectorImpl):
         # The SQE's off field is addr2 for an accept: where the length lives.
         self.ring.prep(IORING_OP_ACCEPT, fd, addr=address, offset=length_address,
                        op_flags=flags, user_data=user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "ACCEPT", fd)
         return user_data
 
     def connect(self, fd: int, address: int, length: int, callback: Completion) -> int:
         """connect(2) ``fd`` to the sockaddr of ``length`` bytes at ``address``; res 0 or -errno."""
         user_data = self._submission(callback)
         self.ring.prep(IORING_OP_CONNECT, fd, addr=address, offset=length, user_data=user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "CONNECT", fd)
         return user_data
 
     def cancel(self, user_data: int) -> None:
@@ -192,6 +207,8 @@ class Proactor(selectors._BaseSelectorImpl):
         """
         if user_data in self._operations:
             self.ring.prep_cancel(user_data, _NOBODY)
+            if self._instrument is not None:
+                self._observe(_NOBODY, "ASYNC_CANCEL", -1, user_data)
 
     def outstanding(self) -> int:
         """How many operations have been submitted (or prepared) and not yet completed."""
@@ -232,6 +249,8 @@ class Proactor(selectors._BaseSelectorImpl):
             self._polls[fd] = user_data
             # poll32_events is the SQE's op_flags field (io_uring_enter(2), IORING_OP_POLL_ADD).
             self.ring.prep(IORING_OP_POLL_ADD, fd, op_flags=mask, user_data=user_data)
+            if self._instrument is not None:
+                self._observe(user_data, "POLL_ADD", fd)
         self._to_arm.clear()
 
     def _polled_callback(self, fd: int, user_data: int) -> Completion:
@@ -266,6 +285,8 @@ class Proactor(selectors._BaseSelectorImpl):
         self._timespec[:] = timespec(timeout)  # (same length: the pinned buffer does not move)
         self._timer = self._submission(self._timer_fired)
         self.ring.prep(IORING_OP_TIMEOUT, -1, addr=self._timespec_at, length=1, user_data=self._timer)
+        if self._instrument is not None:
+            self._observe(self._timer, "TIMEOUT", -1)
 
     def _timer_fired(self, res: int, flags: int) -> None:
         # -ETIME when it expired, -ECANCELED when replaced: either way,
@@ -290,12 +311,20 @@ class Proactor(selectors._BaseSelectorImpl):
         if timeout is not None:
             if timeout <= 0:
                 ring.prep(IORING_OP_NOP, -1, user_data=_NOBODY)
+                if self._instrument is not None:
+                    self._observe(_NOBODY, "NOP", -1)
             else:
                 self._arm_timer(timeout)
+        instrument = self._instrument
+        if instrument is not None:  # tinyloop.trace: the batch this call submits
+            instrument.before_enter()
+        submitted = 0
         try:
-            ring.submit_and_wait(1)
+            submitted = ring.submit_and_wait(1)
         except InterruptedError:
             pass  # a signal: its byte is in the self-pipe, whose POLL_ADD will say so
+        if instrument is not None:
+            instrument.after_enter(submitted)
         events = self._events = []
         self._complete(ring)
         return events
@@ -315,6 +344,32 @@ class Proactor(selectors._BaseSelectorImpl):
                 callback = operations.pop(user_data, None)
             if callback is not None:
                 callback(res, flags)
+
+    def _observe(self, user_data: int, opcode: str, fd: int, target: int = 0) -> None:
+        """tinyloop.trace: tell the instruments of the SQE just prepared, and of its completions to come.
+
+        Called only with an instrument attached (the hook sites test
+        ``_instrument`` first).  The operation's callback is wrapped, so that
+        each of its CQEs reaches ``cqe_reaped`` just before the callback
+        runs, whichever core runs the completion loop (``_complete`` here,
+        or the C one of tinyloop/ring/core.py).  Completions nobody waits
+        for (user_data 0: a cancel, the NOP of a zero-timeout wait) are
+        counted by the ring alone.
+        """
+        instrument = self._instrument
+        if instrument is None:
+            return
+        instrument.sqe_prepared(user_data, opcode, fd, target)
+        callback = self._operations.get(user_data) if user_data else None
+        if callback is None:
+            return
+
+        def reaped(res: int, flags: int) -> None:
+            # (The set, not self: no cycle through the table; a removed instrument is out of it.)
+            instrument.cqe_reaped(user_data, res, flags)
+            callback(res, flags)
+
+        self._operations[user_data] = reaped
 
     def close(self) -> None:
         """Close the ring (the kernel cancels every outstanding operation) and forget the keys."""

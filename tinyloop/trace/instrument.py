@@ -10,7 +10,9 @@ when there are none.
 Rules this file keeps:
   * Zero cost when nobody listens.  A hook site in a loop is
     ``if self._instrument is not None: self._instrument.hook(...)``: one
-    attribute test, no call.  (tinyloop.uv tests a C-level flag instead.)
+    attribute test, no call.  (tinyloop.uv tests a C-level flag instead;
+    tinyloop.ring's proactor tests its own copy of the loop's set, which
+    the loop's add_instrument and remove_instrument keep in step.)
   * Hooks are optional.  An instrument implements only the hooks it wants;
     the set looks them up once, when the instrument is added, so a hook the
     instrument lacks costs nothing per call either.
@@ -150,6 +152,48 @@ class Instrument:
         that only appended to the buffer reports ``syscalls=0``.
         """
 
+    # -- completions (tinyloop.ring, on io_uring) --------------------------------------
+
+    def sqe_prepared(self, user_data: int, opcode: str, fd: int, target: int) -> None:
+        """An operation was written into io_uring's submission queue (an SQE), for the next io_uring_enter.
+
+        ``opcode`` is its name in io_uring_enter(2) without ``IORING_OP_``
+        (``"RECV"``, ``"SEND"``, ``"ACCEPT"``, ``"POLL_ADD"``, ``"TIMEOUT"``,
+        ``"ASYNC_CANCEL"``, ``"NOP"``...); ``fd`` the descriptor it works on
+        (-1 for none); ``user_data`` the number its completion will carry
+        back (0: nobody waits for that completion, as for a cancel);
+        ``target``, for ``"ASYNC_CANCEL"``, the user_data of the operation it
+        asks the kernel to cancel, else 0.
+        """
+
+    def before_enter(self) -> None:
+        """The loop is about to call io_uring_enter(2): submit what was prepared, and wait.
+
+        It comes inside the wait (between :meth:`before_io_wait` and
+        :meth:`after_io_wait`), after the loop prepared the wait's own SQEs
+        (its timer, its polls).
+        """
+
+    def after_enter(self, submitted: int) -> None:
+        """io_uring_enter(2) has returned: the kernel took ``submitted`` SQEs, the oldest prepared first.
+
+        0 when a signal cut the call short with EINTR (what it had taken
+        goes with the next call).  The completions it made ready follow,
+        one :meth:`cqe_reaped` each.
+        """
+
+    def cqe_reaped(self, user_data: int, res: int, flags: int) -> None:
+        """A completion (CQE) was taken from the completion queue; its callback runs next.
+
+        ``user_data`` is its operation's (see :meth:`sqe_prepared`); ``res``
+        what the operation's system call would have returned (bytes, a new
+        descriptor, 0) or -errno; ``flags`` the CQE's flags
+        (IORING_CQE_F_MORE, 2: a multishot operation stays armed and
+        completes again).  Completions nobody waits for (user_data 0) are
+        not reported, nor those of operations prepared before the
+        instrument was added.
+        """
+
 
 # Every hook name, in the order of the protocol above.
 HOOKS = tuple(name for name in vars(Instrument) if not name.startswith("_"))
@@ -257,6 +301,18 @@ class InstrumentSet:
     def transport_wrote(self, transport: Any, nbytes: int, syscalls: int, buffered: int) -> None:
         self._call("transport_wrote", transport, nbytes, syscalls, buffered)
 
+    def sqe_prepared(self, user_data: int, opcode: str, fd: int, target: int) -> None:
+        self._call("sqe_prepared", user_data, opcode, fd, target)
+
+    def before_enter(self) -> None:
+        self._call("before_enter")
+
+    def after_enter(self, submitted: int) -> None:
+        self._call("after_enter", submitted)
+
+    def cqe_reaped(self, user_data: int, res: int, flags: int) -> None:
+        self._call("cqe_reaped", user_data, res, flags)
+
 
 @runtime_checkable
 class Observable(Protocol):
@@ -313,7 +369,7 @@ FOR_NEW_LOOPS: list[Any] = []
 
 @contextlib.contextmanager
 def for_new_loops(*instruments: Any) -> Iterator[None]:
-    """Install ``instruments`` on every loop of Parts II-IV made inside the ``with`` block.
+    """Install ``instruments`` on every loop of Parts II-IV and VI made inside the ``with`` block.
 
     Like the ``instruments=`` argument of ``trio.run``, for code that makes
     its own loop (``serve(listener)``, ``tinyloop.aio.run``).  Loops made

@@ -5,12 +5,18 @@ timeline.py draw.
 What it records, on these tracks (Chrome's "threads" of process 1):
 
     tid 1   the loop   spans: run > wait | timers | callbacks > each callback
-                       (and a loop's own phases, uv's idle and check);
+                       (and a loop's own phases, uv's idle and check; on
+                       tinyloop.ring, wait > io_uring_enter);
                        instants: read, write (bytes and system calls)
     tid 2+  one per task, in order of first sight: a span per step, with
                        what the step ended waiting on; spawned/exited instants
+            and on tinyloop.ring one per kind of operation and descriptor
+                       ("RECV fd 7"; "#2" when two are outstanding at once):
+                       a span per operation, from the io_uring_enter that
+                       submitted it to its final CQE; SQE, CQE, cancel marks
     counters           ready queue, ready descriptors per wait, bytes
-                       buffered per transport, a generator task's stack depth
+                       buffered per transport, a generator task's stack depth,
+                       SQEs submitted and CQEs reaped per io_uring_enter (ring)
 
 Rules this file keeps:
   * Time is the loop's clock, read when a hook is called (``clock``), in
@@ -28,6 +34,7 @@ Rules this file keeps:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import time
 import weakref
@@ -42,6 +49,7 @@ from tinyloop.trace.instrument import Instrument, callback_name, task_name
 __all__ = ["DEFAULT_CAPACITY", "LOOP_TID", "PID", "Recorder", "cost_per_event", "record"]
 
 PID = 1                       # one process per trace: the loop's
+_CQE_F_MORE = 1 << 1          # IORING_CQE_F_MORE (io_uring_enter(2)): a multishot operation stays armed
 LOOP_TID = 1                  # the loop's own track
 DEFAULT_CAPACITY = 100_000    # events kept (about 20 MB of dicts at most)
 
@@ -81,6 +89,14 @@ class Recorder(Instrument):
         self._phased = False
         self._handles: list[tuple[float, str]] = []           # nested callbacks, innermost last
         self._steps: dict[int, float] = {}                     # tid -> start of its current step
+        # Completions (tinyloop.ring): each operation from its SQE to its final CQE.
+        self._prepared: list[tuple[int, str]] = []      # SQEs not yet taken: (user_data, opcode), oldest first
+        self._operations: dict[int, _Operation] = {}    # user_data -> its operation, until its final CQE
+        self._lanes: dict[tuple[str, int], list[int]] = {}   # (opcode, fd) -> its tracks
+        self._busy: set[int] = set()                    # operation tracks with one outstanding
+        self._enter: float | None = None                # start of the io_uring_enter under way
+        self._enters = 0                                # io_uring_enter calls seen
+        self._reaped: int | None = None                 # CQEs since the last enter (None: no enter since the wait)
 
     # -- reading -------------------------------------------------------------------
 
@@ -133,9 +149,16 @@ class Recorder(Instrument):
         spans += [(name, start, LOOP_TID) for name, start in self._phases.items()]
         spans += [(name, start, LOOP_TID) for start, name in self._handles]
         spans += [("step", start, tid) for tid, start in self._steps.items()]
-        return [{"name": name, "ph": "X", "ts": start, "dur": round(now - start, 3), "pid": PID,
-                 "tid": tid, "args": {"unfinished": True}}
-                for name, start, tid in spans if start is not None]
+        spans.append(("io_uring_enter", self._enter, LOOP_TID))
+        unfinished = [{"name": name, "ph": "X", "ts": start, "dur": round(now - start, 3), "pid": PID,
+                       "tid": tid, "args": {"unfinished": True}}
+                      for name, start, tid in spans if start is not None]
+        # Operations still in the kernel's hands (a receive waiting for data, the self-pipe's poll).
+        unfinished += [{"name": op.opcode, "cat": "operation", "ph": "X", "ts": op.start,
+                        "dur": round(now - op.start, 3), "pid": PID, "tid": op.tid,
+                        "args": {"fd": op.fd, "user_data": user_data, "unfinished": True}}
+                       for user_data, op in self._operations.items()]
+        return unfinished
 
     # -- writing events ------------------------------------------------------------
     #
@@ -209,6 +232,9 @@ class Recorder(Instrument):
         if self._timers is not None:
             self.span("timers", self._timers, now, args={"unfinished": True})
             self._timers = None
+        if self._enter is not None:
+            self.span("io_uring_enter", self._enter, now, args={"unfinished": True})
+            self._enter = None
         self._end_callbacks(now)
         if self._run is not None:
             self.span("run", self._run, now)
@@ -226,6 +252,9 @@ class Recorder(Instrument):
             self.span("wait", start, now, args={"timeout": timeout, "events": events})
             self._wait = None
         self.counter("ready descriptors", now, events=events)
+        if self._reaped is not None:
+            self.counter("CQEs per io_uring_enter", now, cqes=self._reaped)
+            self._reaped = None
         if not self._phased:
             self._timers = now
 
@@ -293,6 +322,103 @@ class Recorder(Instrument):
                       args={"bytes": nbytes, "syscalls": syscalls, "buffered": buffered,
                             "transport": name})
         self.counter(f"buffered ({name})", now, bytes=buffered)
+
+    # Discussion: an operation's span runs from the io_uring_enter that
+    # submitted it (the kernel has it from then on) to its final CQE; its
+    # SQE mark says when the loop prepared it, often in a callback well
+    # before that enter.  Operations of one kind on one descriptor share a
+    # track, one after another (a transport keeps one receive and one send
+    # outstanding); a second one outstanding at once gets a track of its
+    # own ("#2"), so a track's spans never overlap.  The batch is matched
+    # to the kernel's count: ``after_enter`` takes the oldest ``submitted``
+    # SQEs prepared (a ring that submits early because its queue is full,
+    # with no enter of the loop's, shows them in the next batch).
+
+    def sqe_prepared(self, user_data: int, opcode: str, fd: int, target: int) -> None:
+        now = self.now()
+        self._prepared.append((user_data, opcode))
+        victim = self._operations.get(target) if target else None
+        if victim is not None:
+            self.instant("cancel", now, victim.tid, cat="operation", args={"user_data": target})
+        if not user_data:
+            return   # nobody waits for its completion: counted in its batch only
+        stale = self._operations.pop(user_data, None)
+        if stale is not None:   # another loop on this recorder numbers its operations from 1 too
+            self._busy.discard(stale.tid)
+        tid = self._lane(opcode, fd)
+        self._operations[user_data] = _Operation(opcode, fd, tid, now)
+        self.instant("SQE", now, tid, cat="operation", args={"user_data": user_data})
+
+    def _lane(self, opcode: str, fd: int) -> int:
+        """The track for a new ``opcode`` operation on ``fd``: the first of its kind with none outstanding."""
+        lanes = self._lanes.setdefault((opcode, fd), [])
+        for tid in lanes:
+            if tid not in self._busy:
+                break
+        else:
+            tid = next(self._next_tid)
+            name = opcode if fd < 0 else f"{opcode} fd {fd}"
+            self._tracks[tid] = f"{name} #{len(lanes) + 1}" if lanes else name
+            lanes.append(tid)
+        self._busy.add(tid)
+        return tid
+
+    def before_enter(self) -> None:
+        self._enter = self.now()
+
+    def after_enter(self, submitted: int) -> None:
+        now = self.now()
+        start = self._enter if self._enter is not None else now
+        self._enter = None
+        self._enters += 1
+        taken, self._prepared = self._prepared[:submitted], self._prepared[submitted:]
+        sqes: dict[str, int] = {}
+        for order, (user_data, opcode) in enumerate(taken):
+            sqes[opcode] = sqes.get(opcode, 0) + 1
+            operation = self._operations.get(user_data) if user_data else None
+            if operation is not None:
+                operation.submitted, operation.enter, operation.order = start, self._enters, order
+        self.span("io_uring_enter", start, now,
+                  args={"enter": self._enters, "submitted": submitted, "sqes": sqes})
+        self.counter("SQEs per io_uring_enter", now, sqes=submitted)
+        self._reaped = 0
+
+    def cqe_reaped(self, user_data: int, res: int, flags: int) -> None:
+        now = self.now()
+        if self._reaped is not None:
+            self._reaped += 1
+        operation = self._operations.get(user_data)
+        if operation is None:
+            return   # prepared before this recorder was added
+        self.instant("CQE", now, operation.tid, cat="operation", args={"user_data": user_data, "res": res})
+        if flags & _CQE_F_MORE:
+            return   # a multishot operation: still armed, more CQEs to come
+        del self._operations[user_data]
+        self._busy.discard(operation.tid)
+        args: dict[str, Any] = {"fd": operation.fd, "user_data": user_data, "res": res}
+        if res < 0:
+            args["error"] = errno.errorcode.get(-res, str(-res))
+        if operation.enter:
+            args.update(enter=operation.enter, order=operation.order)
+        args["prepared"] = operation.prepared
+        self.span(operation.opcode, operation.start, now, operation.tid, cat="operation", args=args)
+
+
+class _Operation:
+    """An io_uring operation the recorder follows: what, where, its track, and its times (µs)."""
+
+    __slots__ = ("opcode", "fd", "tid", "prepared", "submitted", "enter", "order")
+
+    def __init__(self, opcode: str, fd: int, tid: int, prepared: float) -> None:
+        self.opcode, self.fd, self.tid, self.prepared = opcode, fd, tid, prepared
+        self.submitted: float | None = None   # the start of the io_uring_enter that took it
+        self.enter = 0                        # that enter's number (1, 2, ...), 0 before it
+        self.order = 0                        # its place in that enter's batch, from 0
+
+    @property
+    def start(self) -> float:
+        """Where its span starts: its submission, or its preparation if it was never submitted."""
+        return self.submitted if self.submitted is not None else self.prepared
 
 
 def record(loop: Any, capacity: int = DEFAULT_CAPACITY) -> Recorder:

@@ -51,9 +51,10 @@ LABEL_SHARE = 0.07     # a span at least this share of the window wide carries i
 COLOURS = {
     "run": "#eeeeee", "wait": "#9ecae1", "timers": "#fdae6b", "callbacks": "#d9d9d9",
     "handle events": "#d9d9d9", "idle": "#bcbddc", "check": "#dadaeb", "step": "#6baed6",
-    "callback": "#74c476",
+    "callback": "#74c476", "io_uring_enter": "#3182bd", "operation": "#fdd0a2",
 }
-INSTANT_COLOURS = {"read": "#08519c", "write": "#cb181d", "spawned": "#31a354", "exited": "#636363"}
+INSTANT_COLOURS = {"read": "#08519c", "write": "#cb181d", "spawned": "#31a354", "exited": "#636363",
+                   "SQE": "#e6550d", "CQE": "#756bb1", "cancel": "#a50f15"}
 _OTHER_SPAN, _OTHER_INSTANT, _COUNTER = "#c7e9c0", "#252525", "#3182bd"
 
 _TRACK = "margin:0 0 2px 0"
