@@ -36,7 +36,7 @@ def tmux(*args: str) -> str:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("stage", ["callbacks", "aio", "uv"])
+@pytest.mark.parametrize("stage", ["callbacks", "aio", "uv", "ring"])
 def test_the_panel_under_tmux(stage: str, tmp_path: Path) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("no tmux: install it (Debian: apt-get install tmux; scripts/setup.sh does)")

@@ -197,9 +197,9 @@ def serve_with_stats(stage: str, module: Any, host: str, port: int) -> int:
         return 2
     from tinyloop import stages
     from tinyloop.commands.trace import HOOKED_CHAPTERS
-    if stages.get(stage).chapter not in HOOKED_CHAPTERS:
+    if stages.get(stage).chapter not in HOOKED_CHAPTERS and stages.get(stage).loop is None:
         log(f"serve --stats watches an event loop of ours; stage {stage!r} has none "
-            "(try callbacks, generators, coroutines, aio or uv)")
+            "(try callbacks, generators, coroutines, aio, uv or ring)")
         return 2
     stop_on_sigterm()
     try:
