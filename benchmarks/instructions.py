@@ -3,6 +3,8 @@
 
     python -m benchmarks.instructions              every loop and operation (about 7 minutes)
     python -m benchmarks.instructions --quick      a smoke run: asyncio and aio, call_soon, few operations
+    python -m benchmarks.instructions --requests close,echo-1k --loops uv,uvloop
+                                                   the server's instructions per request under a load
 
 Why a count and not a time: benchmarks/README.md, Part IV.  Per loop and
 operation: callgrind's total ("Collected"; no profile written) for N and
@@ -15,7 +17,12 @@ import gives a row that says so.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +32,9 @@ from benchmarks import micro, uv_variants
 from benchmarks.harness import callgrind, experiment, output
 from benchmarks.harness.machine import version_line
 from benchmarks.harness.render import markdown
+from benchmarks.peers import asyncio_server, echo_server
 from benchmarks.peers.echo_server import LOOPS, loop_factory
+from tinyloop.testing import recv_response
 
 __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
@@ -85,6 +94,105 @@ def count(loop: str, ops: list[str], n: int, delta: int) -> dict[str, float | st
     return row
 
 
+# -- Per request: a server's instructions under a load -----------------------------------------
+#
+# The server is benchmarks/peers' HTTP program (the aio stages' HTTPProtocol or streams handler) or
+# echo program, on one loop, under callgrind; this process is its client, one request at a time, and
+# is not counted.  A load's figure is (count(N + DELTA) - count(N)) / DELTA, as above.
+
+PIPELINE_DEPTH = 24
+# Load -> (server program, API, what one request is, N, DELTA).
+REQUEST_LOADS: dict[str, tuple[str, str, str, int, int]] = {
+    "close": ("http", "protocol", "GET / HTTP/1.0 on a new connection (ab without -k)", 100, 500),
+    "close-streams": ("http", "streams", "the same, asyncio streams", 100, 500),
+    "keepalive": ("http", "protocol", "GET / on one keep-alive connection", 200, 1_000),
+    "keepalive-streams": ("http", "streams", "the same, asyncio streams", 200, 1_000),
+    "pipeline": ("http", "protocol", f"GET /, {PIPELINE_DEPTH} per write", 480, 2_400),
+    **{f"echo-{k}k{suffix}": ("echo", api, f"{k} KiB echoed on one connection{', streams' if suffix else ''}",
+                              *((50, 200) if k == 100 else (200, 1_000)))
+       for k in (1, 10, 100) for suffix, api in (("", "protocol"), ("-streams", "streams"))},
+}
+
+
+def serve_for_count(loop: str, program: str, api: str) -> None:
+    """In the process callgrind counts: serve on a free port until SIGTERM (the announce line says which)."""
+    if program == "http":
+        serving = asyncio_server.serve(f"{loop}-{api}", api, 0)
+    else:
+        serving = echo_server.serve(f"echo-{loop}-{api}", api, 0)
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        runner.run(serving)
+
+
+def load_requests(port: int, load: str, number: int, timeout: float = 60.0) -> None:
+    """``number`` requests of ``load`` on 127.0.0.1:``port``, one at a time; RuntimeError on a wrong answer."""
+    address, (program, _, _, _, _) = ("127.0.0.1", port), REQUEST_LOADS[load]
+    if load.startswith("close"):
+        for _ in range(number):
+            with socket.create_connection(address, timeout=timeout) as sock:
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: instructions\r\n\r\n")
+                answer = b"".join(iter(lambda: sock.recv(65536), b""))   # until the server closes
+                if not answer.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"GET / answered {answer[:40]!r}")
+        return
+    with socket.create_connection(address, timeout=timeout) as sock:
+        if program == "echo":
+            size = int(load.split("-")[1][:-1]) * 1024
+            message, buffer = b"x" * size, bytearray(size)
+            for _ in range(number):
+                sock.sendall(message)
+                view, got = memoryview(buffer), 0
+                while got < size:
+                    n = sock.recv_into(view[got:])
+                    if not n:
+                        raise RuntimeError("the echo server closed the connection")
+                    got += n
+            return
+        depth = PIPELINE_DEPTH if load == "pipeline" else 1
+        buffer = bytearray()
+        for _ in range(number // depth):
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: instructions\r\n\r\n" * depth)
+            for _ in range(depth):
+                status, _, _ = recv_response(sock, buffer)
+                if status != 200:
+                    raise RuntimeError(f"GET / answered {status}")
+
+
+def count_requests(loop: str, load: str, number: int) -> int:
+    """Instructions callgrind counts in the server of ``loop`` serving ``number`` requests of ``load``."""
+    program, api = REQUEST_LOADS[load][:2]
+
+    def drive(process: subprocess.Popen) -> None:
+        line = process.stdout.readline()
+        if " on http://" not in line:
+            raise RuntimeError(f"the server did not announce its port: {line!r}")
+        try:
+            load_requests(int(line.rsplit(":", 1)[1].strip(" /\n")), load, number)
+        finally:
+            process.send_signal(signal.SIGTERM)
+
+    return callgrind.collected([sys.executable, "-m", "benchmarks.instructions", "--serve", loop, program, api],
+                               env={**os.environ, "PYTHONHASHSEED": "0"}, during=drive)
+
+
+def per_request(loops: list[str], loads: list[str]) -> dict[str, dict[str, float | str]]:
+    """``{loop: {load: instructions per request}}``, or ``"not counted: why"`` for a cell."""
+    counts: dict[str, dict[str, float | str]] = {}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for load in loads:
+            n, delta = REQUEST_LOADS[load][3:]
+            for loop in loops:
+                figure = callgrind.per_operation(pool, lambda size, loop=loop: count_requests(loop, load, size),
+                                                 n, delta)
+                try:
+                    counts.setdefault(loop, {})[load] = value = figure()
+                    print(f"{load:18} {loop:8} {value:12,.0f} instructions/request", flush=True)
+                except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+                    counts.setdefault(loop, {})[load] = f"not counted: {str(error)[:200]}"
+                    print(f"{load:18} {loop:8} {counts[loop][load]}", flush=True)
+    return counts
+
+
 def render(data: dict[str, Any]) -> str:
     """The Markdown table of a result: one row per loop, one column per operation."""
     ops = data["operations"]
@@ -111,10 +219,27 @@ def conclusion(data: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("instructions", __doc__, repeat=None, pin=False)
     parser.add_argument("--worker", nargs=3, metavar=("LOOP", "OP", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=3, metavar=("LOOP", "PROGRAM", "API"), help=argparse.SUPPRESS)
+    parser.add_argument("--requests", metavar="LOADS",
+                        help=f"count the server's instructions per request instead, under these loads "
+                             f"(comma-separated, or 'all': {', '.join(REQUEST_LOADS)}); printed, not written")
+    parser.add_argument("--loops", default="asyncio,uvloop,rloop,aio,uv",
+                        help="with --requests: the loops to count (default %(default)s)")
     args = parser.parse_args(argv)
     if args.worker:  # one run under callgrind
         loop, op, n = args.worker
         OPERATIONS[op][0](int(n), factory_for(loop))
+        return 0
+    if args.serve:  # one server under callgrind
+        serve_for_count(*args.serve)
+        return 0
+    if args.requests:
+        loads = list(REQUEST_LOADS) if args.requests == "all" else args.requests.split(",")
+        unknown = [name for name in [*loads, *args.loops.split(",")] if name not in {*REQUEST_LOADS, *LOOPS}]
+        if unknown:
+            parser.error(f"unknown load or loop: {', '.join(unknown)}")
+        experiment.require("instructions", "valgrind")
+        per_request(args.loops.split(","), loads)
         return 0
     out = output.json_path(parser, args, "instructions.json")
     experiment.require("instructions", "valgrind")

@@ -100,6 +100,9 @@ cdef class UVLoop:
     # data_received read lands in before it is copied to bytes (tcp.pyx).
     cdef list _to_flush
     cdef char* _recv_buffer
+    # fd -> a weak reference to the TCP transport that owns it (tcp.pyx):
+    # what _ensure_fd_no_transport checks besides Part III's _transports.
+    cdef dict _tcp_transports
 
     # libuv handles we have opened and not yet seen closed.
     cdef readonly Py_ssize_t _live_handles
@@ -109,6 +112,7 @@ cdef class UVLoop:
     cdef _after_fork_in_child(self)
 
     cdef inline void _arm_idle(self) noexcept
+    cdef Handle _call_soon_c(self, object callback, tuple args)
     cdef int _run_ready(self) except -1
     cdef _stash_error(self, BaseException exc)
     cdef int _flush_writes(self) except -1

@@ -328,6 +328,7 @@ cdef class UVLoop:
         self.uvloop.data = <void*>&self._live_handles
         self._polls = {}
         self._to_flush = []
+        self._tcp_transports = {}
         # Page-aligned: the kernel's copy into it (recv) is a string move
         # that runs fastest to an aligned destination.
         if posix_memalign(<void**>&self._recv_buffer, 4096, READ_BUFFER_SIZE) != 0:
@@ -449,6 +450,18 @@ cdef class UVLoop:
             self._check_thread()
             self._check_callback(callback, "call_soon")
         cdef Handle handle = _new_handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    cdef Handle _call_soon_c(self, object callback, tuple args):
+        # call_soon for this extension's own callbacks (tcp.pyx): the same
+        # checks, without a Python call to reach it.
+        if self._closed:
+            self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_soon")
+        cdef Handle handle = _new_handle(callback, args, self, None)
         self._ready.append(handle)
         return handle
 
@@ -779,6 +792,44 @@ cdef class UVLoop:
     def _remove_writer(self, fd):
         """Stop watching ``fd`` for writing; True if a writer was set."""
         return self._remove_interest_c(fd, False)
+
+    def _ensure_fd_no_transport(self, fd):
+        """Part III's check (RuntimeError if a transport owns ``fd``; ValueError
+        for what is no descriptor), then the same for the TCP transports,
+        which this loop registers in C (tcp.pyx)."""
+        super()._ensure_fd_no_transport(fd)
+        ref = self._tcp_transports.get(fd if isinstance(fd, int) else int(fd.fileno()))
+        transport = ref() if ref is not None else None
+        if transport is not None and not transport.is_closing():
+            raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    # -- Serving: the accept path in C (tcp.pyx) ------------------------------------------
+
+    def _start_serving(self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+                       ssl_handshake_timeout=None, ssl_shutdown_timeout=None):
+        """Accept on ``sock`` for ``server``: a TCP listener without TLS accepts in
+        C (tcp.pyx's _TCPListener); any other takes Part III's Python path.
+        Part III's _stop_serving and back-off work on both (the reader is the
+        listener's)."""
+        family, kind, proto = _aio_selector_events._socket_kind(sock)
+        if sslcontext is not None or family not in _INET or kind != socket.SOCK_STREAM:
+            return super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
+                                          ssl_handshake_timeout, ssl_shutdown_timeout)
+        if sock.fileno() == -1:
+            return   # closed while it rested
+        cdef _TCPListener listener = _TCPListener.__new__(_TCPListener)
+        listener.loop = self
+        listener.sock = sock
+        listener.fd = sock.fileno()
+        listener.family = family
+        listener.proto = proto
+        listener.protocol_factory = protocol_factory
+        listener.server = server
+        listener.backlog = backlog
+        listener.serving = (protocol_factory, sock, sslcontext, server, backlog,
+                            ssl_handshake_timeout, ssl_shutdown_timeout)
+        listener.resting = listener.fd in self._accept_backoff
+        self._add_interest_c(sock, listener, (), True)
 
     cdef _add_interest_c(self, fd, callback, tuple args, bint reading):
         self._check_callback(callback, "add_reader" if reading else "add_writer")

@@ -17,11 +17,12 @@ Discussion: why a mixin and not a rewrite?  uvloop rewrote asyncio's
 loop in Cython, all of it.  Here the point is to find what is worth
 moving, so we move only what the profile of Part III's loop points at
 (chapters/libuv.md): the ready queue and handles, the timer heap,
-readiness, and the TCP transport; and starting a subprocess, which
-Part III does with Popen in the loop's thread.  Sockets' sock_*
-coroutines, Unix sockets, pipes, the subprocess transport, signals, TLS,
-the executor and the server object stay Part III's Python, running on the
-C core: they are not on the path of a request.
+readiness, the TCP transport and the accept of a TCP connection; and
+starting a subprocess, which Part III does with Popen in the loop's
+thread.  Sockets' sock_* coroutines, Unix sockets, pipes, the subprocess
+transport, signals, TLS, the executor and the server object stay Part
+III's Python, running on the C core: they are not on the path of a
+request.
 """
 
 from __future__ import annotations

@@ -47,6 +47,73 @@
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.weakref cimport PyWeakref_NewRef
+from libc.errno cimport errno, EAGAIN, EINTR, ECONNABORTED
+from libc.string cimport memcpy
+from libc.stdint cimport uint16_t, uint32_t
+
+cdef extern from "<errno.h>" nogil:
+    enum:
+        EWOULDBLOCK
+
+cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    struct sockaddr:
+        unsigned short sa_family
+    struct sockaddr_storage:
+        unsigned short ss_family
+    int getsockname(int fd, sockaddr* addr, socklen_t* length)
+    int shutdown(int fd, int how)
+    int c_close "close"(int fd)
+    enum:
+        AF_INET
+        AF_INET6
+        SHUT_WR
+
+cdef extern from "<netinet/in.h>" nogil:
+    struct in_addr:
+        uint32_t s_addr
+    struct in6_addr:
+        unsigned char s6_addr[16]
+    struct sockaddr_in:
+        unsigned short sin_family
+        uint16_t sin_port
+        in_addr sin_addr
+    struct sockaddr_in6:
+        unsigned short sin6_family
+        uint16_t sin6_port
+        uint32_t sin6_flowinfo
+        in6_addr sin6_addr
+        uint32_t sin6_scope_id
+    uint16_t ntohs(uint16_t value)
+    uint32_t ntohl(uint32_t value)
+
+cdef extern from "<arpa/inet.h>" nogil:
+    const char* inet_ntop(int family, const void* source, char* destination, socklen_t size)
+    enum:
+        INET6_ADDRSTRLEN
+
+cdef extern from *:
+    """
+    #include <fcntl.h>
+    #include <unistd.h>
+    /* accept(2) a connection as a non-blocking, close-on-exec descriptor:
+       accept4 does both in the one system call where it exists (Linux, the
+       BSDs); elsewhere (macOS) accept, then fcntl. */
+    static int tinyloop_accept(int fd, struct sockaddr *address, socklen_t *length) {
+    #if defined(SOCK_NONBLOCK) && defined(SOCK_CLOEXEC)
+        return accept4(fd, address, length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    #else
+        int conn = accept(fd, address, length);
+        if (conn >= 0) {
+            fcntl(conn, F_SETFD, FD_CLOEXEC);
+            fcntl(conn, F_SETFL, fcntl(conn, F_GETFL) | O_NONBLOCK);
+        }
+        return conn;
+    #endif
+    }
+    """
+    int tinyloop_accept(int fd, sockaddr* address, socklen_t* length) nogil
 
 import collections
 import stat
@@ -57,6 +124,12 @@ from tinyloop.aio import base_events as _aio_base_events
 from tinyloop.aio import selector_events as _aio_selector_events
 
 cdef object _BufferedProtocol = asyncio.BufferedProtocol
+cdef object _OUT_OF_RESOURCES = _aio_selector_events._OUT_OF_RESOURCES
+cdef object _INET = _aio_selector_events._INET
+# An accepted connection's socket object, when one is asked for: its
+# descriptor is non-blocking already (accept4), and a type with
+# SOCK_NONBLOCK tells socket.socket so without another system call.
+cdef int _SOCK_NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
 cdef object _set_result_unless_cancelled = _aio_base_events._set_result_unless_cancelled
 cdef object _FlowControlWaiter = _aio_base_events._FlowControlWaiter
 
@@ -196,15 +269,18 @@ cdef class TCPTransport:
     """
 
     cdef readonly UVLoop _loop
-    cdef uv.uv_tcp_t* _handle
-    cdef object _sock
+    cdef uv.uv_tcp_t* _handle     # NULL once closed (or never opened)
+    cdef object _sock             # the socket object; None until asked for, if accepted here
     cdef int _sock_fd
     cdef readonly object _protocol
     cdef object _data_received    # the protocol's bound method, looked up once
     cdef bint _buffered           # the protocol is an asyncio.BufferedProtocol
     cdef Py_buffer _user_buffer   # get_buffer()'s buffer between alloc and read
     cdef bint _has_user_buffer
-    cdef dict _extra
+    cdef dict _extra              # get_extra_info's table; None until asked for, if accepted here
+    cdef sockaddr_in6 _peer       # an accepted connection's peer, from accept(2): fits IPv4 too
+    cdef int _family              # an accepted connection's address family and protocol,
+    cdef int _proto               # for the socket object made when one is asked for
     cdef object _server
     cdef object _waiter
     cdef list _pending
@@ -230,23 +306,31 @@ cdef class TCPTransport:
     _start_tls_compatible = True
 
     def __init__(self, UVLoop loop, sock, protocol, waiter=None, extra=None, server=None):
+        # A connection the loop did not accept itself (create_connection,
+        # connect_accepted_socket, a Part III server's TLS path): the user's
+        # socket object, and its extra info read at once, as Part III does.
+        self._extra = _aio_selector_events._socket_extra(sock, extra)
+        self._sock = sock
+        _aio_selector_events._set_nodelay(sock)
+        self._open(loop, sock.fileno(), protocol, waiter, server)
+
+    cdef _open(self, UVLoop loop, int fd, protocol, waiter, server):
+        # What every TCP transport does once it has a descriptor: a uv_tcp_t
+        # on it, the registrations, and connection_made scheduled.
         cdef int err
         self._loop = loop
         self._context = PyContext_CopyCurrent()
-        self._extra = _aio_selector_events._socket_extra(sock, extra)
-        self._sock = sock
-        self._sock_fd = sock.fileno()
+        self._sock_fd = fd
         self._pending = []
         self._high_water = DEFAULT_HIGH_WATER
         self._low_water = DEFAULT_HIGH_WATER // 4
-        self.set_protocol(protocol)
-        _aio_selector_events._set_nodelay(sock)
+        self._set_protocol(protocol)
 
         self._handle = <uv.uv_tcp_t*>loop._alloc_handle(sizeof(TCPHandle))
         (<TCPHandle*>self._handle).recv_buffer = loop._recv_buffer
         (<TCPHandle*>self._handle).buffered = self._buffered
         uv.uv_tcp_init(loop.uvloop, self._handle)
-        err = uv.uv_tcp_open(self._handle, self._sock_fd)
+        err = uv.uv_tcp_open(self._handle, fd)
         if err < 0:
             self._handle.data = NULL
             uv.uv_close(<uv.uv_handle_t*>self._handle, _on_tcp_close)
@@ -257,20 +341,22 @@ cdef class TCPTransport:
         self._server = server
         if server is not None:
             server._attach(self)
-        loop._transports[self._sock_fd] = self
-        loop.call_soon(self._protocol.connection_made, self)
-        loop.call_soon(self._start_reading)   # after connection_made, which may pause us
+        # Which transport owns the descriptor, weakly (add_reader's check:
+        # UVLoop._ensure_fd_no_transport); given back in _close_handle.
+        loop._tcp_transports[fd] = PyWeakref_NewRef(self, None)
+        loop._call_soon_c(self._protocol.connection_made, (self,))
+        loop._call_soon_c(self._start_reading, ())   # after connection_made, which may pause us
         if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+            loop._call_soon_c(_set_result_unless_cancelled, (waiter, None))
 
     def __repr__(self):
-        if self._sock is None:
+        if self._handle is NULL:
             return "<TCPTransport closed>"
         state = "closing" if self._closing else "paused" if self._paused else "reading"
         return f"<TCPTransport fd={self._sock_fd} {state} buffered={self.get_write_buffer_size()}>"
 
     def __del__(self):
-        if self._sock is not None:
+        if self._handle is not NULL:
             warnings.warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
 
     def __dealloc__(self):
@@ -279,14 +365,21 @@ cdef class TCPTransport:
         if self._handle is not NULL:
             if self._sock is not None:
                 self._sock.detach()
+            self._forget_fd()
             _close_handle(<uv.uv_handle_t*>self._handle)
             self._handle = NULL
         self._release_user_buffer()
+
+    cdef _forget_fd(self):
+        # The descriptor goes back to the kernel: no transport owns it now.
+        if self._loop is not None and self._loop._tcp_transports is not None:
+            self._loop._tcp_transports.pop(self._sock_fd, None)
 
     cdef _abandon(self):
         # The loop is closing with this transport open (UVLoop._close_uv):
         # libuv closes the handle; we drop our references and say so.
         warnings.warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+        self._forget_fd()
         self._handle = NULL
         if self._sock is not None:
             self._sock.detach()
@@ -298,13 +391,49 @@ cdef class TCPTransport:
     # -- asyncio.BaseTransport -------------------------------------------------------
 
     def get_extra_info(self, name, default=None):
-        """``socket``, ``sockname``, ``peername``, or what the loop added; else ``default``."""
+        """``socket``, ``sockname``, ``peername``, or what the loop added; else ``default``.
+
+        For a connection this loop accepted, the socket object and the local
+        address are made when first asked for (uvloop does the same), and
+        the peer's address comes from accept(2); asked for the first time
+        after the transport has closed, ``socket`` and ``sockname`` are None.
+        """
+        if self._extra is None:
+            if name == "peername":
+                return _address(<sockaddr*>&self._peer)
+            if name != "socket" and name != "sockname":
+                return default   # an accepted connection has no other key
+            self._extra = self._accepted_extra()
         return self._extra.get(name, default)
+
+    cdef dict _accepted_extra(self):
+        # The table Part III's accept makes ({"peername": address} and what
+        # _socket_extra adds), made now that someone asks.
+        cdef sockaddr_storage local
+        cdef socklen_t length = sizeof(local)
+        sockname = None
+        if self._handle is not NULL and getsockname(self._sock_fd, <sockaddr*>&local, &length) == 0:
+            sockname = _address(<sockaddr*>&local)
+        return {"socket": self._socket(), "sockname": sockname,
+                "peername": _address(<sockaddr*>&self._peer)}
+
+    cdef object _socket(self):
+        # The socket object; for an accepted connection made now, once, over
+        # the descriptor libuv owns (detached at close, as the user's is).
+        if self._sock is None and self._handle is not NULL:
+            self._sock = socket.socket(self._family, socket.SOCK_STREAM | _SOCK_NONBLOCK,
+                                       self._proto, self._sock_fd)
+            if not _SOCK_NONBLOCK:
+                self._sock.setblocking(False)
+        return self._sock
 
     def is_closing(self):
         return self._closing
 
     def set_protocol(self, protocol):
+        self._set_protocol(protocol)
+
+    cdef _set_protocol(self, protocol):
         self._protocol = protocol
         self._buffered = isinstance(protocol, _BufferedProtocol)
         if self._handle is not NULL:
@@ -323,7 +452,7 @@ cdef class TCPTransport:
         self._flush()
         if self._conn_lost == 0 and not self._buffer_size():
             self._conn_lost += 1
-            self._loop.call_soon(self._call_connection_lost, None)
+            self._loop._call_soon_c(self._call_connection_lost, (None,))
         # else _on_written finishes the close when the last write is done.
 
     def abort(self):
@@ -492,7 +621,7 @@ cdef class TCPTransport:
         control.  Not zero-copy, but the same contract: in order, whole,
         and nobody else's write in the middle.
         """
-        self._loop._check_sendfile_params(self._sock, file, offset, count)
+        self._loop._check_sendfile_params(self.get_extra_info("socket"), file, offset, count)
         # What asyncio's native path takes, and only that: a regular file
         # (anything else is the fallback's, and fallback=False refuses it).
         try:
@@ -618,15 +747,14 @@ cdef class TCPTransport:
         if self._closing:
             if not self._conn_lost:
                 self._conn_lost += 1
-                self._loop.call_soon(self._call_connection_lost, None)
+                self._loop._call_soon_c(self._call_connection_lost, (None,))
         elif self._eof:
             self._shutdown()
 
     cdef _shutdown(self):
-        try:
-            self._sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass   # the peer is gone already: connection_lost will say so
+        # A failure means the peer is gone already: connection_lost will say so.
+        if self._handle is not NULL:
+            shutdown(self._sock_fd, SHUT_WR)
 
     # -- Closing ------------------------------------------------------------------------
 
@@ -648,7 +776,7 @@ cdef class TCPTransport:
         self._closing = True
         self._stop_reading()
         self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
+        self._loop._call_soon_c(self._call_connection_lost, (exc,))
 
     def _call_connection_lost(self, exc):
         try:
@@ -673,6 +801,117 @@ cdef class TCPTransport:
         if self._sock is not None:
             self._sock.detach()
             self._sock = None
+        self._forget_fd()
         Py_INCREF(self)   # until _on_tcp_close
         uv.uv_close(<uv.uv_handle_t*>self._handle, _on_tcp_close)
         self._handle = NULL
+
+
+# -- Addresses --------------------------------------------------------------------------
+
+cdef object _address(const sockaddr* address):
+    # An IPv4 or IPv6 address as the socket module gives it: (host, port),
+    # or (host, port, flowinfo, scope_id); None for any other family.
+    cdef char host[INET6_ADDRSTRLEN]
+    cdef const sockaddr_in* ipv4
+    cdef const sockaddr_in6* ipv6
+    if address.sa_family == AF_INET:
+        ipv4 = <const sockaddr_in*>address
+        if inet_ntop(AF_INET, &ipv4.sin_addr, host, sizeof(host)) is NULL:
+            return None
+        return (host.decode("ascii"), ntohs(ipv4.sin_port))
+    if address.sa_family == AF_INET6:
+        ipv6 = <const sockaddr_in6*>address
+        if inet_ntop(AF_INET6, &ipv6.sin6_addr, host, sizeof(host)) is NULL:
+            return None
+        return (host.decode("ascii"), ntohs(ipv6.sin6_port), ntohl(ipv6.sin6_flowinfo),
+                ipv6.sin6_scope_id)
+    return None
+
+
+# -- Accepting connections ----------------------------------------------------------------
+#
+# Discussion: Part III accepts in Python: socket.accept() builds a socket
+# object (its family and type read back as enums), the loop makes it
+# non-blocking, builds the transport's extra-info table, and a second
+# accept ends the turn by raising BlockingIOError.  Counted by callgrind,
+# that path was the larger part of what uv spent more than uvloop on a
+# connection per request (chapters/libuv.md).  Here the listener's
+# readiness callback is a C object: accept4(2) returns a non-blocking
+# descriptor and the peer's address at once, EAGAIN is a return value,
+# and the transport is made in C around the bare descriptor; the socket
+# object and the local address are made only if someone asks
+# (TCPTransport.get_extra_info).  What the listener does is Part III's,
+# rule for rule: up to ``backlog`` connections per readiness, a protocol
+# factory that raises is reported and its connection closed, and out of
+# descriptors the listener rests (Part III's _accept_back_off).  TLS
+# listeners, and any socket that is not TCP, keep Part III's Python path.
+
+@cython.final
+cdef class _TCPListener:
+    """The reader of one listening TCP socket of a Server (internal): accepts in C."""
+
+    cdef UVLoop loop
+    cdef object sock              # the listening socket (the Server's)
+    cdef int fd
+    cdef int family
+    cdef int proto
+    cdef object protocol_factory
+    cdef object server
+    cdef int backlog
+    cdef tuple serving            # _start_serving's arguments: how Part III restarts us
+    cdef bint resting             # made again after a rest that no accept has ended yet
+
+    def __repr__(self):
+        return f"<_TCPListener fd={self.fd}>"
+
+    def __call__(self):
+        cdef int i, conn, err
+        cdef sockaddr_storage peer
+        cdef socklen_t length
+        for i in range(self.backlog):
+            length = sizeof(peer)
+            conn = tinyloop_accept(self.fd, <sockaddr*>&peer, &length)
+            if conn < 0:
+                err = errno
+                if err == EINTR:
+                    continue
+                if err == EAGAIN or err == ECONNABORTED:
+                    return   # the queue is empty, or a client gave up before we took it
+                if err == EWOULDBLOCK:
+                    return   # EAGAIN's other name, where it has one
+                exc = OSError(err, os.strerror(err))   # the subclass socket.accept would raise
+                if err not in _OUT_OF_RESOURCES:
+                    raise exc   # reported with this handle by the loop's exception handler
+                self.loop._accept_back_off(exc, *self.serving)
+                return
+            if self.resting:
+                self.resting = False
+                if self.loop._accept_backoff.pop(self.fd, None) is not None:
+                    _aio_base_events.logger.info("accepting connections on %r again", self.sock)
+            self._serve(conn, <sockaddr*>&peer, length)
+
+    cdef _serve(self, int fd, const sockaddr* peer, socklen_t length):
+        # Part III's _accept_plain, on a bare descriptor.
+        cdef TCPTransport transport
+        try:
+            protocol = self.protocol_factory()
+        except (SystemExit, KeyboardInterrupt):
+            c_close(fd)
+            raise
+        except BaseException as exc:
+            conn = socket.socket(self.family, socket.SOCK_STREAM, self.proto, fd)
+            conn.close()
+            self.loop.call_exception_handler({"message": "Error in protocol_factory() while accepting",
+                                              "exception": exc, "socket": conn})
+            return
+        transport = TCPTransport.__new__(TCPTransport)
+        transport._family = self.family
+        transport._proto = self.proto
+        memcpy(&transport._peer, peer, min(<size_t>length, sizeof(transport._peer)))
+        try:
+            transport._open(self.loop, fd, protocol, None, self.server)
+        except BaseException:
+            if transport._handle is NULL:
+                c_close(fd)   # libuv never took it
+            raise
