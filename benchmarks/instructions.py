@@ -9,9 +9,10 @@
 Why a count and not a time: benchmarks/README.md, Part IV.  Per loop and
 operation: callgrind's total ("Collected"; no profile written) for N and
 N + DELTA operations, the difference over DELTA, so start-up and imports
-cancel out.  The rows are benchmarks/peers/echo_server.py's LOOPS and
-``uv/timer-per-handle`` (benchmarks/uv_variants.py); a loop that does not
-import gives a row that says so.
+cancel out.  The rows are benchmarks/peers/echo_server.py's LOOPS,
+``uv/timer-per-handle`` (benchmarks/uv_variants.py), and tinyloop.ring on
+each core (``ring``: Cython on liburing, ``ring/python``: ctypes;
+tinyloop/ring/core.py); a loop that does not import gives a row that says so.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import functools
 import os
 import signal
 import socket
@@ -39,7 +41,8 @@ from tinyloop.testing import recv_response
 __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
 PER_TIMER = "uv/timer-per-handle"
-LOOP_NAMES = (*LOOPS, PER_TIMER)
+RING_CORES = {"ring": "cython", "ring/python": "python"}  # row -> tinyloop.ring's core
+LOOP_NAMES = (*LOOPS, PER_TIMER, *RING_CORES)
 
 
 def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
@@ -73,6 +76,10 @@ def factory_for(name: str) -> Callable[[], Any]:
     if name == PER_TIMER:
         uv_variants.use("timer-per-handle")
         return loop_factory("uv")
+    if name in RING_CORES:
+        from tinyloop.ring import core, new_event_loop  # ImportError where io_uring is refused
+        core.proactor_type(RING_CORES[name])  # RuntimeError where the Cython core is not built
+        return functools.partial(new_event_loop, core=RING_CORES[name])
     return loop_factory(name)
 
 
@@ -120,7 +127,7 @@ def serve_for_count(loop: str, program: str, api: str) -> None:
         serving = asyncio_server.serve(f"{loop}-{api}", api, 0)
     else:
         serving = echo_server.serve(f"echo-{loop}-{api}", api, 0)
-    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+    with asyncio.Runner(loop_factory=factory_for(loop)) as runner:
         runner.run(serving)
 
 
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.requests:
         loads = list(REQUEST_LOADS) if args.requests == "all" else args.requests.split(",")
-        unknown = [name for name in [*loads, *args.loops.split(",")] if name not in {*REQUEST_LOADS, *LOOPS}]
+        unknown = [name for name in [*loads, *args.loops.split(",")] if name not in {*REQUEST_LOADS, *LOOPS, *RING_CORES}]
         if unknown:
             parser.error(f"unknown load or loop: {', '.join(unknown)}")
         experiment.require("instructions", "valgrind")
