@@ -176,3 +176,38 @@ def test_a_protocol_factory_that_raises_is_reported_and_the_listener_goes_on(
     server.close()
     run(loop, server.wait_closed())
     assert len(reports) == 1
+
+
+def test_a_servers_clients_are_kept_weakly_in_c(loop: asyncio.AbstractEventLoop) -> None:
+    """tinyloop.uv.loop.Server's ClientSet: close_clients reaches every client, wait_closed waits for
+    them, and a transport nobody holds is collected (with its warning), as from Part III's WeakSet."""
+    import gc
+    import warnings
+
+    protocols = [Seen(asks=()), Seen(asks=())]
+    server = run(loop, loop.create_server(lambda: protocols.pop(0) if protocols else Seen(asks=()), HOST, 0))
+    assert type(server._clients).__name__ == "ClientSet"
+    address = server.sockets[0].getsockname()
+    first, second = (socket.create_connection(address, timeout=5) for _ in range(2))
+    run_until(loop, lambda: len(server._clients) == 2)
+    kept, dropped = list(server._clients)
+    dropped.pause_reading()   # libuv lets go of it: only our names hold it now
+    dropped.get_protocol().transport = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del dropped
+        gc.collect()
+    messages = [str(w.message) for w in caught]
+    del caught   # each warning holds its source, the transport
+    gc.collect()
+    assert any("unclosed transport" in message for message in messages)
+    assert len(server._clients) == 1 and list(server._clients) == [kept]
+    server.close()
+    waiting = asyncio.ensure_future(server.wait_closed(), loop=loop)
+    run(loop, asyncio.sleep(0.05))
+    assert not waiting.done(), "wait_closed must wait for the client still connected"
+    server.close_clients()
+    run(loop, waiting)
+    assert len(server._clients) == 0
+    first.close()
+    second.close()

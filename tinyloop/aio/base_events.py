@@ -943,8 +943,8 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                 listener.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for listener in sockets:
             listener.setblocking(False)
-        server = Server(self, sockets, protocol_factory, ssl, backlog,
-                        ssl_handshake_timeout, ssl_shutdown_timeout)
+        server = self._make_server(sockets, protocol_factory, ssl, backlog,
+                                   ssl_handshake_timeout, ssl_shutdown_timeout)
         if start_serving:
             server._start_serving()
             await asyncio.sleep(0)  # let the loop register the listeners
@@ -1211,6 +1211,14 @@ class BaseEventLoop(reactor.Loop, asyncio.AbstractEventLoop):
                 raise
         assert error is not None
         raise error
+
+    def _make_server(self, sockets: list[socket.socket],
+                     protocol_factory: Callable[[], asyncio.BaseProtocol],
+                     ssl_context: ssl_module.SSLContext | None, backlog: int,
+                     ssl_handshake_timeout: float | None, ssl_shutdown_timeout: float | None) -> Server:
+        """create_server's Server (tinyloop.uv's loop makes one whose clients are kept in C)."""
+        return Server(self, sockets, protocol_factory, ssl_context, backlog, ssl_handshake_timeout,
+                      ssl_shutdown_timeout)
 
     # -- Hooks the selector loop supplies ------------------------------------------------
 

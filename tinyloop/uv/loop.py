@@ -33,6 +33,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from tinyloop.aio import base_events
 from tinyloop.aio import events as aio_events
 from tinyloop.aio import selector_events
 from tinyloop.aio import unix_events
@@ -68,6 +69,27 @@ class _NoSelector:
         pass
 
 
+class Server(base_events.Server):
+    """Part III's Server, with its clients kept in C (tinyloop/uv/tcp.pyx's ClientSet).
+
+    A transport calls ``server._attach(transport)`` when made and
+    ``_detach(transport)`` when lost, once per connection: here both are the
+    C set's own methods, so neither runs a Python frame; the set calls
+    :meth:`_last_client_gone` when it empties.  The set is weak, as Part
+    III's WeakSet: a transport nobody holds is collected.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._clients = _loop.ClientSet(self._last_client_gone)  # type: ignore[assignment]
+        self._attach = self._clients.add  # type: ignore[method-assign]
+        self._detach = self._clients.discard  # type: ignore[method-assign]
+
+    def _last_client_gone(self) -> None:
+        if self._sockets is None:  # closed, and now nobody is left: wait_closed() returns
+            self._wakeup()
+
+
 class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
     """An ``asyncio.AbstractEventLoop`` on libuv (Linux, macOS, the BSDs).
 
@@ -87,6 +109,10 @@ class Loop(_loop.UVLoop, unix_events.SelectorEventLoop):
         if selector_events._socket_kind(sock)[0] in selector_events._INET:  # ints: no enum made per connection
             return _loop.TCPTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+
+    def _make_server(self, *args: Any) -> Server:
+        """create_server's Server: Part III's, with its clients kept in C."""
+        return Server(self, *args)
 
     def _make_subprocess(self, protocol: asyncio.SubprocessProtocol, args: Any, shell: bool,
                          stdin: Any, stdout: Any, stderr: Any, bufsize: int, *,

@@ -915,3 +915,46 @@ cdef class _TCPListener:
             if transport._handle is NULL:
                 c_close(fd)   # libuv never took it
             raise
+
+
+# -- A server's clients ----------------------------------------------------------------------
+
+@cython.final
+cdef class ClientSet:
+    """The client transports of a tinyloop.uv Server, held weakly (tinyloop/uv/loop.py's Server).
+
+    What Part III's Server keeps in a weakref.WeakSet, in C: ``add`` and
+    ``discard`` run once per connection and make no Python call, unless
+    ``discard`` empties the set, which calls ``on_empty()``.  ``len()`` and
+    iteration (over the transports still alive) are what close(),
+    close_clients() and abort_clients() use.  Like WeakSet, it holds weak
+    references whose callback drops them when a transport is collected, and
+    finds a transport by a weak reference to it, which compares by referent.
+    """
+
+    cdef set _refs
+    cdef object _on_empty
+    cdef object _forget           # self._gone, bound once: every reference's callback
+
+    def __cinit__(self, on_empty):
+        self._refs = set()
+        self._on_empty = on_empty
+        self._forget = self._gone
+
+    def add(self, transport):
+        self._refs.add(PyWeakref_NewRef(transport, self._forget))
+
+    def discard(self, transport):
+        self._refs.discard(PyWeakref_NewRef(transport, None))
+        if not self._refs:
+            self._on_empty()
+
+    def _gone(self, ref):
+        self._refs.discard(ref)   # dead: found by itself (a dead reference equals only itself)
+
+    def __len__(self):
+        return len(self._refs)
+
+    def __iter__(self):
+        return iter([transport for transport in (ref() for ref in list(self._refs))
+                     if transport is not None])
