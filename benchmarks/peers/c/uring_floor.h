@@ -43,6 +43,14 @@
  *   * The ring is set up with IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN
  *     where the kernel has them (6.1), as the Python stages' is: completion
  *     work runs only inside our io_uring_enter calls.
+ *   * With TINYLOOP_SQPOLL=MS in the environment the ring is set up with
+ *     IORING_SETUP_SQPOLL instead (DEFER_TASKRUN is refused beside it): a
+ *     kernel thread of this process polls the SQ, and sleeps after MS
+ *     milliseconds (sq_thread_idle) without work.  A turn then submits with
+ *     io_uring_submit, which enters the kernel only to wake a sleeping
+ *     thread (IORING_SQ_NEED_WAKEUP), and waits in io_uring_enter only when
+ *     no CQE is ready.  sq_thread_cpu is not set: the thread inherits the
+ *     process's CPU affinity.  benchmarks/completion.py measures the two.
  *   * Where io_uring is missing or refused, the floor says why in one line
  *     and exits 1.
  */
@@ -83,6 +91,7 @@ static int held_next[BUFFERS];
 static unsigned held_start[BUFFERS], held_end[BUFFERS];
 static int listener = -1;
 static long open_conns = 0;
+static int sqpoll = 0;         /* the ring has an SQ poll thread (TINYLOOP_SQPOLL) */
 /* Out of descriptors: accept again after this (asyncio's and the stages' 1 s). */
 static struct __kernel_timespec rest = {.tv_sec = 1};
 
@@ -255,8 +264,18 @@ static int uring_setup(void) {
     struct io_uring_params params = {.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL
                                               | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
                                      .cq_entries = 4 * ENTRIES};
+    const char *idle = getenv("TINYLOOP_SQPOLL");
+    if (idle && *idle) {
+        char *end;
+        long ms = strtol(idle, &end, 10);
+        if (*end || ms < 0 || ms > 60000)
+            return -EDOM;  /* not a count of milliseconds */
+        params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SQPOLL;
+        params.sq_thread_idle = (unsigned)ms;
+        sqpoll = 1;
+    }
     int err = io_uring_queue_init_params(ENTRIES, &ring, &params);
-    if (err == -EINVAL) {  /* a kernel before 6.1 */
+    if (err == -EINVAL && !sqpoll) {  /* a kernel before 6.1 */
         params = (struct io_uring_params){.flags = IORING_SETUP_CQSIZE, .cq_entries = 4 * ENTRIES};
         err = io_uring_queue_init_params(ENTRIES, &ring, &params);
     }
@@ -293,15 +312,26 @@ static int uring_floor_main(int argc, char **argv, const char *name) {
     setsockopt(listener, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int err = uring_setup();
     if (err < 0) {
-        fprintf(stderr, "tinyloop: %s: io_uring cannot be used here: %s%s\n", name, strerror(-err),
-                err == -EPERM ? " (io_uring_disabled, or a seccomp filter)" : "");
+        if (err == -EDOM)
+            fprintf(stderr, "tinyloop: %s: TINYLOOP_SQPOLL must be milliseconds, 0 to 60000\n", name);
+        else
+            fprintf(stderr, "tinyloop: %s: io_uring cannot be used here%s: %s%s\n", name,
+                    sqpoll ? " with SQPOLL" : "", strerror(-err),
+                    err == -EPERM ? " (io_uring_disabled, or a seccomp filter)" : "");
         return 1;
     }
     floor_announce(name, listener);
 
     /* This loop is the whole event loop: submit, wait for completions, act on them. */
     while (!stopping) {
-        err = io_uring_submit_and_wait(&ring, 1);
+        if (sqpoll) {
+            /* The thread submits; enter only to wake it, or to wait. */
+            struct io_uring_cqe *first;
+            err = io_uring_submit(&ring);
+            if (err >= 0 && !io_uring_cq_ready(&ring))
+                err = io_uring_wait_cqe(&ring, &first);
+        } else
+            err = io_uring_submit_and_wait(&ring, 1);
         if (err < 0 && err != -EINTR && err != -EAGAIN && err != -EBUSY) {
             fprintf(stderr, "tinyloop: %s: io_uring_enter: %s\n", name, strerror(-err));
             break;
