@@ -19,11 +19,21 @@ stage beside them where the comparison means something:
   memory     benchmarks.memory's RSS with 0, 1,000 and 10,000 idle keep-alive
              connections, and the slope: bytes per connection (the same rows).
              -> completion_memory.md
+  sqpoll     the C floor on io_uring with and without an SQ poll thread
+             (TINYLOOP_SQPOLL, IORING_SETUP_SQPOLL): the server pinned to one
+             CPU and wrk to the other, at depth 1 and 24, the server's CPU
+             time per request (its process clock, the poll thread included:
+             the thread's own times from /proc/PID/task are kept beside it),
+             requests/s, where each thread ran, and, in the syscalls rows,
+             its system calls per request.  The decision: SQPOLL is used only
+             if it lowers CPU per request at both depths.  -> completion_sqpoll.md
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import sys
@@ -34,7 +44,7 @@ from pathlib import Path
 from benchmarks import loads, memory, servers, syscalls
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display, version_line
-from benchmarks.harness.process import choose_pinning, raise_nofile
+from benchmarks.harness.process import CPU_SOURCE, choose_pinning, cpu_seconds, raise_nofile
 from benchmarks.harness.strace import strace_problem
 from benchmarks.loads import Settings
 from tinyloop import stages
@@ -53,6 +63,9 @@ STAGES = {"uring": UringServer, "uring-multishot": MultishotServer}
 COMPARED = ["epoll", "uring", "uring-multishot", "c-epoll", "c-uring"]
 CLIENTS = 10
 ROUNDS = 20
+# The SQ poll thread sleeps after this many milliseconds without work (sq_thread_idle); under a
+# steady load it never does.
+SQPOLL_IDLE_MS = 100
 
 
 class RecordingRing(uring.Ring):
@@ -157,9 +170,130 @@ def compared() -> list[servers.Server]:
             for name in COMPARED]
 
 
+def sqpoll_server() -> servers.Server:
+    """c-uring with an SQ poll thread: the same binary, TINYLOOP_SQPOLL=SQPOLL_IDLE_MS in its environment."""
+    plain = servers.peer_server("c-uring")
+    return dataclasses.replace(plain, name="c-uring-sqpoll", env={"TINYLOOP_SQPOLL": str(SQPOLL_IDLE_MS)},
+                               summary=f"{plain.summary}; IORING_SETUP_SQPOLL, sq_thread_idle {SQPOLL_IDLE_MS} ms")
+
+
+def threads(pid: int) -> dict[str, dict]:
+    """Process ``pid``'s threads from /proc/PID/task (proc(5)): {tid: {name, cpu_s (utime + stime,
+    clock ticks), last_cpu (the CPU it last ran on), allowed (its Cpus_allowed_list)}}."""
+    found = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": fields from state on
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:
+            continue  # ended between listing and reading
+        allowed = next((line.split(":", 1)[1].strip() for line in status.splitlines()
+                        if line.startswith("Cpus_allowed_list:")), None)
+        # proc(5) numbers from 1 with pid and comm: utime is field 14, stime 15, processor 39.
+        found[tid] = {"name": name, "cpu_s": (int(fields[11]) + int(fields[12])) / tick,
+                      "last_cpu": int(fields[36]), "allowed": allowed}
+    return found
+
+
+def measure_sqpoll_point(server: servers.Server, depth: int, settings: Settings, pinning: dict,
+                         workdir: Path, warmup: int) -> dict:
+    """``server`` under wrk at ``depth``: CPU time per request (µs), requests/s, and its threads."""
+    load = loads.get(syscalls.DEPTH_LOADS[depth])
+    record: dict = {"server": server.name, "depth": depth, "load": load.name, "status": "error", "note": None}
+    process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
+    if process is None:
+        return {**record, "note": failure[1]}
+    try:
+        before, tasks_before = cpu_seconds(process), threads(process.pid)
+        result, _, _ = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
+                                 pinning["load_prefix"])
+        after, tasks_after = cpu_seconds(process), threads(process.pid)
+    finally:
+        process.stop()
+    if not result.completed or before is None or after is None:
+        return {**record, "note": result.error or "no request answered, or no CPU clock"}
+    cpu = after - before
+    tasks = [{**task, "cpu_s": round(task["cpu_s"] - tasks_before.get(tid, {"cpu_s": 0.0})["cpu_s"], 3)}
+             for tid, task in sorted(tasks_after.items(), key=lambda item: int(item[0]))]
+    poller = next((t for t in tasks if t["name"].startswith("iou-sqp")), None)
+    return {**record, "status": "ok", "requests": result.completed, "seconds": result.seconds,
+            "rps": round(result.rps or result.completed / result.seconds, 1), "cpu_s": round(cpu, 4),
+            "cpu_us_per_request": round(cpu * 1e6 / result.completed, 3),
+            "threads_cpu_s": round(sum(t["cpu_s"] for t in tasks), 3), "threads": tasks,
+            "poller_cpu_share": round(poller["cpu_s"] / cpu, 3) if poller and cpu else None,
+            "note": f"wrk counted {result.failed} failed requests" if result.failed else None}
+
+
+def measure_sqpoll(quick: bool) -> dict:
+    """c-uring and c-uring-sqpoll under the same wrk loads (depth 1 and 24), pinned; and the decision."""
+    experiment.require("completion", "wrk")
+    chosen = [servers.peer_server("c-uring"), sqpoll_server()]
+    ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
+    duration, warmup = (1.0, 20) if quick else (5.0, 200)
+    settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
+    pinning = pin()
+    with tempfile.TemporaryDirectory(prefix="completion-sqpoll-") as workdir:
+        points = [measure_sqpoll_point(server, depth, settings, pinning, Path(workdir), warmup)
+                  for depth in syscalls.DEPTH_LOADS for server in ready]
+    return {"settings": {"quick": quick, "duration_s": duration, "warmup_requests": warmup,
+                         "sq_thread_idle_ms": SQPOLL_IDLE_MS},
+            "pinning": {k: v for k, v in pinning.items() if not k.endswith("_prefix")},
+            "cpu_source": CPU_SOURCE, "skipped": skipped, "points": points, **sqpoll_decision(points)}
+
+
+def sqpoll_decision(points: list[dict]) -> dict:
+    """The rule: SQPOLL is used only if c-uring-sqpoll's CPU per request is below c-uring's at every
+    depth.  Returns ``uses`` (bool or None: not measured), ``decision`` (the words the chapter
+    quotes) and ``cpu_ratio`` {depth: sqpoll / plain CPU per request}."""
+    cpu = {(p["server"], p["depth"]): p.get("cpu_us_per_request") for p in points if p["status"] == "ok"}
+    ratios = {str(depth): round(cpu[("c-uring-sqpoll", depth)] / cpu[("c-uring", depth)], 2)
+              for depth in syscalls.DEPTH_LOADS
+              if cpu.get(("c-uring", depth)) and cpu.get(("c-uring-sqpoll", depth))}
+    if len(ratios) < len(syscalls.DEPTH_LOADS):
+        return {"uses": None, "decision": "not measured", "cpu_ratio": ratios}
+    uses = all(ratio < 1 for ratio in ratios.values())
+    return {"uses": uses, "decision": "uses SQPOLL" if uses else "does not use SQPOLL", "cpu_ratio": ratios}
+
+
+def render_sqpoll(data: dict) -> str:
+    """completion_sqpoll.md, from the JSON alone."""
+    sq = data["sqpoll"]
+    calls = {(p["server"], p["depth"]): p["per_request"]["total"]
+             for p in data["syscalls"]["points"] if p.get("per_request")}
+    lines = ["| server | depth | requests/s | server CPU per request, µs | of it, the SQ thread "
+             "| system calls per request |", "|---|---:|---:|---:|---:|---:|"]
+    for p in sq["points"]:
+        if p["status"] != "ok":
+            lines.append(f"| `{p['server']}` | {p['depth']} | {p['note']} | | | |")
+            continue
+        share = f"{p['poller_cpu_share']:.0%}" if p["poller_cpu_share"] is not None else "—"
+        called = calls.get((p["server"], p["depth"]))
+        lines.append(f"| `{p['server']}` | {p['depth']} | {p['rps']:,.0f} | {p['cpu_us_per_request']:.2f} "
+                     f"| {share} | {_three_places(called) if called is not None else '—'} |")
+    pin = sq["pinning"]
+    where = (f"server on CPU {pin['server_cpus']} (its SQ thread inherits that affinity: sq_thread_cpu unset), "
+             f"wrk on CPU {pin['load_cpus']}" if pin.get("enabled") else f"unpinned ({pin.get('reason')})")
+    lines += ["", f"wrk {sq['settings']['duration_s']:g} s per row after {sq['settings']['warmup_requests']} "
+              f"requests of warm-up; {where}; sq_thread_idle {sq['settings']['sq_thread_idle_ms']} ms; CPU from "
+              f"{sq['cpu_source']}, which counts every thread of the process. Decision: this floor "
+              f"{sq['decision']} (SQPOLL only if it lowers CPU per request at both depths). "
+              f"{data['date'][:10]}, load average {data['load_average'][0] if data['load_average'] else '?'}."]
+    return "\n".join(lines) + "\n"
+
+
 def _three_places(value: float) -> str:
     # One call per thousand requests is this table's point: two places would show it as 0.00.
     return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+@functools.cache
+def pin() -> dict:
+    """choose_pinning's answer, asked once: it moves this process onto the load's CPU, after which a
+    second call would see one usable CPU and pin nothing."""
+    return choose_pinning(False)
 
 
 def count_syscalls(quick: bool) -> dict:
@@ -167,11 +301,11 @@ def count_syscalls(quick: bool) -> dict:
     if problem := strace_problem():
         return {"skipped": f"strace cannot count here: {problem}", "points": []}
     experiment.require("completion", "wrk")
-    chosen = compared()
+    chosen = [*compared(), sqpoll_server()]
     ready, skipped = experiment.prepared(chosen, servers.prepare, "completion")
     duration, warmup = (1.0, 20) if quick else (3.0, 200)
     settings = Settings(requests={}, duration=duration, socket_timeout=5.0, run_timeout=60.0)
-    pinning = choose_pinning(False)
+    pinning = pin()
     with tempfile.TemporaryDirectory(prefix="completion-syscalls-") as workdir:
         points = [syscalls.measure(server, depth, settings, pinning, Path(workdir), warmup)
                   for server in ready for depth in syscalls.DEPTH_LOADS]
@@ -219,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         batches = {stage: measure(stage, Path(tmp), clients, rounds) for stage in STAGES}
     counted = count_syscalls(args.quick)
     held = measure_memory(args.quick)
+    polled = measure_sqpoll(args.quick)
     data = experiment.document("completion", argv, clock, settings={"clients": clients, "rounds": rounds,
-                               "quick": args.quick}, batches=batches, syscalls=counted, memory=held)
+                               "quick": args.quick}, batches=batches, syscalls=counted, memory=held,
+                               sqpoll=polled)
     data["elapsed_s"] = clock.elapsed()
     figure(data, out.with_suffix(".svg"))
     sub = {key: {**{k: data[k] for k in ("date", "command", "machine", "load_average", "schema")}, **data[key],
@@ -228,13 +364,15 @@ def main(argv: list[str] | None = None) -> int:
            for key in ("syscalls", "memory")}
     extra = {out.with_name("completion_batches.md"): render_batches(data),
              out.with_name("completion_syscalls.md"): syscalls.markdown(sub["syscalls"], _three_places),
-             out.with_name("completion_memory.md"): memory.render(sub["memory"])}
+             out.with_name("completion_memory.md"): memory.render(sub["memory"]),
+             out.with_name("completion_sqpoll.md"): render_sqpoll(data)}
     experiment.finish(data, out, "\n".join(extra.values()), conclusion(data), extra=extra)
     return 0
 
 
 def conclusion(data: dict) -> str:
-    """The run in one line: SQEs per request, system calls per request at depth 24, bytes per idle connection."""
+    """The run in one line: SQEs per request, system calls per request at depth 24, bytes per idle
+    connection, and SQPOLL's CPU per request against the plain ring's."""
     parts = [f"{stage} {row['sqes_per_request']:.2f} SQEs/request" for stage, row in data["batches"].items()]
     for point in data["syscalls"]["points"]:
         if point["depth"] == 24 and point.get("per_request"):
@@ -242,6 +380,9 @@ def conclusion(data: dict) -> str:
     for name, row in data["memory"]["results"].items():
         if row.get("bytes_per_connection") is not None:
             parts.append(f"{name} {row['bytes_per_connection'] / 1024:.1f} KiB/idle connection")
+    for depth, ratio in data["sqpoll"]["cpu_ratio"].items():
+        parts.append(f"SQPOLL {ratio:.2f}x the CPU per request at depth {depth}")
+    parts.append(f"c-uring {data['sqpoll']['decision']}")
     return experiment.sentence("completion", parts)
 
 

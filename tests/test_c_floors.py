@@ -7,7 +7,9 @@ floor gets one server process for this module, built as the benchmarks build
 it (``benchmarks.servers.prepare``), and the tests talk to it over loopback
 as tests/test_servers.py talks to the stages: the answers, keep-alive by
 RFC 9112 section 9.3, pipelining, bad input, a client that never reads, and
-a clean stop on SIGTERM; and the echo floors (benchmarks/echo.py's c-epoll
+a clean stop on SIGTERM; c-uring once more with an SQ poll thread
+(TINYLOOP_SQPOLL: the thread is there, in the process, only when asked for, and
+a bad idle time is refused); and the echo floors (benchmarks/echo.py's c-epoll
 and c-uring): every byte back in order, EOF, backpressure.  A floor that
 cannot build or run here (no C
 compiler, no liburing, io_uring disabled) is skipped, saying why, and so is
@@ -17,10 +19,13 @@ the other io_uring peer, uringcore, where it cannot run.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +39,9 @@ from test_servers import get, read_until_eof, reset, wait_for_fds  # tests/ is o
 from test_servers import test_a_client_that_never_reads_is_held_back  # noqa: F401  (collected here too)
 from test_servers import test_keep_alive_http10_as_ab_sends_it  # noqa: F401
 
-FLOORS = ["c-epoll", "c-uring"]
+# c-uring-sqpoll: the c-uring binary with an SQ poll thread (TINYLOOP_SQPOLL), which benchmarks/completion.py
+# measures against it; it must answer every test as the others do.
+FLOORS = ["c-epoll", "c-uring", "c-uring-sqpoll"]
 TIMEOUT = 5.0   # seconds any one socket operation may take before the test fails
 NOT_FOUND = b"Not Found\n"
 # The answer to get() below, byte for byte (http_answer.h's respond()).
@@ -43,7 +50,8 @@ ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nConten
 
 
 def _floor(name: str) -> servers.Server:
-    server = servers.peer_server(name)
+    from benchmarks import completion
+    server = completion.sqpoll_server() if name == "c-uring-sqpoll" else servers.peer_server(name)
     if note := servers.prepare(server):
         pytest.skip(f"{name}: {note}")
     return server
@@ -52,8 +60,28 @@ def _floor(name: str) -> servers.Server:
 @pytest.fixture(scope="module", params=FLOORS)
 def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     server = _floor(request.param)
-    with ServerProcess(server.name, command=list(server.argv)) as proc:
+    with ServerProcess(server.name, command=list(server.argv), env=server.env) as proc:
         yield proc
+
+
+def _thread_names(pid: int) -> list[str]:
+    return sorted(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() for tid in os.listdir(f"/proc/{pid}/task"))
+
+
+def test_sqpoll_runs_an_sq_poll_thread_in_the_process_and_only_when_asked(server: ServerProcess) -> None:
+    if server.stage == "c-epoll":
+        pytest.skip("epoll has no ring")
+    assert http_get(server.address, "/") == (200, HELLO)
+    polling = [name for name in _thread_names(server.pid) if name.startswith("iou-sqp")]
+    assert len(polling) == (1 if server.stage == "c-uring-sqpoll" else 0), _thread_names(server.pid)
+
+
+def test_sqpoll_refuses_a_bad_idle_time_in_one_line() -> None:
+    floor = _floor("c-uring")
+    done = subprocess.run(list(floor.argv), env={**os.environ, "TINYLOOP_SQPOLL": "soon"},
+                          capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "tinyloop: c-uring: TINYLOOP_SQPOLL must be milliseconds, 0 to 60000"
 
 
 # --- the answers ----------------------------------------------------------------
@@ -172,7 +200,7 @@ def test_resets_and_many_connections_leak_no_descriptors(server: ServerProcess) 
 def test_sigterm_stops_with_clients_in_every_state_and_frees_the_port(server: ServerProcess) -> None:
     # A server of its own, stopped while one client is idle between requests,
     # one is half-way through a request, and one pipelines without reading.
-    with ServerProcess(server.stage, command=server.command) as proc:
+    with ServerProcess(server.stage, command=server.command, env=_floor(server.stage).env) as proc:
         clients = [proc.connect(TIMEOUT) for _ in range(3)]
         clients[0].sendall(get())
         assert recv_response(clients[0])[::2] == (200, HELLO)

@@ -311,6 +311,9 @@ static int uring_floor_main(int argc, char **argv, const char *name) {
     int one = 1;
     setsockopt(listener, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int err = uring_setup();
+    char label[64];  /* NAME, or NAME-sqpoll: the announce and stop lines say which ring this is */
+    snprintf(label, sizeof label, "%s%s", name, sqpoll ? "-sqpoll" : "");
+    name = label;
     if (err < 0) {
         if (err == -EDOM)
             fprintf(stderr, "tinyloop: %s: TINYLOOP_SQPOLL must be milliseconds, 0 to 60000\n", name);
