@@ -97,9 +97,10 @@ def go_peer(name: str, summary: str, binary: str, package: str) -> Server:
                   env={"GOMAXPROCS": "1"}, setup=lambda: build_go(path, package))
 
 
-def _asyncio(loop: str, api: str, summary: str, setup: Callable[[], str | None] | None = None) -> Server:
+def _asyncio(loop: str, api: str, summary: str, setup: Callable[[], str | None] | None = None,
+             default: bool = True) -> Server:
     return Server(f"{loop}-{api}", "peer", summary, peer_argv("asyncio_server.py", "--loop", loop, "--api", api),
-                  needs=None if loop == "asyncio" else f"module:{loop}", setup=setup)
+                  needs=None if loop == "asyncio" else f"module:{loop}", setup=setup, default=default)
 
 
 def _uringcore_note() -> str | None:
@@ -115,8 +116,12 @@ PEERS: tuple[Server, ...] = (
     _asyncio("uvloop", "streams", "the same streams code on uvloop"),
     _asyncio("rloop", "protocol", "the same Protocol code on rloop (Rust)"),
     _asyncio("rloop", "streams", "the same streams code on rloop (Rust)"),
-    _asyncio("uringcore", "protocol", "the same Protocol code on uringcore (io_uring, Rust)", _uringcore_note),
-    _asyncio("uringcore", "streams", "the same streams code on uringcore (io_uring, Rust)", _uringcore_note),
+    # Asked for by name only: uringcore 0.9.1 slows to a few answers a second after about a thousand
+    # requests, so a default run would spend its warm-ups waiting on it (--peers uringcore-protocol).
+    _asyncio("uringcore", "protocol", "the same Protocol code on uringcore (io_uring, Rust)", _uringcore_note,
+             default=False),
+    _asyncio("uringcore", "streams", "the same streams code on uringcore (io_uring, Rust)", _uringcore_note,
+             default=False),
     go_peer("go-nethttp", "Go net/http", "go-nethttp", "."),
     Server("node-http", "peer", "Node.js http module", peer_argv("node/server.js"), needs="node"),
     c_peer("c-epoll", "the floor: a minimal C server on epoll, no Python", "http_floor"),
