@@ -4,6 +4,7 @@
     python -m benchmarks.sitting --list                 the steps, in order, with each one's command
     python -m benchmarks.sitting --reference            run them all and write benchmarks/results/sitting.json
     python -m benchmarks.sitting --reference --from tornado     resume at a step (a failed one, say)
+    python -m benchmarks.sitting --table                the log as benchmarks/README.md's table
 
 A chapter quotes only its Part's committed results (benchmarks/README.md, "The reference runs,
 Part by Part").  Numbers taken at different times on a shared 2-core machine disagree by more
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["LIMITS_BEFORE", "STEPS", "Step", "main"]
+__all__ = ["LIMITS_BEFORE", "STEPS", "Step", "main", "shown", "table"]
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "sitting.json"
@@ -52,51 +53,56 @@ ANY = ["--cpus-load", "any", "--cpus-proxy", "any", "--cpus-app", "any", "--cpus
 
 @dataclass(frozen=True)
 class Step:
-    """One experiment: ``name`` (unique), the ``parts`` of the book that read it, ``argv`` after
-    ``python``, and whether it ``counts`` (instructions or system calls: not a timing)."""
+    """One experiment: ``name`` (unique), the committed ``files`` it writes under
+    benchmarks/results/, the ``parts`` of the book that read them, ``argv`` after ``python``, and
+    whether it ``counts`` (instructions or system calls: not a timing)."""
     name: str
+    files: str
     parts: str
     argv: tuple[str, ...]
     counts: bool = False
 
 
-def _step(name: str, parts: str, *argv: str, counts: bool = False) -> Step:
-    return Step(name, parts, ("-m", *argv), counts)
+def _step(name: str, files: str, parts: str, *argv: str, counts: bool = False) -> Step:
+    return Step(name, files, parts, ("-m", *argv), counts)
 
 
 STEPS: tuple[Step, ...] = (
-    _step("run", "0, I, II, III, IV", "benchmarks.run", "--reference"),
-    _step("idle", "I", "benchmarks.idle", "--reference"),
-    _step("limits", "I", "benchmarks.limits", "--before", BEFORE, "--reference"),
-    _step("fairness", "0, II", "benchmarks.fairness", "--reference", "--repeat", "5"),
-    _step("stack_cost", "II", "benchmarks.stack_cost", "--reference"),
-    _step("fairness-profile", "II", "benchmarks.fairness", "--profile", "callbacks,coroutines",
+    _step("run", "latest.json, latest.png", "0, I, II, III, IV", "benchmarks.run", "--reference"),
+    _step("idle", "idle.json", "I", "benchmarks.idle", "--reference"),
+    _step("limits", "limits.json", "I", "benchmarks.limits", "--before", BEFORE, "--reference"),
+    _step("fairness", "fairness.json", "0, II", "benchmarks.fairness", "--reference", "--repeat", "5"),
+    _step("stack_cost", "stack_cost.json", "II", "benchmarks.stack_cost", "--reference"),
+    _step("fairness-profile", "profile.txt", "II", "benchmarks.fairness", "--profile", "callbacks,coroutines",
           "--reference"),
-    _step("stack_cost-profile", "II", "benchmarks.stack_cost", "--profile", "--reference"),
-    _step("echo", "III, IV", "benchmarks.echo", "--reference", "--repeat", "3"),
-    _step("micro", "III, IV", "benchmarks.micro", "--reference"),
-    _step("aio_changes", "III", "benchmarks.aio_changes", "--reference"),
-    _step("aio_changes-profile", "III", "benchmarks.aio_changes", "--profile", "--reference"),
-    _step("uv_changes", "IV", "benchmarks.uv_changes", "--reference"),
-    _step("uv_changes-profile", "IV", "benchmarks.uv_changes", "--profile", "--reference"),
-    _step("memory", "IV", "benchmarks.memory", "--reference"),
-    _step("loops", "IV, VI", "benchmarks.run", "--reference", "--name", "loops", "--no-plot",
+    _step("stack_cost-profile", "profile_generators.txt", "II", "benchmarks.stack_cost", "--profile", "--reference"),
+    _step("echo", "echo.json", "III, IV", "benchmarks.echo", "--reference", "--repeat", "3"),
+    _step("micro", "micro.json", "III, IV", "benchmarks.micro", "--reference"),
+    _step("aio_changes", "aio_changes.json", "III", "benchmarks.aio_changes", "--reference"),
+    _step("aio_changes-profile", "profile_aio.txt", "III", "benchmarks.aio_changes", "--profile", "--reference"),
+    _step("uv_changes", "uv_changes.json", "IV", "benchmarks.uv_changes", "--reference"),
+    _step("uv_changes-profile", "profile_uv.txt", "IV", "benchmarks.uv_changes", "--profile", "--reference"),
+    _step("memory", "memory.json", "IV", "benchmarks.memory", "--reference"),
+    _step("loops", "loops.json", "IV, VI", "benchmarks.run", "--reference", "--name", "loops", "--no-plot",
           *LOOPS, "--repeat", "3"),
-    _step("loops_pipeline", "IV, VI", "benchmarks.run", "--reference", "--name", "loops_pipeline",
+    _step("loops_pipeline", "loops_pipeline.json", "IV, VI", "benchmarks.run", "--reference", "--name", "loops_pipeline",
           "--no-plot", *LOOPS, "--loads", "wrk-pipeline", "--repeat", "2"),
-    _step("pipeline", "V.1", "benchmarks.run", "--loads", "wrk-pipeline", "--name", "pipeline",
+    _step("pipeline", "pipeline.json", "V.1", "benchmarks.run", "--loads", "wrk-pipeline", "--name", "pipeline",
           "--no-plot", "--reference"),
-    _step("tornado", "V.2", "benchmarks.realworld.tornado_bench", "--reference"),
-    _step("notfaster", "V.3", "benchmarks.realworld.notfaster_bench", "--reference"),
-    _step("notfaster-unpinned", "V.3", "benchmarks.realworld.notfaster_bench", "--reference", *ANY),
-    _step("workers", "V.4", "benchmarks.workers", "--reference"),
-    _step("completion", "VI", "benchmarks.completion", "--reference"),
+    # The pipelining chapter includes the pipelined table as Markdown: a rendering, not a run.
+    _step("pipeline-report", "pipeline.md", "V.1", "benchmarks.report", "benchmarks/results/pipeline.json",
+          "--loads", "wrk-pipeline", "--markdown", "benchmarks/results/pipeline.md"),
+    _step("tornado", "tornado.json", "V.2", "benchmarks.realworld.tornado_bench", "--reference"),
+    _step("notfaster", "notfaster.json", "V.3", "benchmarks.realworld.notfaster_bench", "--reference"),
+    _step("notfaster-unpinned", "notfaster.json", "V.3", "benchmarks.realworld.notfaster_bench", "--reference", *ANY),
+    _step("workers", "workers.json", "V.4", "benchmarks.workers", "--reference"),
+    _step("completion", "completion.json", "VI", "benchmarks.completion", "--reference"),
     # Counts, not times: last, so nothing they run can disturb a timing.
-    _step("uv_changes-syscalls", "IV", "benchmarks.uv_changes", "--syscalls", "--reference",
+    _step("uv_changes-syscalls", "uv_changes_syscalls.txt", "IV", "benchmarks.uv_changes", "--syscalls", "--reference",
           counts=True),
-    _step("syscalls", "V.1", "benchmarks.syscalls", "--reference", counts=True),
-    _step("trace_cost", "IV", "benchmarks.trace_cost", "--reference", "--repeat", "2", counts=True),
-    _step("instructions", "IV", "benchmarks.instructions", "--reference", counts=True),
+    _step("syscalls", "syscalls.json", "V.1", "benchmarks.syscalls", "--reference", counts=True),
+    _step("trace_cost", "trace_cost.json", "IV", "benchmarks.trace_cost", "--reference", "--repeat", "2", counts=True),
+    _step("instructions", "instructions.json", "IV", "benchmarks.instructions", "--reference", counts=True),
 )
 
 
@@ -113,11 +119,15 @@ def _git(*argv: str) -> str:
                           text=True).stdout.strip()
 
 
+def shown(step: Step) -> str:
+    """The step's command as the README shows it (the worktree as /tmp/before, as limits' help has it)."""
+    return "python " + shlex.join(step.argv).replace(shlex.quote(BEFORE), "/tmp/before")
+
+
 def _run(step: Step, python: str, before: Path | None) -> dict:
     argv = [python, *(str(before) if arg == BEFORE else arg for arg in step.argv)]
-    shown = "python " + shlex.join(step.argv).replace(BEFORE, "/tmp/before")
-    print(f"\n=== {step.name} (Part {step.parts}): {shown}", flush=True)
-    record = {"name": step.name, "parts": step.parts, "command": shown, "counts": step.counts,
+    print(f"\n=== {step.name} (Part {step.parts}): {shown(step)}", flush=True)
+    record = {"name": step.name, "parts": step.parts, "command": shown(step), "counts": step.counts,
               "start": _now(), "load_start": _load()}
     began = time.monotonic()
     returncode = subprocess.call(argv, cwd=ROOT)
@@ -138,6 +148,20 @@ def _drop_worktree(path: Path) -> None:
     subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=False)
 
 
+def table(log: dict) -> str:
+    """The log as benchmarks/README.md's Markdown table: a row per step, in the sitting's order."""
+    rows = ["| Part | step | files | start (UTC) | seconds | command | load average |",
+            "|---|---|---|---|--:|---|---|"]
+    for record in log["steps"]:
+        step = next(step for step in STEPS if step.name == record["name"])
+        files = ", ".join(f"`{name}`" for name in step.files.split(", "))
+        kind = " (counts, not times)" if step.counts else ""
+        rows.append(f"| {step.parts} | {step.name} | {files} | {record['start'][:16].replace('T', ' ')} "
+                    f"| {record['seconds']:.0f} | `{shown(step)}` "
+                    f"| {record['load_start']} → {record['load_end']}{kind} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sitting",
                                      description=__doc__.split("\n\n")[0],
@@ -149,13 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", metavar="STEP",
                         help="start at this step; the log keeps the earlier steps' records")
     parser.add_argument("--only", metavar="STEPS", help="comma list of steps to run")
+    parser.add_argument("--table", action="store_true",
+                        help="print the committed log as benchmarks/README.md's table and exit")
     args = parser.parse_args(argv)
 
     names = [step.name for step in STEPS]
     if args.list:
         for step in STEPS:
             kind = "counts" if step.counts else "times"
-            print(f"{step.name:22} Part {step.parts:18} {kind:7} python {shlex.join(step.argv)}")
+            print(f"{step.name:22} Part {step.parts:18} {kind:7} {shown(step)}")
+        return 0
+    if args.table:
+        if not OUT.exists():
+            parser.error(f"{OUT.relative_to(ROOT)} is not there yet: run --reference first")
+        print(table(json.loads(OUT.read_text())))
         return 0
     if not args.reference:
         parser.error("a sitting writes the book's reference files: pass --reference (or --list)")
