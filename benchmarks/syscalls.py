@@ -133,7 +133,7 @@ def markdown(data: dict, figure: Callable[[float], str] = _figure) -> str:
         "never how fast; a slowed server finds more connections ready per wait, so at depth 1 "
         "*wait* reads a little low.",
         f"Measured on: {machine_line(data)}, {data['tools']['strace']}; {how}; {data['date'][:10]}"
-        + (f"; load average {max(load):.1f} (a shared machine: counts, unlike times, barely move with it)"
+        + (f"; load average {max(load):.1f} (counts, unlike times, barely move with it)"
            if load else "") + f". Command: `{data['command']}`.",
     ]
     if data.get("skipped"):

@@ -73,7 +73,7 @@ def describe_machine(data: dict) -> str:
         how += " (--quick: a smoke test, not a measurement)"
     load = data.get("load_average")
     if isinstance(load, list) and load:
-        how += f"; load average {max(load):.1f} (a shared machine)"
+        how += f"; load average {max(load):.1f} (the run's own processes count in it)"
     return f"{machine_line(data)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
 
 

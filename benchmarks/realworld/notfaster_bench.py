@@ -233,7 +233,7 @@ def render_markdown(data: dict) -> str:
         cores = "; ".join(f"{label} on CPU {where[part]}" if where[part] else f"{label} unpinned"
                           for part, label in parts)
         load = entry.get("load_average")
-        load = f", load average {max(load):.1f} (a shared machine)" if load else ""
+        load = f", load average {max(load):.1f} (the run's own processes count in it)" if load else ""
         out += [f"**Layout `{key}`**: {cores}. "
                 f"{entry['date']}, {mode}{load}: wrk -t1 -c {s['concurrency']}, {s['duration']:g} s per run, "
                 f"median of {s['repeat']} interleaved run(s) after the worker search "
