@@ -6,7 +6,9 @@
 # has the shape the book's {bench-idle} directive reads, and that select is
 # capped below FD_SETSIZE; and that the book's {bench-idle} directive
 # renders that JSON, or says how to make it.  One small run, on tiny
-# numbers: nothing here looks at a speed.
+# numbers: nothing here looks at its speed.  The committed reference run
+# (benchmarks/results/idle.json) is read once, to hold the readiness
+# chapter's sentences about it to what it shows.
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 from benchmarks import idle
 from benchmarks.harness import experiment
+from benchmarks.harness.summary import slope
 from test_docs import BUILD_TIMEOUT, page_text, sphinx_build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,3 +157,55 @@ def test_without_results_the_book_says_how_to_make_them(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout + built.stderr
     text = page_text((tmp_path / "out" / "html" / "index.html").read_text(encoding="utf-8"))
     assert "No idle-connection results yet: run python -m benchmarks.idle" in text
+
+
+def _said(text: str, phrase: str) -> bool:
+    """True if ``phrase`` is in ``text``, whatever the line breaks and spaces between its words."""
+    return " ".join(phrase.split()) in " ".join(text.split())
+
+
+def test_the_readiness_prose_agrees_with_the_committed_run() -> None:
+    """What chapters/readiness.md says of benchmarks/results/idle.json holds in that file; a new
+    reference run that breaks a sentence fails here, and the sentence is rewritten to say what the
+    run shows."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "idle.json").read_text(encoding="utf-8"))
+    text = (ROOT / "chapters" / "readiness.md").read_text(encoding="utf-8")
+    results = data["results"]
+    cpu = {stage: {int(n): s["cpu_us_per_req"] for n, s in by.items()} for stage, by in results.items()}
+    spread = {stage: {int(n): s["spread"]["cpu_us_per_req"] for n, s in by.items()} for stage, by in results.items()}
+    flat, climbing = ("epoll", "epoll-et", "kqueue"), ("select", "poll")
+
+    # "`select`, `poll` and `epoll` cost about the same ..., `epoll-et` and `kqueue` a little more at the
+    # median ..., and the ranges of the repetitions of all five overlap"
+    assert _said(text, "`select`, `poll` and `epoll` cost about the same")
+    assert _said(text, "the ranges of the repetitions of all five overlap")
+    lows, highs = zip(*(spread[stage][0] for stage in cpu))
+    assert max(lows) <= min(highs), "0 idle: the five ranges no longer overlap; say so in readiness.md"
+    assert min(cpu["epoll-et"][0], cpu["kqueue"][0]) > max(cpu[s][0] for s in ("select", "poll", "epoll")), (
+        "0 idle: epoll-et and kqueue are no longer above the other three at the median")
+
+    # "`select` and `poll` grow with N" (select faster: "the `select` row climbs faster than the `poll`
+    # row"); "`epoll`, `epoll-et` and `kqueue` stay flat ..., their slopes near zero and the ranges of
+    # their repetitions overlapping from one N to any other"
+    slopes = {stage: slope(sorted(cpu[stage].items())) * 1000 for stage in cpu}
+    assert 0 < slopes["poll"] < slopes["select"], slopes
+    assert all(abs(slopes[stage]) < slopes["poll"] / 10 for stage in flat), slopes
+    for stage in flat:
+        ranges = list(spread[stage].values())
+        assert all(a[0] <= b[1] and b[0] <= a[1] for a in ranges for b in ranges), (
+            f"{stage}: two idle counts' ranges no longer overlap; say so in readiness.md")
+
+    # "in the `poll` row the waits per request fall a little as N grows ..., one wait per ten requests,
+    # where `select`'s row is from the start"
+    assert _said(text, "in the `poll` row the waits per request fall a little as N grows")
+    waits = {stage: {int(n): s["waits_per_req"] for n, s in by.items()} for stage, by in results.items()}
+    counts = sorted(waits["poll"])
+    assert waits["poll"][counts[0]] > waits["poll"][counts[-1]] and round(waits["poll"][counts[-1]], 2) == 0.10
+    assert all(round(value, 2) == 0.10 for value in waits["select"].values())
+
+    # "requests per second, which falls with N for `select` and `poll` ...; p99 latency, which grows for
+    # `select` and `poll` at the larger counts"
+    for stage in climbing:
+        by = results[stage]
+        fewest, most = str(min(cpu[stage])), str(max(cpu[stage]))
+        assert by[most]["rps"] < by[fewest]["rps"] and by[most]["p99_ms"] > by[fewest]["p99_ms"], stage
