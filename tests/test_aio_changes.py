@@ -7,6 +7,8 @@
 # naming each; the per-operation variants really are what they say (a tuple
 # per handle, the check on every call); and --profile sums the time by
 # layer.  Loopback only, small counts, every subprocess bounded in time.
+# One test reads no clock of its own: it holds chapters/asyncio.md's
+# sentences about the committed run to what that run's files show.
 
 from __future__ import annotations
 
@@ -170,3 +172,80 @@ def test_the_nagle_variant_leaves_nodelay_off_and_the_loop_turns_it_on() -> None
         finally:
             loop.close()
             theirs.close()
+
+
+def test_the_chapter_reads_the_committed_run_as_it_is() -> None:
+    # chapters/asyncio.md's "What it costs" argues from the committed aio_changes.json (every row
+    # starred, which tests/test_docs.py holds), latest.json's wrk rows and echo.json's spreads;
+    # each sentence quoted below must still say what those files show.
+    results = ROOT / "benchmarks" / "results"
+    text = " ".join((ROOT / "chapters" / "asyncio.md").read_text(encoding="utf-8").split())
+    data = json.loads((results / "aio_changes.json").read_text(encoding="utf-8"))
+    rows = {row["key"]: row for row in data["rows"]}
+    micro = {row["key"]: row for row in data["micro"]}
+    ratio = {key: row["ratio"] for key, row in rows.items()}
+
+    assert "For the two big ideas they favour the design" in text
+    assert "in each of the three the variant's fastest run is faster than the real loop's slowest" in text
+    for key in ("transport", "transport-same-loop", "write-now"):
+        assert ratio[key] > 1, f"{key}: the variant's median is no longer above the real loop's"
+        assert rows[key]["without"]["min"] < rows[key]["with"]["max"], f"{key}: the ranges are apart now"
+    # "the medians fall on both sides of the real loop's, from {peername} to {init-fields} times it,
+    # and four variants that only add work (...) have the lower median"
+    small = ("no-task-accept", "peername", "debug-checks", "init-fields", "no-tuple", "selectors")
+    assert "rows/[key=peername]/ratio" in text and "rows/[key=init-fields]/ratio" in text
+    assert min(small, key=ratio.get) == "peername" and max(small, key=ratio.get) == "init-fields"
+    assert "four variants that only add work" in text
+    assert [key for key in ("no-task-accept", "peername", "debug-checks", "init-fields", "no-tuple")
+            if ratio[key] < 1] == ["no-task-accept", "peername", "debug-checks", "no-tuple"]
+
+    # Per operation: debug-checks above the real loop's median, its fastest run inside that range;
+    # init-fields and no-tuple below; no-tuple/1000's variant collecting twice as often.
+    checks = micro["debug-checks"]
+    assert "has a median well above the real loop's" in text and checks["ratio"] > 1.25
+    assert checks["with"]["min"] <= checks["without"]["min"] <= checks["with"]["max"]
+    assert "have medians below the real loop's, within the spread" in text
+    assert micro["init-fields"]["ratio"] < 1 and micro["no-tuple"]["ratio"] < 1
+    collections = micro["no-tuple/1000"]["without"]["collections_per_10k_ops"]
+    assert "twice as often" in text
+    assert 1.75 <= collections / micro["no-tuple/1000"]["with"]["collections_per_10k_ops"] <= 2.25
+
+    # The wrk table: transports clear of the noise there (coroutines against aio-streams); aio
+    # and asyncio-protocol overlapping, uvloop overlapping both; aio's span wider than its
+    # median's distance from asyncio's or uvloop's.
+    wrk = json.loads((results / "latest.json").read_text(encoding="utf-8"))["results"]["wrk"]
+    cpu = {name: wrk[name]["cpu_us_per_req"] for name in wrk}
+    spread = {name: wrk[name]["spread"]["cpu_us_per_req"] for name in wrk}
+    assert "under wrk, is where transports stand clear of the noise" in text
+    assert spread["aio-streams"][1] < spread["coroutines"][0], "wrk: coroutines and aio-streams overlap now"
+
+    def overlap(a: str, b: str) -> bool:
+        return spread[a][0] <= spread[b][1] and spread[b][0] <= spread[a][1]
+
+    assert "with ranges that overlap" in text and overlap("aio", "asyncio-protocol")
+    assert "a range that overlaps both" in text
+    assert overlap("uvloop-protocol", "aio") and overlap("uvloop-protocol", "asyncio-protocol")
+    assert "a wider span than the difference between its median and asyncio's or uvloop's" in text
+    assert spread["aio"][1] - spread["aio"][0] > max(abs(cpu["aio"] - cpu[name])
+                                                     for name in ("asyncio-protocol", "uvloop-protocol"))
+
+    # The echo tables (the medians' order is tests/test_docs.py's): at 1 KiB uvloop's range below
+    # aio-protocol's but overlapping asyncio's, uv's overlapping both; at 100 KiB the four Protocol
+    # rows from aio's median to asyncio's, and each loop's streams row above its Protocol row with
+    # ranges apart, more than twice it on asyncio, uvloop, aio and uv.
+    echo = json.loads((results / "echo.json").read_text(encoding="utf-8"))["results"]
+    low = {name: row["spread"]["cpu_us_per_msg"] for name, row in echo["1024"].items()}
+    assert "all cost less than every one of `aio-protocol`'s" in text
+    assert low["uvloop-protocol"][1] < low["aio-protocol"][0], "1 KiB: uvloop and aio overlap now"
+    for a, b in (("uvloop-protocol", "asyncio-protocol"), ("uv-protocol", "asyncio-protocol"),
+                 ("uv-protocol", "aio-protocol")):
+        assert low[a][0] <= low[b][1] and low[b][0] <= low[a][1], f"1 KiB: {a} and {b} are apart now"
+    big = echo["102400"]
+    four = {name: big[f"{name}-protocol"]["cpu_us_per_msg"] for name in ("asyncio", "uvloop", "aio", "uv")}
+    assert "results/102400/aio-protocol/cpu_us_per_msg` to" in text
+    assert min(four, key=four.get) == "aio" and max(four, key=four.get) == "asyncio"
+    assert "each loop's streams row costs more than its Protocol row, with ranges apart" in text
+    for name in {key.rsplit("-", 1)[0] for key in big if key.endswith("-streams")}:
+        streams, protocol = big[f"{name}-streams"], big[f"{name}-protocol"]
+        assert streams["spread"]["cpu_us_per_msg"][0] > protocol["spread"]["cpu_us_per_msg"][1], name
+    assert all(big[f"{name}-streams"]["cpu_us_per_msg"] > 2 * four[name] for name in four)
