@@ -139,3 +139,17 @@ def test_the_uv_build_without_sites_records_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-1500:]
     assert done.stdout.strip() == "['run']", "only run_forever's hooks are left (with sites: idle, wait, step...)"
+
+
+def test_the_committed_counts_say_what_the_libuv_chapter_says() -> None:
+    # libuv.md, under the table: "Off, the hooks cost little or nothing" (here: at most 5% over
+    # no hooks, per request and per callback) and "a traced request costs several times an
+    # untraced one" (here: the recorder's request at least three times the shipped one's).
+    data = json.loads((ROOT / "benchmarks" / "results" / "trace_cost.json").read_text(encoding="utf-8"))
+    text = " ".join((ROOT / "chapters" / "libuv.md").read_text(encoding="utf-8").split())
+    assert "Off, the hooks cost little or nothing" in text
+    assert "a traced request costs several times an untraced one" in text
+    for loop, counts in data["counts"].items():
+        for workload in ("http", "callbacks"):
+            assert counts["off"][workload] <= 1.05 * counts["no hooks"][workload], (loop, workload)
+        assert counts["recorder"]["http"] >= 3 * counts["off"]["http"], loop

@@ -189,3 +189,39 @@ def test_syscalls_counts_each_steps_reads_and_writes_per_request(tmp_path: Path,
         reads, writes = float(cells[3]), float(cells[4])
         # One request or message in flight per connection: one read and one write each, whichever step.
         assert 0.9 < reads < 1.2 and 0.9 < writes < 1.2, (key, cells)
+
+
+def test_the_libuv_chapter_tells_the_step_tables_as_the_committed_run_shows_them() -> None:
+    # libuv.md, below the step tables, says of the committed uv_changes.json: every step's range
+    # overlaps that of the step above it on every load, and aio's overlaps uv's; uv costs less
+    # than aio in every pipelined repetition and in all but one under wrk; pipelined, uv is
+    # below uv/no-batching in every repetition and the two ranges overlap; uv/no-batching costs
+    # more than uv/poll-transports at the median of every load.  A run that changes one fails
+    # here until the sentence says what it shows (the plain-wrk batching row: tests/test_docs.py).
+    data = json.loads((ROOT / "benchmarks" / "results" / "uv_changes.json").read_text(encoding="utf-8"))
+    text = " ".join((ROOT / "chapters" / "libuv.md").read_text(encoding="utf-8").split())
+    keys, loads = [step.key for step in uv_changes.STEPS], list(data["loads"])
+    rows = {(r["load"], r["step"]): r["cpu_us"] for r in data["rows"]}
+    runs = {(r["load"], r["rep"], r["step"]): r["cpu_us"] for r in data["runs"] if r["status"] == "ok"}
+
+    def overlap(load: str, a: str, b: str) -> bool:
+        return rows[(load, a)]["min"] <= rows[(load, b)]["max"] and rows[(load, b)]["min"] <= rows[(load, a)]["max"]
+
+    def repetitions_not_below(load: str, low: str, high: str) -> int:
+        reps = {rep for (name, rep, _) in runs if name == load}
+        assert reps, load
+        return sum(runs[(load, rep, low)] >= runs[(load, rep, high)] for rep in reps)
+
+    assert "every step's range overlaps that of the step above it, on every load, and even `aio`'s overlaps `uv`'s" \
+        in text
+    for load in loads:
+        assert all(overlap(load, a, b) for a, b in zip(keys, keys[1:])) and overlap(load, "aio", "uv"), load
+    said = "`uv` costs less than `aio` in every repetition of the pipelined load and in all but one under `wrk`"
+    assert said in text
+    assert repetitions_not_below("wrk-pipeline", "uv", "aio") == 0 and repetitions_not_below("wrk", "uv", "aio") == 1
+    assert "There too `uv` is below `uv/no-batching` in every repetition, and there too the two ranges overlap" in text
+    assert repetitions_not_below("wrk-pipeline", "uv", "uv/no-batching") == 0
+    assert overlap("wrk-pipeline", "uv", "uv/no-batching")
+    assert "`uv/no-batching` costs more than `uv/poll-transports` too, at the median of every load" in text
+    for load in loads:
+        assert rows[(load, "uv/no-batching")]["median"] > rows[(load, "uv/poll-transports")]["median"], load
