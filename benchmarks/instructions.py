@@ -43,7 +43,7 @@ __all__ = ["LOOP_NAMES", "OPERATIONS", "count", "main", "render"]
 
 PER_TIMER = "uv/timer-per-handle"
 RING_CORES = {"ring": "cython", "ring/python": "python"}  # row -> tinyloop.ring's core
-LOOP_NAMES = (*LOOPS, PER_TIMER, *RING_CORES)
+LOOP_NAMES = tuple(dict.fromkeys((*LOOPS, PER_TIMER, *RING_CORES)))  # ring is in LOOPS too: one row
 
 
 def time_timer_fire(loops: int, factory: Callable[[], Any]) -> float:
