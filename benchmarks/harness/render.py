@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["DASH", "align", "cell", "describe_machine", "footer", "machine_line", "markdown", "median_cell", "number",
+__all__ = ["DASH", "LOAD_NOTE", "align", "cell", "describe_machine", "footer", "machine_line", "markdown", "median_cell", "number",
            "quick_caption", "spread_cell"]
 
 DASH = "—"
+# After a run's load average: what it counts (the run's own server and load generator too).
+LOAD_NOTE = "the run's own processes count in it"
 
 
 def number(value: float | None, digits: int = 0) -> str:
@@ -73,7 +75,7 @@ def describe_machine(data: dict) -> str:
         how += " (--quick: a smoke test, not a measurement)"
     load = data.get("load_average")
     if isinstance(load, list) and load:
-        how += f"; load average {max(load):.1f} (the run's own processes count in it)"
+        how += f"; load average {max(load):.1f} ({LOAD_NOTE})"
     return f"{machine_line(data)}; {where}; {how}; {str(data.get('date', ''))[:10]}"
 
 

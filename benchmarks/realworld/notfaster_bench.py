@@ -31,7 +31,7 @@ from benchmarks.harness import experiment, output
 from benchmarks.harness.layout import Layout, cpu_list, cpu_set, taskset, usable_cpus
 from benchmarks.harness.machine import ROOT, package_version, version_line
 from benchmarks.harness.process import choose_names
-from benchmarks.harness.render import DASH, markdown, number
+from benchmarks.harness.render import DASH, LOAD_NOTE, markdown, number
 from benchmarks.harness.summary import NOISE
 from benchmarks.realworld import services
 from benchmarks.realworld.notfaster_apps import APPS, ASYNC_POOL, DSN_ENV, PATH, ROWS_ENV, SYNC_POOL, App
@@ -233,7 +233,7 @@ def render_markdown(data: dict) -> str:
         cores = "; ".join(f"{label} on CPU {where[part]}" if where[part] else f"{label} unpinned"
                           for part, label in parts)
         load = entry.get("load_average")
-        load = f", load average {max(load):.1f} (the run's own processes count in it)" if load else ""
+        load = f", load average {max(load):.1f} ({LOAD_NOTE})" if load else ""
         out += [f"**Layout `{key}`**: {cores}. "
                 f"{entry['date']}, {mode}{load}: wrk -t1 -c {s['concurrency']}, {s['duration']:g} s per run, "
                 f"median of {s['repeat']} interleaved run(s) after the worker search "
