@@ -490,3 +490,23 @@ def test_a_cython_file_builds_in_the_sandbox_and_cannot_include_a_host_file(tmp_
     said = "\n".join(made.errors)
     assert "THE-GRADERS-SECRET" not in said
     assert "secret.h" in said and ("No such file" in said or "not found" in said), said
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root grader runs the check as another user")
+def test_a_checkout_the_checks_user_cannot_enter_is_refused_in_one_line(tmp_path, monkeypatch):
+    # A clone into mktemp -d's folder is mode 0700: the grader's own, and the
+    # check's user (not root) cannot import tinyloop from it.
+    checkout = tmp_path / "checkout"
+    (checkout / "tinyloop").mkdir(parents=True)
+    (checkout / "tinyloop" / "__init__.py").write_text("")
+    bound = sandbox.read_only_paths()
+    monkeypatch.setattr(sandbox, "read_only_paths", lambda: (*bound, str(checkout)))
+    assert sandbox._enterable(str(checkout)) is None
+    os.chmod(checkout, 0o700)
+    try:
+        why = sandbox._enterable(str(checkout))
+        assert why is not None and why.startswith("the check's own user cannot read the checkout "), why
+        assert why.endswith("(mktemp -d makes mode 0700; chmod 755 it)")
+    finally:
+        os.chmod(checkout, 0o755)

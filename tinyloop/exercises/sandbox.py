@@ -83,8 +83,9 @@ LIMITS = Limits()
 @functools.lru_cache(maxsize=1)
 def available() -> str | None:
     """None if a sandbox can be built here, else one line saying why not (no bwrap,
-    user namespaces off, not Linux).  Cached: tried once per process, by
-    running ``true`` in a sandbox of the shape :func:`command` builds."""
+    user namespaces off, not Linux, a checkout or interpreter the sandbox's
+    user cannot enter).  Cached: tried once per process, by running ``true``,
+    then this interpreter, in sandboxes of the shape :func:`command` builds."""
     if not sys.platform.startswith("linux"):
         return f"the sandbox needs Linux namespaces, and this is {sys.platform}"
     if shutil.which("bwrap") is None:
@@ -104,7 +105,30 @@ def available() -> str | None:
     if not any(checkout == p or checkout.startswith(p.rstrip("/") + "/") for p in read_only_paths()):
         return (f"the checkout {checkout} lies under a folder every sandbox has of its own "
                 f"({', '.join(_OWN)}): move it elsewhere")
-    return None
+    return _enterable(checkout)
+
+
+def _enterable(checkout: str) -> str | None:
+    """None if the sandbox's user can start this interpreter and read this checkout, else why not.
+    Under a root grader that user is not root: a checkout that only its owner may enter (a clone
+    into ``mktemp -d``'s folder, mode 0700) would fail every check with an ImportError.  (The
+    folders above a bound path are made anew in the sandbox, 0755: only the bound one's mode counts.)"""
+    init = os.path.join(checkout, "tinyloop", "__init__.py")
+    probe = f"import os, sys; sys.exit(0 if os.access({init!r}, os.R_OK) else 3)"
+    try:
+        argv, preexec = command([sys.executable, "-I", "-c", probe])
+        done = subprocess.run(argv, preexec_fn=preexec, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"bwrap could not run: {error}"
+    if done.returncode == 0:
+        return None
+    who = "the check's own user" if os.geteuid() == 0 else "this user"
+    if done.returncode == 3:
+        return (f"{who} cannot read the checkout {checkout} in the sandbox: it is not enterable by "
+                "others (mktemp -d makes mode 0700; chmod 755 it)")
+    return (f"{who} cannot start {sys.executable} in the sandbox (exit {done.returncode}): its "
+            "environment's folder is not enterable by others (chmod 755 it)")
 
 
 @functools.lru_cache(maxsize=1)
