@@ -5,6 +5,9 @@
     python -m benchmarks.instructions --quick      a smoke run: asyncio and aio, call_soon, few operations
     python -m benchmarks.instructions --requests close,echo-1k --loops uv,uvloop
                                                    the server's instructions per request under a load
+    python -m benchmarks.instructions --requests all --reference
+                                                   every load and loop (about 40 minutes), written to
+                                                   benchmarks/results/instructions_requests.json
 
 Why a count and not a time: benchmarks/README.md, Part IV.  Per loop and
 operation: callgrind's total ("Collected"; no profile written) for N and
@@ -122,6 +125,10 @@ REQUEST_LOADS: dict[str, tuple[str, str, str, int, int]] = {
 }
 
 
+REQUEST_LOOPS = ("asyncio", "uvloop", "rloop", "aio", "uv", "ring")
+RIVALS = {"uv": ("uvloop", "rloop"), "aio": ("asyncio",), "ring": ("uv",)}  # the issues' comparisons
+
+
 def serve_for_count(loop: str, program: str, api: str) -> None:
     """In the process callgrind counts: serve on a free port until SIGTERM (the announce line says which)."""
     if program == "http":
@@ -207,6 +214,41 @@ def per_request(loops: list[str], loads: list[str]) -> dict[str, dict[str, float
     return counts
 
 
+def render_requests(data: dict[str, Any]) -> str:
+    """The Markdown table of a per-request result: one row per load, one column per loop, and each
+    loop's count over the best of the others named in ``RIVALS`` (uv: uvloop and rloop; aio: asyncio)."""
+    loops, counts = data["loops"], data["counts"]
+
+    def cell(loop: str, load: str) -> str:
+        value = counts.get(loop, {}).get(load)
+        if not isinstance(value, (int, float)):
+            return str(value)
+        rivals = [counts.get(rival, {}).get(load) for rival in RIVALS.get(loop, ())]
+        rivals = [figure for figure in rivals if isinstance(figure, (int, float))]
+        if not rivals:
+            return f"{value:,.0f}"
+        return f"{value:,.0f} ({value / min(rivals):.2f}×)"
+
+    rows = [[load, *(cell(loop, load) for loop in loops)] for load in data["loads"]]
+    return "\n".join([*markdown(["load", *loops], rows), "",
+                      "Instructions the server runs per request, counted by callgrind "
+                      f"({data['valgrind']}); CPython {data['python']}; {data['date'][:10]}. "
+                      "In brackets: uv over the better of uvloop and rloop, aio over asyncio, ring over uv. "
+                      "User space only: the kernel's work for the system calls is not in it."]) + "\n"
+
+
+def conclusion_requests(data: dict) -> str:
+    """The run in one line: per load, the loop that serves it in the fewest instructions."""
+    parts = []
+    for load in data["loads"]:
+        counted = {loop: row[load] for loop, row in data["counts"].items()
+                   if isinstance(row.get(load), (int, float))}
+        if counted:
+            best = min(counted, key=counted.__getitem__)
+            parts.append(f"{load} {best} {counted[best]:,.0f}")
+    return experiment.sentence("fewest instructions per request", parts)
+
+
 def render(data: dict[str, Any]) -> str:
     """The Markdown table of a result: one row per loop, one column per operation."""
     ops = data["operations"]
@@ -236,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", nargs=3, metavar=("LOOP", "PROGRAM", "API"), help=argparse.SUPPRESS)
     parser.add_argument("--requests", metavar="LOADS",
                         help=f"count the server's instructions per request instead, under these loads "
-                             f"(comma-separated, or 'all': {', '.join(REQUEST_LOADS)}); printed, not written")
-    parser.add_argument("--loops", default="asyncio,uvloop,rloop,aio,uv",
+                             f"(comma-separated, or 'all': {', '.join(REQUEST_LOADS)}); written to "
+                             "instructions_requests.json (with --reference: only 'all', every loop)")
+    parser.add_argument("--loops", default=",".join(REQUEST_LOOPS),
                         help="with --requests: the loops to count (default %(default)s)")
     args = parser.parse_args(argv)
     if args.worker:  # one run under callgrind
@@ -252,9 +295,21 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [name for name in [*loads, *args.loops.split(",")] if name not in {*REQUEST_LOADS, *LOOPS, *RING_CORES}]
         if unknown:
             parser.error(f"unknown load or loop: {', '.join(unknown)}")
+        if args.reference and (loads != list(REQUEST_LOADS) or args.loops != ",".join(REQUEST_LOOPS)):
+            parser.error("--requests --reference counts every load on every loop: --requests all, "
+                         "no --loops")
+        out = output.json_path(parser, args, "instructions_requests.json")
         experiment.require("instructions", "valgrind")
-        per_request(args.loops.split(","), loads)
-        return 0
+        clock = experiment.Clock()
+        loops = args.loops.split(",")
+        counts = per_request(loops, loads)
+        valgrind = version_line(["valgrind", "--version"])
+        data = experiment.document("instructions", argv, clock, settings={
+            "loads": {load: {"what": REQUEST_LOADS[load][2], "n": REQUEST_LOADS[load][3],
+                             "delta": REQUEST_LOADS[load][4]} for load in loads}},
+            tools={"valgrind": valgrind}, loops=loops, loads=loads, counts=counts,
+            valgrind=valgrind, python=sys.version.split()[0])
+        return experiment.conclude(data, out, clock, render_requests, conclusion_requests, ".md")
     out = output.json_path(parser, args, "instructions.json")
     experiment.require("instructions", "valgrind")
     loops, ops = (["asyncio", "aio"], ["call_soon"]) if args.quick else (list(LOOP_NAMES), list(OPERATIONS))

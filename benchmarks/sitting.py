@@ -103,6 +103,8 @@ STEPS: tuple[Step, ...] = (
     _step("syscalls", "syscalls.json", "V.1", "benchmarks.syscalls", "--reference", counts=True),
     _step("trace_cost", "trace_cost.json", "IV", "benchmarks.trace_cost", "--reference", "--repeat", "2", counts=True),
     _step("instructions", "instructions.json", "IV", "benchmarks.instructions", "--reference", counts=True),
+    _step("instructions-requests", "instructions_requests.json", "IV, VI", "benchmarks.instructions",
+          "--requests", "all", "--reference", counts=True),
 )
 
 
