@@ -125,7 +125,10 @@ REQUEST_LOADS: dict[str, tuple[str, str, str, int, int]] = {
 }
 
 
-REQUEST_LOOPS = ("asyncio", "uvloop", "rloop", "aio", "uv", "ring")
+# ``floor``: no loop and no socket, the HTTP layer alone (tinyloop.http) on the bytes one request
+# brings: what every loop runs for an HTTP request whatever it does itself (echo: nothing).
+FLOOR = "floor"
+REQUEST_LOOPS = (FLOOR, "asyncio", "uvloop", "rloop", "aio", "uv", "ring")
 RIVALS = {"uv": ("uvloop", "rloop"), "aio": ("asyncio",), "ring": ("uv",)}  # the issues' comparisons
 
 
@@ -173,9 +176,32 @@ def load_requests(port: int, load: str, number: int, timeout: float = 60.0) -> N
                     raise RuntimeError(f"GET / answered {status}")
 
 
+def http_layer_alone(load: str, number: int) -> None:
+    """``number`` requests of the HTTP ``load`` through tinyloop.http.HTTPConnection, with no loop
+    and no socket: the bytes the server would receive in, the answer out (RuntimeError if wrong)."""
+    from tinyloop.http import HTTPConnection
+    if load.startswith("close"):  # a new connection per request, HTTP/1.0
+        for _ in range(number):
+            answer = HTTPConnection().receive_data(b"GET / HTTP/1.0\r\nHost: instructions\r\n\r\n")
+            if not answer.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"GET / answered {answer[:40]!r}")
+        return
+    depth = PIPELINE_DEPTH if load == "pipeline" else 1
+    http, request = HTTPConnection(), b"GET / HTTP/1.1\r\nHost: instructions\r\n\r\n" * depth
+    answer = http.receive_data(request)  # checked once: a check per request would be counted too
+    if answer.count(b"HTTP/1.1 200") != depth:
+        raise RuntimeError(f"GET / answered {answer[:40]!r}")
+    for _ in range(number // depth - 1):
+        http.receive_data(request)
+
+
 def count_requests(loop: str, load: str, number: int) -> int:
-    """Instructions callgrind counts in the server of ``loop`` serving ``number`` requests of ``load``."""
+    """Instructions callgrind counts in the server of ``loop`` serving ``number`` requests of ``load``
+    (``floor``: in :func:`http_layer_alone`)."""
     program, api = REQUEST_LOADS[load][:2]
+    if loop == FLOOR:
+        return callgrind.collected([sys.executable, "-m", "benchmarks.instructions", "--floor", load,
+                                    str(number)], env={**os.environ, "PYTHONHASHSEED": "0"})
 
     def drive(process: subprocess.Popen) -> None:
         line = process.stdout.readline()
@@ -203,6 +229,9 @@ def per_request(loops: list[str], loads: list[str]) -> dict[str, dict[str, float
         for load in loads:
             n, delta = REQUEST_LOADS[load][3:]
             for loop in loops:
+                if loop == FLOOR and REQUEST_LOADS[load][0] != "http":
+                    counts.setdefault(loop, {})[load] = "—"  # an echo server runs no layer of its own
+                    continue
                 figure = callgrind.per_operation(pool, lambda size, loop=loop: count_requests(loop, load, size),
                                                  n, delta)
                 try:
@@ -215,26 +244,58 @@ def per_request(loops: list[str], loads: list[str]) -> dict[str, dict[str, float
 
 
 def render_requests(data: dict[str, Any]) -> str:
-    """The Markdown table of a per-request result: one row per load, one column per loop, and each
-    loop's count over the best of the others named in ``RIVALS`` (uv: uvloop and rloop; aio: asyncio)."""
+    """The Markdown tables of a per-request result.  First, one row per load and one column per
+    loop: the instructions per request, and in brackets each loop over its rival (``RIVALS``: uv
+    over the better of uvloop and rloop, aio over asyncio, ring over uv).  Then, for the HTTP loads,
+    the same less the ``floor`` (the HTTP layer alone): the loop's own instructions, and the lowest
+    ratio of totals a loop could reach against its rival if its own cost nothing."""
     loops, counts = data["loops"], data["counts"]
 
-    def cell(loop: str, load: str) -> str:
+    def figure(loop: str, load: str) -> float | None:
         value = counts.get(loop, {}).get(load)
-        if not isinstance(value, (int, float)):
-            return str(value)
-        rivals = [counts.get(rival, {}).get(load) for rival in RIVALS.get(loop, ())]
-        rivals = [figure for figure in rivals if isinstance(figure, (int, float))]
-        if not rivals:
-            return f"{value:,.0f}"
-        return f"{value:,.0f} ({value / min(rivals):.2f}×)"
+        return value if isinstance(value, (int, float)) else None
 
-    rows = [[load, *(cell(loop, load) for loop in loops)] for load in data["loads"]]
-    return "\n".join([*markdown(["load", *loops], rows), "",
-                      "Instructions the server runs per request, counted by callgrind "
-                      f"({data['valgrind']}); CPython {data['python']}; {data['date'][:10]}. "
-                      "In brackets: uv over the better of uvloop and rloop, aio over asyncio, ring over uv. "
-                      "User space only: the kernel's work for the system calls is not in it."]) + "\n"
+    def rival(loop: str, load: str, less: float = 0.0) -> float | None:
+        found = [value - less for name in RIVALS.get(loop, ()) if (value := figure(name, load)) is not None]
+        return min(found) if found else None
+
+    def cell(loop: str, load: str, less: float = 0.0) -> str:
+        value = figure(loop, load)
+        if value is None:
+            return str(counts.get(loop, {}).get(load, "—"))
+        best = rival(loop, load, less)
+        mine = value - less
+        return f"{mine:,.0f}" + (f" ({mine / best:.2f}×)" if best else "")
+
+    shown = [loop for loop in loops if loop != FLOOR]
+    rows = [[load, *(cell(loop, load) for loop in shown)] for load in data["loads"]]
+    lines = [*markdown(["load", *shown], rows), "",
+             "Instructions the server runs per request, counted by callgrind "
+             f"({data['valgrind']}); CPython {data['python']}; {data['date'][:10]}. In brackets: uv over "
+             "the better of uvloop and rloop, aio over asyncio, ring over uv. User space only: the "
+             "kernel's work for the system calls is not in it (benchmarks/results/syscalls.md counts "
+             "those). Two runs of the same count differ by up to about 1% of it (the interpreter's "
+             "caches and allocations are not the same in every run): smaller differences are not a "
+             "finding.", ""]
+    http = [load for load in data["loads"] if figure(FLOOR, load) is not None]
+    if http:
+        own_rows = []
+        for load in http:
+            floor = figure(FLOOR, load)
+            bounds = []
+            for loop in ("aio", "uv"):
+                best = rival(loop, load)
+                if best is not None:
+                    bounds.append(f"{loop} {floor / best:.2f}×")  # its own cost nothing: the floor alone
+            own_rows.append([load, f"{floor:,.0f}", *(cell(loop, load, floor) for loop in shown),
+                             ", ".join(bounds)])
+        lines += [*markdown(["load", "HTTP layer alone", *(f"{loop}'s own" for loop in shown),
+                             "lowest ratio possible"], own_rows), "",
+                  "The same less the HTTP layer alone (tinyloop.http on the same bytes, no loop, no "
+                  "socket): what the loop itself runs per request (with streams, asyncio.streams' "
+                  "Python too). Lowest ratio possible: the ratio of totals if the loop's own work cost "
+                  "nothing, against the same rival.", ""]
+    return "\n".join(lines)
 
 
 def conclusion_requests(data: dict) -> str:
@@ -276,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = experiment.parser("instructions", __doc__, repeat=None, pin=False)
     parser.add_argument("--worker", nargs=3, metavar=("LOOP", "OP", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--serve", nargs=3, metavar=("LOOP", "PROGRAM", "API"), help=argparse.SUPPRESS)
+    parser.add_argument("--floor", nargs=2, metavar=("LOAD", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--requests", metavar="LOADS",
                         help=f"count the server's instructions per request instead, under these loads "
                              f"(comma-separated, or 'all': {', '.join(REQUEST_LOADS)}); written to "
@@ -290,9 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:  # one server under callgrind
         serve_for_count(*args.serve)
         return 0
+    if args.floor:  # the HTTP layer alone under callgrind
+        http_layer_alone(args.floor[0], int(args.floor[1]))
+        return 0
     if args.requests:
         loads = list(REQUEST_LOADS) if args.requests == "all" else args.requests.split(",")
-        unknown = [name for name in [*loads, *args.loops.split(",")] if name not in {*REQUEST_LOADS, *LOOPS, *RING_CORES}]
+        unknown = [name for name in [*loads, *args.loops.split(",")]
+                   if name not in {*REQUEST_LOADS, *LOOPS, *RING_CORES, FLOOR}]
         if unknown:
             parser.error(f"unknown load or loop: {', '.join(unknown)}")
         if args.reference and (loads != list(REQUEST_LOADS) or args.loops != ",".join(REQUEST_LOOPS)):
