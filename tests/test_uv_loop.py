@@ -664,6 +664,43 @@ def test_buffered_protocol_reads_into_its_own_buffer(loop: asyncio.AbstractEvent
     peer.close()
 
 
+def test_a_large_read_is_handed_out_whole_and_later_reads_do_not_touch_it(
+        loop: asyncio.AbstractEventLoop) -> None:
+    # Every read lands in the loop's one buffer (tcp.pyx): the bytes a
+    # protocol is given, and keeps, must not change when the next reads
+    # land there (tcp.pyx's _on_read says why it copies).
+    class Keeper(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.chunks: list[bytes] = []
+            self.copies: list[bytes] = []
+            self.lost: list[BaseException | None] = []
+
+        def data_received(self, data: bytes) -> None:
+            assert type(data) is bytes
+            self.chunks.append(data)
+            self.copies.append(bytes(bytearray(data)))  # what it was when it came
+
+        def eof_received(self) -> bool:
+            return False
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            self.lost.append(exc)
+
+    protocol = Keeper()
+    transport, peer = connected(loop, protocol)
+    peer.setblocking(True)
+    messages = [bytes([n]) * (200 * 1024) for n in range(1, 6)] + [b"tail" * 10]
+    for message in messages:
+        peer.sendall(message)
+        one_turn(loop)   # each message in reads of its own, some of them large
+    peer.shutdown(socket.SHUT_WR)
+    run_until(loop, lambda: protocol.lost == [None])
+    assert b"".join(protocol.chunks) == b"".join(messages)
+    assert protocol.chunks == protocol.copies   # no later read wrote into a bytes handed out
+    assert max(map(len, protocol.chunks)) >= 16 * 1024   # (a read large enough to be worth the test)
+    peer.close()
+
+
 def test_a_switch_to_a_buffered_protocol_reads_into_its_buffer(loop: asyncio.AbstractEventLoop) -> None:
     # The allocation callback decides without the GIL where a read lands
     # (the loop's buffer, or get_buffer()'s): set_protocol must tell it.
