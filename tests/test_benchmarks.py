@@ -160,8 +160,10 @@ def test_summary_of_failed_runs_has_their_status_and_no_figures() -> None:
 
 # --- the warm-up that says a server is up ---------------------------------
 
-def _one_connection_server(reply: bytes | None) -> tuple[tuple[str, int], threading.Thread, socket.socket]:
-    """A listener that accepts one connection and answers each read with ``reply`` (None: never)."""
+def _one_connection_server(reply: bytes | None,
+                           delay: float = 0.0) -> tuple[tuple[str, int], threading.Thread, socket.socket]:
+    """A listener that accepts one connection and answers each read with ``reply`` (None: never),
+    ``delay`` seconds after it."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(5)
 
@@ -171,6 +173,7 @@ def _one_connection_server(reply: bytes | None) -> tuple[tuple[str, int], thread
             conn.settimeout(5)
             try:
                 while conn.recv(65536):
+                    time.sleep(delay)
                     if reply is not None:
                         conn.sendall(reply)
             except OSError:
@@ -190,6 +193,19 @@ def test_warm_up_says_whether_the_server_answers(reply: bytes | None, expected: 
     address, thread, listener = _one_connection_server(reply)
     with listener:
         assert warm_up(address, 5, timeout=0.3) == expected
+        thread.join(5)
+
+
+def test_a_warm_up_that_answers_slowly_ends_at_its_limit() -> None:
+    # Each answer comes in time (0.1 s < 0.3 s), but 100 of them would take 10 s.
+    address, thread, listener = _one_connection_server(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\nHello, World!\n", delay=0.1)
+    with listener:
+        started = time.monotonic()
+        status, note = warm_up(address, 100, timeout=0.3, limit=0.5)
+        assert time.monotonic() - started < 2
+        assert status == "timeout" and note.startswith("the warm-up took over 0.5 s: "), note
+        assert note.endswith(" of 100 answers (GET /)")
         thread.join(5)
 
 

@@ -112,17 +112,25 @@ CPU_SOURCE = ("the process's CPU-time clock, clock_gettime((~pid << 3) | 2)"
               if sys.platform == "linux" else "/proc/PID/stat utime + stime, or none")
 
 
+WARM_UP_LIMIT = 60.0  # seconds a whole warm-up may take: a peer that answers, but slowly, is a failed run
+
+
 def warm_up(address: tuple[str, int], requests: int, timeout: float, *, path: str = "/",
-            body: bytes | None = HELLO) -> tuple[str, str] | None:
+            body: bytes | None = HELLO, limit: float = WARM_UP_LIMIT) -> tuple[str, str] | None:
     """Send ``GET path`` ``requests`` times on one keep-alive connection: the first answer says the
     server is up, the rest let it settle.  Returns None when every answer was 200 with ``body``
     (None: any body), else ``(status, note)`` for the run's record; each answer waits ``timeout``
-    seconds at most."""
+    seconds at most, and all of them ``limit`` seconds (a peer that stalls on each answer, but
+    less than ``timeout``, would otherwise hold a sitting for hours)."""
     done = 0
+    ends = time.monotonic() + limit
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
             buffer = bytearray()
             for done in range(max(requests, 1)):
+                if done and time.monotonic() > ends:
+                    return "timeout", (f"the warm-up took over {limit:g} s: {done} of "
+                                       f"{requests} answers (GET {path})")
                 sock.sendall(f"GET {path} HTTP/1.1\r\nHost: warm-up\r\n\r\n".encode())
                 status, _, got = recv_response(sock, buffer)
                 if status != 200 or body not in (None, got):
