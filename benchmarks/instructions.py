@@ -279,14 +279,12 @@ def render_requests(data: dict[str, Any]) -> str:
              "finding.", ""]
     http = [load for load in data["loads"] if figure(FLOOR, load) is not None]
     if http:
+        lowest = derive(data)["lowest"]
         own_rows = []
         for load in http:
             floor = figure(FLOOR, load)
-            bounds = []
-            for loop in ("aio", "uv"):
-                best = rival(loop, load)
-                if best is not None:
-                    bounds.append(f"{loop} {floor / best:.2f}×")  # its own cost nothing: the floor alone
+            bounds = [f"{loop} {lowest[loop][load]:.2f}×" for loop in ("aio", "uv")
+                      if load in lowest.get(loop, {})]
             own_rows.append([load, f"{floor:,.0f}", *(cell(loop, load, floor) for loop in shown),
                              ", ".join(bounds)])
         lines += [*markdown(["load", "HTTP layer alone", *(f"{loop}'s own" for loop in shown),
@@ -298,12 +296,34 @@ def render_requests(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def derive(data: dict[str, Any]) -> dict[str, Any]:
+    """The figures the book quotes beside the counts: ``own[loop][load]``, a loop's count less the
+    ``floor`` (HTTP loads only), and ``lowest[loop][load]``, the floor over the best total of the
+    loop's ``RIVALS``: the ratio of totals the loop would reach if its own work cost nothing."""
+    counts = data["counts"]
+    own: dict[str, dict[str, float]] = {}
+    lowest: dict[str, dict[str, float]] = {}
+    for load in data["loads"]:
+        floor = counts.get(FLOOR, {}).get(load)
+        if not isinstance(floor, (int, float)):
+            continue
+        for loop, row in counts.items():
+            if loop != FLOOR and isinstance(row.get(load), (int, float)):
+                own.setdefault(loop, {})[load] = row[load] - floor
+        for loop, rivals in RIVALS.items():
+            totals = [counts.get(rival, {}).get(load) for rival in rivals]
+            totals = [total for total in totals if isinstance(total, (int, float))]
+            if totals:
+                lowest.setdefault(loop, {})[load] = floor / min(totals)
+    return {"own": own, "lowest": lowest}
+
+
 def conclusion_requests(data: dict) -> str:
     """The run in one line: per load, the loop that serves it in the fewest instructions."""
     parts = []
     for load in data["loads"]:
         counted = {loop: row[load] for loop, row in data["counts"].items()
-                   if isinstance(row.get(load), (int, float))}
+                   if loop != FLOOR and isinstance(row.get(load), (int, float))}
         if counted:
             best = min(counted, key=counted.__getitem__)
             parts.append(f"{load} {best} {counted[best]:,.0f}")
@@ -375,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                              "delta": REQUEST_LOADS[load][4]} for load in loads}},
             tools={"valgrind": valgrind}, loops=loops, loads=loads, counts=counts,
             valgrind=valgrind, python=sys.version.split()[0])
+        data.update(derive(data))
         return experiment.conclude(data, out, clock, render_requests, conclusion_requests, ".md")
     out = output.json_path(parser, args, "instructions.json")
     experiment.require("instructions", "valgrind")

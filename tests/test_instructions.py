@@ -78,3 +78,44 @@ def test_the_committed_counts_say_what_the_libuv_chapter_says():
     assert "The heap wins both" in text
     for op in ("timer_cancel", "timer_fire"):
         assert data["counts"]["uv"][op] < data["counts"][instructions.PER_TIMER][op], op
+
+
+# --- per request: the server's count under a load, and the HTTP layer alone ------------------
+
+def test_the_http_layer_alone_answers_each_load_it_is_counted_for():
+    for load, (program, *_rest) in instructions.REQUEST_LOADS.items():
+        if program == "http":
+            instructions.http_layer_alone(load, 48)   # raises RuntimeError on a wrong answer
+
+
+def test_derive_subtracts_the_floor_and_bounds_each_loop_against_its_rivals():
+    data = {"loads": ["keepalive", "echo-1k"],
+            "counts": {"floor": {"keepalive": 40_000.0, "echo-1k": "—"},
+                       "asyncio": {"keepalive": 60_000.0, "echo-1k": 20_000.0},
+                       "aio": {"keepalive": 50_000.0, "echo-1k": 15_000.0},
+                       "uvloop": {"keepalive": 44_000.0, "echo-1k": 4_000.0},
+                       "rloop": {"keepalive": "not counted: timed out", "echo-1k": 3_000.0},
+                       "uv": {"keepalive": 43_000.0, "echo-1k": 3_500.0}}}
+    derived = instructions.derive(data)
+    assert derived["own"]["uv"] == {"keepalive": 3_000.0}   # no floor for echo: no "own" there
+    assert derived["own"]["asyncio"]["keepalive"] == 20_000.0
+    assert "rloop" not in derived["own"]                      # a cell not counted is left out
+    assert derived["lowest"]["uv"]["keepalive"] == pytest.approx(40_000 / 44_000)  # uvloop: rloop not counted
+    assert derived["lowest"]["aio"]["keepalive"] == pytest.approx(40_000 / 60_000)
+    data["counts"]["ring"] = {"keepalive": 80_000.0, "echo-1k": 9_000.0}
+    data.update(instructions.derive(data))
+    text = instructions.render_requests({**data, "loops": ["floor", "asyncio", "uvloop", "rloop", "aio", "uv", "ring"],
+                                         "valgrind": "valgrind-3.19.0", "python": "3.11.7",
+                                         "date": "2026-11-29T04:02:00+00:00"})
+    assert "| keepalive | 60,000 | 44,000 | not counted: timed out | 50,000 (0.83×) | 43,000 (0.98×) | 80,000 (1.86×) |" in text
+    assert "| keepalive | 40,000 | 20,000 | 4,000 | not counted: timed out | 10,000 (0.50×) | 3,000 (0.75×) " in text
+    assert text.count("| echo-1k |") == 1                     # no second row where there is no floor
+    assert "fewest instructions per request: keepalive uv 43,000" in instructions.conclusion_requests(data)
+
+
+def test_the_committed_per_request_counts_carry_what_derive_makes_of_them():
+    data = json.loads((ROOT / "benchmarks" / "results" / "instructions_requests.json").read_text())
+    assert data["loops"][0] == instructions.FLOOR and data["loads"] == list(instructions.REQUEST_LOADS)
+    assert {key: data[key] for key in ("own", "lowest")} == instructions.derive(data)
+    assert (ROOT / "benchmarks" / "results" / "instructions_requests.md").read_text() == \
+        instructions.render_requests(data)
