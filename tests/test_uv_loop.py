@@ -630,13 +630,26 @@ def test_abort_drops_the_buffer(loop: asyncio.AbstractEventLoop) -> None:
     peer.close()
 
 
+class _ClosesAtEof:
+    """A protocol's ending: close at the peer's EOF, and record connection_lost's argument."""
+
+    def __init__(self) -> None:
+        self.lost: list[BaseException | None] = []
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost.append(exc)
+
+
 def test_buffered_protocol_reads_into_its_own_buffer(loop: asyncio.AbstractEventLoop) -> None:
-    class Buffered(asyncio.BufferedProtocol):
+    class Buffered(_ClosesAtEof, asyncio.BufferedProtocol):
         def __init__(self) -> None:
+            super().__init__()
             self.buffer = bytearray(100)
             self.hints: list[int] = []
             self.data = bytearray()
-            self.lost: list[BaseException | None] = []
 
         def get_buffer(self, sizehint: int) -> bytearray:
             self.hints.append(sizehint)
@@ -645,12 +658,6 @@ def test_buffered_protocol_reads_into_its_own_buffer(loop: asyncio.AbstractEvent
         def buffer_updated(self, nbytes: int) -> None:
             assert 0 < nbytes <= len(self.buffer)
             self.data += self.buffer[:nbytes]
-
-        def eof_received(self) -> bool:
-            return False
-
-        def connection_lost(self, exc: BaseException | None) -> None:
-            self.lost.append(exc)
 
     protocol = Buffered()
     transport, peer = connected(loop, protocol)
@@ -664,27 +671,21 @@ def test_buffered_protocol_reads_into_its_own_buffer(loop: asyncio.AbstractEvent
     peer.close()
 
 
-def test_a_large_read_is_handed_out_whole_and_later_reads_do_not_touch_it(
+def test_the_bytes_of_a_read_do_not_change_when_later_reads_land_in_the_buffer(
         loop: asyncio.AbstractEventLoop) -> None:
     # Every read lands in the loop's one buffer (tcp.pyx): the bytes a
     # protocol is given, and keeps, must not change when the next reads
     # land there (tcp.pyx's _on_read says why it copies).
-    class Keeper(asyncio.Protocol):
+    class Keeper(_ClosesAtEof, asyncio.Protocol):
         def __init__(self) -> None:
+            super().__init__()
             self.chunks: list[bytes] = []
             self.copies: list[bytes] = []
-            self.lost: list[BaseException | None] = []
 
         def data_received(self, data: bytes) -> None:
             assert type(data) is bytes
             self.chunks.append(data)
             self.copies.append(bytes(bytearray(data)))  # what it was when it came
-
-        def eof_received(self) -> bool:
-            return False
-
-        def connection_lost(self, exc: BaseException | None) -> None:
-            self.lost.append(exc)
 
     protocol = Keeper()
     transport, peer = connected(loop, protocol)
