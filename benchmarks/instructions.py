@@ -128,7 +128,7 @@ REQUEST_LOADS: dict[str, tuple[str, str, str, int, int]] = {
 # ``floor``: no loop and no socket, the HTTP layer alone (tinyloop.http) on the bytes one request
 # brings: what every loop runs for an HTTP request whatever it does itself (echo: nothing).
 FLOOR = "floor"
-REQUEST_LOOPS = (FLOOR, "asyncio", "uvloop", "rloop", "aio", "uv", "ring")
+REQUEST_LOOPS = (FLOOR, "asyncio", "uvloop", "rloop", "aio", "uv", "ring", "ring/python")
 RIVALS = {"uv": ("uvloop", "rloop"), "aio": ("asyncio",), "ring": ("uv",)}  # the issues' comparisons
 
 
@@ -276,7 +276,9 @@ def render_requests(data: dict[str, Any]) -> str:
              "kernel's work for the system calls is not in it (benchmarks/results/syscalls.md counts "
              "those). Two runs of the same count differ by up to about 1% of it (the interpreter's "
              "caches and allocations are not the same in every run): smaller differences are not a "
-             "finding.", ""]
+             "finding." + "".join(f" {loop}: {', '.join(added['loads'])} only, counted after the run "
+                                  f"({added['date'][:16].replace('T', ' ')}, the file's `added`)."
+                                  for loop, added in data.get("added", {}).items()), ""]
     http = [load for load in data["loads"] if figure(FLOOR, load) is not None]
     if http:
         lowest = derive(data)["lowest"]

@@ -235,3 +235,9 @@ def test_a_result_reference_reads_the_committed_file_and_refuses_a_bad_path() ->
         book_numbers.resolve("echo.json:results/1024/no-such-server")
     with pytest.raises(ValueError):
         book_numbers.resolve("echo.json")
+    # A key with a / in it is written [key]; without the brackets it is two steps.
+    counts = json.loads((RESULTS / "instructions_requests.json").read_text(encoding="utf-8"))["counts"]
+    assert book_numbers.resolve("instructions_requests.json:counts/[ring/python]/keepalive")[0] == \
+        counts["ring/python"]["keepalive"]
+    with pytest.raises(KeyError):
+        book_numbers.resolve("instructions_requests.json:counts/ring/python/keepalive")

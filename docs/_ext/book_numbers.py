@@ -8,7 +8,8 @@ A sentence that quotes a measurement names where the number lives instead of typ
 
 The text before ``:`` is a file under ``benchmarks/results/``; the path after it walks the JSON one
 ``/``-separated step at a time: a key of an object, an index of a list, or ``[field=value,...]``,
-the one element of a list whose fields have those values.  After ``|``, a format spec for Python's
+the one element of a list whose fields have those values (``[key]``, without ``=``, is a key of an
+object that has a ``/`` in it: ``counts/[ring/python]/keepalive``).  After ``|``, a format spec for Python's
 ``format()`` (``.1f``, ``,.0f``); without one, a number under 100 gets one decimal and a larger one
 none, with thousands separated by commas.  A string (a date, a command) is rendered as it is.
 
@@ -79,6 +80,8 @@ def steps(path: str) -> list[str]:
 
 def _step(value: object, step: str) -> object:
     selector = _SELECTOR.match(step)
+    if selector and isinstance(value, dict) and "=" not in selector.group(1):
+        return value[selector.group(1)]  # [ring/python]: a key with a / in it
     if selector:
         if not isinstance(value, list):
             raise KeyError(f"{step!r}: a selector needs a list, found {type(value).__name__}")
