@@ -518,10 +518,12 @@ cdef class TCPTransport:
 
     cdef _on_read(self, ssize_t nread, const uv.uv_buf_t* buf):
         # Discussion: why copy each read out of the loop's buffer?  Reading
-        # into a new 256 KiB bytes and shrinking it (socket.recv's way) was
-        # tried on 2026-11-29: 3.2x the server CPU per 100 KiB echo message.
-        # A likely cause: glibc serves a block that large with mmap(2)
-        # (M_MMAP_THRESHOLD, mallopt(3)), so each read starts in fresh pages.
+        # into a new bytes and shrinking it (socket.recv's way) was tried on
+        # 2026-11-29, server CPU per 100 KiB echo message: with 256 KiB, 3.2x
+        # the copy's (glibc serves a block that large with mmap(2), fresh
+        # pages each time: M_MMAP_THRESHOLD, mallopt(3)); with just under
+        # 128 KiB, from the heap, no less than the copy (47.1 against 45.5
+        # µs, runs overlapping).  The copy stays: it is the simpler code.
         cdef bint buffered = self._has_user_buffer
         self._release_user_buffer()
         if self._conn_lost:
