@@ -250,25 +250,19 @@ def render_requests(data: dict[str, Any]) -> str:
     the same less the ``floor`` (the HTTP layer alone): the loop's own instructions, and the lowest
     ratio of totals a loop could reach against its rival if its own cost nothing."""
     loops, counts = data["loops"], data["counts"]
+    derived = derive(data)
 
-    def figure(loop: str, load: str) -> float | None:
-        value = counts.get(loop, {}).get(load)
-        return value if isinstance(value, (int, float)) else None
-
-    def rival(loop: str, load: str, less: float = 0.0) -> float | None:
-        found = [value - less for name in RIVALS.get(loop, ()) if (value := figure(name, load)) is not None]
-        return min(found) if found else None
-
-    def cell(loop: str, load: str, less: float = 0.0) -> str:
-        value = figure(loop, load)
-        if value is None:
+    def cell(table: dict[str, dict[str, Any]], loop: str, load: str) -> str:
+        # ``table``: the counts, or derive()'s ``own``; a loop over the best of its rivals in it.
+        value = table.get(loop, {}).get(load)
+        if not isinstance(value, (int, float)):
             return str(counts.get(loop, {}).get(load, "—"))
-        best = rival(loop, load, less)
-        mine = value - less
-        return f"{mine:,.0f}" + (f" ({mine / best:.2f}×)" if best else "")
+        rivals = [figure for name in RIVALS.get(loop, ())
+                  if isinstance(figure := table.get(name, {}).get(load), (int, float))]
+        return f"{value:,.0f}" + (f" ({value / min(rivals):.2f}×)" if rivals and min(rivals) else "")
 
     shown = [loop for loop in loops if loop != FLOOR]
-    rows = [[load, *(cell(loop, load) for loop in shown)] for load in data["loads"]]
+    rows = [[load, *(cell(counts, loop, load) for loop in shown)] for load in data["loads"]]
     lines = [*markdown(["load", *shown], rows), "",
              "Instructions the server runs per request, counted by callgrind "
              f"({data['valgrind']}); CPython {data['python']}; {data['date'][:10]}. In brackets: uv over "
@@ -279,15 +273,14 @@ def render_requests(data: dict[str, Any]) -> str:
              "finding." + "".join(f" {loop}: {', '.join(added['loads'])} only, counted after the run "
                                   f"({added['date'][:16].replace('T', ' ')}, the file's `added`)."
                                   for loop, added in data.get("added", {}).items()), ""]
-    http = [load for load in data["loads"] if figure(FLOOR, load) is not None]
+    http = [load for load in data["loads"] if isinstance(counts.get(FLOOR, {}).get(load), (int, float))]
     if http:
-        lowest = derive(data)["lowest"]
+        own, lowest = derived["own"], derived["lowest"]
         own_rows = []
         for load in http:
-            floor = figure(FLOOR, load)
             bounds = [f"{loop} {lowest[loop][load]:.2f}×" for loop in ("aio", "uv")
                       if load in lowest.get(loop, {})]
-            own_rows.append([load, f"{floor:,.0f}", *(cell(loop, load, floor) for loop in shown),
+            own_rows.append([load, f"{counts[FLOOR][load]:,.0f}", *(cell(own, loop, load) for loop in shown),
                              ", ".join(bounds)])
         lines += [*markdown(["load", "HTTP layer alone", *(f"{loop}'s own" for loop in shown),
                              "lowest ratio possible"], own_rows), "",

@@ -92,12 +92,9 @@ def available() -> str | None:
         return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed: the code under test cannot drop root"
-    try:
-        argv, preexec = command(["true"])
-        done = subprocess.run(argv, preexec_fn=preexec, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"bwrap could not run: {error}"
+    done = _probe(["true"])
+    if isinstance(done, str):
+        return done
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return f"bwrap cannot build a sandbox here ({why}); are user namespaces allowed?"
@@ -108,19 +105,26 @@ def available() -> str | None:
     return _enterable(checkout)
 
 
+def _probe(argv: list[str]) -> subprocess.CompletedProcess[str] | str:
+    """``argv`` run to its end in a sandbox of :func:`command`'s shape (30 s at most), or why bwrap could not run."""
+    try:
+        full, preexec = command(argv)
+        return subprocess.run(full, preexec_fn=preexec, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"bwrap could not run: {error}"
+
+
 def _enterable(checkout: str) -> str | None:
     """None if the sandbox's user can start this interpreter and read this checkout, else why not.
     Under a root grader that user is not root: a checkout that only its owner may enter (a clone
     into ``mktemp -d``'s folder, mode 0700) would fail every check with an ImportError.  (The
     folders above a bound path are made anew in the sandbox, 0755: only the bound one's mode counts.)"""
     init = os.path.join(checkout, "tinyloop", "__init__.py")
-    probe = f"import os, sys; sys.exit(0 if os.access({init!r}, os.R_OK) else 3)"
-    try:
-        argv, preexec = command([sys.executable, "-I", "-c", probe])
-        done = subprocess.run(argv, preexec_fn=preexec, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"bwrap could not run: {error}"
+    done = _probe([sys.executable, "-I", "-c",
+                   f"import os, sys; sys.exit(0 if os.access({init!r}, os.R_OK) else 3)"])
+    if isinstance(done, str):
+        return done
     if done.returncode == 0:
         return None
     who = "the check's own user" if os.geteuid() == 0 else "this user"
