@@ -5,9 +5,12 @@ same clean stop as Ctrl-C.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
+import threading
+import time
 
 __all__ = ["BACKLOG", "announce", "listen", "log", "stop_on_sigterm"]
 
@@ -52,8 +55,34 @@ def announce(stage: str, sock: socket.socket) -> None:
     print(f"tinyloop: serving {stage} on http://{host}:{port}/", flush=True)
 
 
+# Set by the first SIGTERM's handler: the stop is under way (see stop_on_sigterm).
+_stopping = False
+
+# How long the nudger waits for the main thread to run the handler before it
+# interrupts the main thread's system call again, in seconds; and how many
+# times it tries.
+NUDGE_INTERVAL = 0.05
+NUDGES = 200
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    global _stopping
+    if _stopping:
+        return  # a later SIGTERM (or a nudge) must not break the clean-up under way
+    _stopping = True
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _nudge(wakeup: int, main: int) -> None:
+    """Read the signals' wake-up bytes; after a SIGTERM, interrupt ``main`` until it handles it."""
+    while caught := os.read(wakeup, 512):
+        if signal.SIGTERM not in caught:
+            continue
+        for _ in range(NUDGES):
+            time.sleep(NUDGE_INTERVAL)
+            if _stopping:
+                break
+            signal.pthread_kill(main, signal.SIGTERM)
 
 
 def stop_on_sigterm() -> None:
@@ -61,6 +90,39 @@ def stop_on_sigterm() -> None:
 
     A server then has one way to stop: the exception unwinds out of its
     blocking call (accept, select, epoll.poll) through ``finally`` blocks that
-    close its sockets.
+    close its sockets.  Only the first SIGTERM raises; later ones do nothing,
+    so they cannot break the clean-up (SIGKILL is the way to insist).  Call it
+    once, from the main thread, before the server starts; it starts a daemon
+    thread that blocks SIGTERM and SIGINT, and sets the signal module's
+    wake-up descriptor (a loop that sets its own, as Part IV's does while it
+    runs, watches that one instead).  Raises ``ValueError`` from another
+    thread (signal.signal(2) handlers are the main thread's).
+
+    Discussion: why a thread, when a signal interrupts a blocking system call
+    anyway (EINTR)?  Because of a race.  Python's handler runs in the main
+    thread, between two bytecodes; the C-level handler only notes the signal.
+    If SIGTERM lands after the interpreter's last look at that note and
+    before the thread enters accept(2) or epoll_wait(2), nothing interrupts
+    the call: the server sleeps until a timer (the idle timeout, 10 s) or a
+    client wakes it, or for ever.  It also misses when the kernel hands the
+    signal to some other thread.  It is rare (a preemption inside a window a
+    few instructions wide), so it shows on a loaded machine: CI's.  C closes the
+    window atomically with pselect(2), ppoll(2) and epoll_pwait(2), which
+    unblock the signal only inside the wait; asyncio watches a self-pipe the
+    signal's byte is written to (signal.set_wakeup_fd).  Neither fits a
+    blocking accept(), so a thread reads those bytes and interrupts the main
+    thread's call with pthread_kill(3) until the handler has run.
     """
+    global _stopping
+    _stopping = False
     signal.signal(signal.SIGTERM, _interrupt)
+    wakeup, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # the C handler must never block on it
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    # The thread inherits this mask: it never takes SIGTERM or SIGINT itself.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        threading.Thread(target=_nudge, args=(wakeup, threading.get_ident()), daemon=True,
+                         name="tinyloop-sigterm").start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
