@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -73,7 +74,7 @@ def test_the_nudging_thread_takes_no_stop_signal_itself() -> None:
         import signal, threading
         from tinyloop.serving import stop_on_sigterm
         stop_on_sigterm()
-        nudger, = [t for t in threading.enumerate() if t.name == "tinyloop-sigterm"]
+        nudger, = [t for t in threading.enumerate() if t.name == "tinyloop-signal"]
         with open(f"/proc/self/task/{nudger.native_id}/status") as status:
             blocked = int(next(l for l in status if l.startswith("SigBlk:")).split()[1], 16)
         print(all(blocked & (1 << (s - 1)) for s in (signal.SIGTERM, signal.SIGINT)))
@@ -83,3 +84,36 @@ def test_the_nudging_thread_takes_no_stop_signal_itself() -> None:
                             timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False"]  # the nudger blocks them; main does not
+
+
+def test_a_server_counts_one_thread_though_the_nudger_runs_beside_it() -> None:
+    # The exercises' single_thread property counts a server's threads; the
+    # nudger is the command line's, not the student's.
+    from tinyloop.testing import ServerProcess
+    with ServerProcess("epoll") as server:
+        assert len(os.listdir(f"/proc/{server.pid}/task")) == 2
+        assert server.thread_count() == 1
+
+
+def test_naming_threads_after_the_nudger_hides_only_one() -> None:
+    from tinyloop.testing import ServerProcess
+    fake = textwrap.dedent("""
+        import threading, time
+        from tinyloop.serving import NUDGER_NAME, announce, listen
+
+        def disguised(ready):
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+                comm.write(NUDGER_NAME)
+            ready.release()
+            time.sleep(60)
+
+        ready = threading.Semaphore(0)
+        for _ in range(2):
+            threading.Thread(target=disguised, args=(ready,), daemon=True).start()
+        ready.acquire(); ready.acquire()
+        listener = listen(port=0)
+        announce("disguised", listener)
+        time.sleep(60)
+        """)
+    with ServerProcess("disguised", command=[sys.executable, "-c", fake]) as server:
+        assert server.thread_count() == 2  # main and one of the two: only one is left out

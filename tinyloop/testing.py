@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from tinyloop.serving import NUDGER_NAME
+
 __all__ = ["Crowd", "ServerProcess", "asyncio_loop_stages", "http_get", "nofile_at_least", "recv_response"]
 
 def asyncio_loop_stages() -> list[str]:
@@ -170,8 +172,21 @@ class ServerProcess:
         raise RuntimeError(f"no VmRSS for process {self.pid}: has it exited?")
 
     def thread_count(self) -> int:
-        """How many threads the server runs (Linux: /proc/PID/task)."""
-        return len(os.listdir(f"/proc/{self.pid}/task"))
+        """How many threads the server runs (Linux: /proc/PID/task).
+
+        The thread tinyloop.serving.stop_on_sigterm starts (named
+        ``NUDGER_NAME``) is not counted: it serves no client.  At most one
+        thread of that name is left out, so naming more buys a server nothing.
+        """
+        named = 0
+        tids = os.listdir(f"/proc/{self.pid}/task")
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/comm") as comm:
+                    named += comm.read().rstrip("\n") == NUDGER_NAME
+            except OSError:
+                pass  # it ended meanwhile
+        return len(tids) - min(named, 1)
 
 
 def recv_response(sock: socket.socket, buffer: bytearray | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
