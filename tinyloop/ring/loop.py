@@ -296,6 +296,19 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
                                             len(data) - offset, self._send_completed)
 
     def _send_completed(self, res: int, flags: int) -> None:
+        data = self._sending
+        if (res == len(data) - self._send_offset and len(self._buffer) == 1  # type: ignore[arg-type]
+                and not (self._protocol_paused or self._closing or self._eof or self._conn_lost)
+                and self._empty_waiter is None):
+            # All of it sent, nothing queued behind it, and nobody to tell:
+            # settled here, in step 2, with no handle for step 4 (and so no
+            # iteration of the loop for this completion: Proactor.select).
+            self._sending = None
+            self._buffer.popleft()
+            self._buffer_size -= res
+            if self._loop._instrument is not None:  # tinyloop.trace: one send
+                self._loop._instrument.transport_wrote(self, res, 1, self._buffer_size)
+            return
         self._send_res = res
         if self._send_handle is not None:
             self._loop._ready.append(self._send_handle)
@@ -451,6 +464,7 @@ class Loop(unix_events.SelectorEventLoop):
         self._proactor: Proactor = proactor(entries)
         self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
         super().__init__(self._proactor, time.monotonic, debug=debug)
+        self._proactor.ready = self._ready  # what a wait checks before it waits again
 
     # -- Instruments: the proactor reports the SQEs and CQEs -----------------------------
 

@@ -66,7 +66,7 @@ import select
 import selectors
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, bytes_address, timespec
@@ -134,6 +134,10 @@ class Proactor(selectors._BaseSelectorImpl):
         self._timer_deadline = 0.0                     # when it fires, on time.monotonic()
         self._timespec = timespec(0)                   # its interval (the kernel copies it at submission)
         self._timespec_at, self._timespec_pin = pin(self._timespec)
+        self._timer_completed = False                  # did the wait timer complete in this wait?
+        # The loop's ready queue (tinyloop/ring/loop.py gives it), or None: a
+        # wait whose completions queued nothing and found no readiness waits again.
+        self.ready: Sized | None = None
         # tinyloop.trace: the loop's InstrumentSet, or None (Loop.add_instrument keeps it in step).
         self._instrument: InstrumentSet | None = None
 
@@ -290,7 +294,8 @@ class Proactor(selectors._BaseSelectorImpl):
 
     def _timer_fired(self, res: int, flags: int) -> None:
         # -ETIME when it expired, -ECANCELED when replaced: either way,
-        # clear it only if it is still the armed one.
+        # clear it only if it is still the armed one, and end this wait.
+        self._timer_completed = True
         if self._timer and self._timer not in self._operations:
             self._timer = 0
 
@@ -299,11 +304,21 @@ class Proactor(selectors._BaseSelectorImpl):
         completion), run each completion's callback; return the descriptors
         whose POLL_ADD fired, as ``(key, events)``, for Part II's step 3.
 
-        One io_uring_enter(2) per call.  The bound is a timer operation
+        One io_uring_enter(2) per wait.  The bound is a timer operation
         (IORING_OP_TIMEOUT) whose completion ends the wait; a zero timeout
         is a NOP, which completes at once, so that the call still reaps
         what has finished (with DEFER_TASKRUN the kernel posts completions
-        only inside an io_uring_enter that asks for events).
+        only inside an io_uring_enter that asks for events).  When every
+        completion a wait brought was settled in its callback (a whole
+        send, a cancel), queuing nothing on the loop's ready queue (``self.ready``) and firing no
+        poll, the call waits again instead of returning: there is nothing
+        for the loop's other steps to do.
+
+        Discussion: with one client, the send a request's answer makes is
+        done inside the io_uring_enter that submits it, so that call returns
+        at once with its CQE, and the client's next request has not come
+        yet.  Returning there would cost the loop a whole iteration (timers,
+        ready queue) for a completion that needs none.
         """
         ring = self.ring
         if self._to_arm:
@@ -315,19 +330,24 @@ class Proactor(selectors._BaseSelectorImpl):
                     self._observe(_NOBODY, "NOP", -1)
             else:
                 self._arm_timer(timeout)
-        instrument = self._instrument
-        if instrument is not None:  # tinyloop.trace: the batch this call submits
-            instrument.before_enter()
-        submitted = 0
-        try:
-            submitted = ring.submit_and_wait(1)
-        except InterruptedError:
-            pass  # a signal: its byte is in the self-pipe, whose POLL_ADD will say so
-        if instrument is not None:
-            instrument.after_enter(submitted)
-        events = self._events = []
-        self._complete(ring)
-        return events
+        self._timer_completed = False
+        while True:
+            instrument = self._instrument
+            if instrument is not None:  # tinyloop.trace: the batch this call submits
+                instrument.before_enter()
+            submitted = 0
+            interrupted = False
+            try:
+                submitted = ring.submit_and_wait(1)
+            except InterruptedError:
+                interrupted = True  # a signal: its byte is in the self-pipe, whose POLL_ADD will say so
+            if instrument is not None:
+                instrument.after_enter(submitted)
+            events = self._events = []
+            self._complete(ring)
+            if (events or interrupted or self._timer_completed or self.ready is None or self.ready
+                    or (timeout is not None and timeout <= 0)):
+                return events
 
     def _complete(self, ring: Ring) -> None:
         """Run each posted completion's callback, oldest first (the loop's step 2, continued).

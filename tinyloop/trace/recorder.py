@@ -370,6 +370,8 @@ class Recorder(Instrument):
         now = self.now()
         start = self._enter if self._enter is not None else now
         self._enter = None
+        if self._reaped is not None:  # the wait's earlier enter (a wait may enter again: Proactor.select)
+            self.counter("CQEs per io_uring_enter", start, cqes=self._reaped)
         self._enters += 1
         taken, self._prepared = self._prepared[:submitted], self._prepared[submitted:]
         sqes: dict[str, int] = {}
