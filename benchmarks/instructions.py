@@ -8,6 +8,10 @@
     python -m benchmarks.instructions --requests all --reference
                                                    every load and loop (about 40 minutes), written to
                                                    benchmarks/results/instructions_requests.json
+    python -m benchmarks.instructions --requests all --loops ring --out FILE
+    python -m benchmarks.instructions --merge FILE --why "what changed"
+                                                   one loop that changed, counted again on every load
+                                                   and put into that file (its `added` says so)
 
 Why a count and not a time: benchmarks/README.md, Part IV.  Per loop and
 operation: callgrind's total ("Collected"; no profile written) for N and
@@ -25,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import json
 import os
 import signal
 import socket
@@ -32,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks import micro, uv_variants
@@ -270,9 +276,9 @@ def render_requests(data: dict[str, Any]) -> str:
              "kernel's work for the system calls is not in it (benchmarks/results/syscalls.md counts "
              "those). Two runs of the same count differ by up to about 1% of it (the interpreter's "
              "caches and allocations are not the same in every run): smaller differences are not a "
-             "finding." + "".join(f" {loop}: {', '.join(added['loads'])} only, counted after the run "
-                                  f"({added['date'][:16].replace('T', ' ')}, the file's `added`)."
-                                  for loop, added in data.get("added", {}).items()), ""]
+             "finding." + "".join(f" {loop}: {_which_loads(added['loads'], data['loads'])} counted after "
+                                  f"the run ({added['date'][:16].replace('T', ' ')}; the file's `added` "
+                                  "says why)." for loop, added in data.get("added", {}).items()), ""]
     http = [load for load in data["loads"] if isinstance(counts.get(FLOOR, {}).get(load), (int, float))]
     if http:
         own, lowest = derived["own"], derived["lowest"]
@@ -289,6 +295,37 @@ def render_requests(data: dict[str, Any]) -> str:
                   "Python too). Lowest ratio possible: the ratio of totals if the loop's own work cost "
                   "nothing, against the same rival.", ""]
     return "\n".join(lines)
+
+
+def _which_loads(these: list[str], every: list[str]) -> str:
+    return "every load" if set(these) >= set(every) else ", ".join(these)
+
+
+def merge(counted: Path, why: str, into: Path | None = None) -> int:
+    """Put the loops of ``counted`` (a ``--requests all`` file) into ``into`` (default the committed
+    instructions_requests.json), replacing their cells; each gets an ``added`` entry with the run's
+    date and command and ``why``.  The other loops, the floor and the file's own date stay as they
+    were.  Raises SystemExit when ``counted`` does not cover every load of ``into`` or holds the floor."""
+    into = into or output.RESULTS / "instructions_requests.json"
+    new, data = json.loads(counted.read_text()), json.loads(into.read_text())
+    if new["loads"] != data["loads"]:
+        raise SystemExit(f"{counted} counts {', '.join(new['loads'])}; the file needs every load: --requests all")
+    if FLOOR in new["loops"]:
+        raise SystemExit("the floor is the HTTP layer alone, the same for every loop: it is not merged")
+    for loop in new["loops"]:
+        data["counts"][loop] = new["counts"][loop]
+        data.setdefault("added", {})[loop] = {"date": new["date"], "command": new["command"],
+                                              "loads": new["loads"], "why": why}
+        if loop not in data["loops"]:
+            data["loops"].append(loop)
+    data.update(derive(data))
+    data["conclusion"] = conclusion_requests(data)
+    text = render_requests(data)
+    output.write_json(data, into)
+    output.write_text(text, into.with_suffix(".md"))
+    print(text.rstrip("\n"))
+    print(f"\nmerged {', '.join(new['loops'])} into {output.relative(into)} and its .md")
+    return 0
 
 
 def derive(data: dict[str, Any]) -> dict[str, Any]:
@@ -359,7 +396,16 @@ def main(argv: list[str] | None = None) -> int:
                              "instructions_requests.json (with --reference: only 'all', every loop)")
     parser.add_argument("--loops", default=",".join(REQUEST_LOOPS),
                         help="with --requests: the loops to count (default %(default)s)")
+    parser.add_argument("--merge", metavar="JSON",
+                        help="maintainers: put the loops of JSON (a --requests all run) into the committed "
+                             "instructions_requests.json in place of theirs, saying so in its `added` "
+                             "(with --why): for a loop that changed since the full run")
+    parser.add_argument("--why", help="with --merge: why those loops were counted again")
     args = parser.parse_args(argv)
+    if args.merge:
+        if not args.why:
+            parser.error("--merge needs --why: the file says why those loops were counted again")
+        return merge(Path(args.merge), args.why)
     if args.worker:  # one run under callgrind
         loop, op, n = args.worker
         OPERATIONS[op][0](int(n), factory_for(loop))

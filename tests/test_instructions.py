@@ -119,3 +119,40 @@ def test_the_committed_per_request_counts_carry_what_derive_makes_of_them():
     assert {key: data[key] for key in ("own", "lowest")} == instructions.derive(data)
     assert (ROOT / "benchmarks" / "results" / "instructions_requests.md").read_text() == \
         instructions.render_requests(data)
+
+
+def test_merge_replaces_a_recounted_loop_and_says_so(tmp_path):
+    committed = ROOT / "benchmarks" / "results" / "instructions_requests.json"
+    into = tmp_path / "instructions_requests.json"
+    shutil.copy(committed, into)
+    before = json.loads(into.read_text())
+    recount = {"loops": ["ring"], "loads": before["loads"], "date": "2026-11-29T09:00:00+00:00",
+               "command": "python -m benchmarks.instructions --requests all --loops ring",
+               "counts": {"ring": {load: 1000.0 + i for i, load in enumerate(before["loads"])}}}
+    counted = tmp_path / "ring.json"
+    counted.write_text(json.dumps(recount))
+    assert instructions.merge(counted, "the loop changed", into) == 0
+    after = json.loads(into.read_text())
+    assert after["counts"]["ring"] == recount["counts"]["ring"]
+    assert after["counts"]["uv"] == before["counts"]["uv"] and after["date"] == before["date"]
+    assert after["added"]["ring"] == {"date": recount["date"], "command": recount["command"],
+                                      "loads": before["loads"], "why": "the loop changed"}
+    assert after["own"]["ring"]["keepalive"] == 1002.0 - before["counts"]["floor"]["keepalive"]
+    table = into.with_suffix(".md").read_text()
+    assert table == instructions.render_requests(after)
+    assert "ring: every load counted after the run (2026-11-29 09:00" in table
+
+
+@pytest.mark.parametrize("change", ["fewer loads", "the floor"])
+def test_merge_refuses_a_partial_recount_and_the_floor(tmp_path, change):
+    committed = ROOT / "benchmarks" / "results" / "instructions_requests.json"
+    into = tmp_path / "instructions_requests.json"
+    shutil.copy(committed, into)
+    loads = json.loads(into.read_text())["loads"]
+    loop = "floor" if change == "the floor" else "ring"
+    counted = tmp_path / "partial.json"
+    counted.write_text(json.dumps({"loops": [loop], "loads": loads[:1] if change == "fewer loads" else loads,
+                                   "date": "d", "command": "c", "counts": {loop: {}}}))
+    with pytest.raises(SystemExit):
+        instructions.merge(counted, "why", into)
+    assert into.read_text() == committed.read_text()  # nothing written
