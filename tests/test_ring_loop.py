@@ -5,7 +5,8 @@ The conformance suite (tests/conformance/) runs the asyncio contract on
 Here: buffers the kernel holds (a paused transport's receive, a send the
 kernel takes in pieces), cancellation as a request (close and a cancelled
 sock_recv with their operations outstanding), the timer and the wake-up as
-completions, the one-thread rule, and the one-line refusal where io_uring
+completions, a lone answer's send settled where it completes (one iteration
+per exchange), the one-thread rule, and the one-line refusal where io_uring
 is missing.
 """
 
@@ -292,3 +293,70 @@ def test_addresses_round_trip_through_struct_sockaddr():
         sock.bind(("127.0.0.1", 0))
         assert ring_loop.sockaddr_to_address(
             ring_loop.address_to_sockaddr(socket.AF_INET, sock.getsockname())) == sock.getsockname()
+
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+
+def test_a_request_and_its_answer_cost_one_iteration_and_two_enters():
+    # One client, one message at a time: the answer's send is done inside the
+    # io_uring_enter that submits it, and its completion is settled where it
+    # completes (RingSocketTransport._send_completed), so the loop does not
+    # run an iteration for it; the same select waits on (Proactor.select).
+    from tinyloop.trace.instrument import Instrument
+
+    class Waits(Instrument):
+        def __init__(self):
+            self.waits = self.enters = 0
+
+        def after_io_wait(self, events):
+            self.waits += 1
+
+        def after_enter(self, submitted):
+            self.enters += 1
+
+    exchanges, message = 50, b"x" * 1024
+
+    def client(sock, answers):
+        sock.settimeout(TIMEOUT)
+        for _ in range(exchanges):
+            sock.sendall(message)
+            got = b""
+            while len(got) < len(message):
+                got += sock.recv(65536)
+            answers.append(got)
+
+    async def main():
+        transport, _, theirs = await connected_pair(Echo)
+        theirs.setblocking(True)
+        loop, counter, answers = asyncio.get_running_loop(), Waits(), []
+        loop.add_instrument(counter)
+        done = loop.create_future()
+
+        def exchange():
+            try:
+                client(theirs, answers)
+            finally:
+                loop.call_soon_threadsafe(done.set_result, None)
+
+        thread = threading.Thread(target=exchange)
+        thread.start()
+        await done
+        thread.join()
+        loop.remove_instrument(counter)
+        assert answers == [message] * exchanges
+        assert transport.get_write_buffer_size() == 0
+        transport.close()
+        theirs.close()
+        return counter
+
+    counter = run(main())
+    # (A few more: the thread's start, its end through the self-pipe.)  Before
+    # the send was settled where it completes, this was two waits per exchange.
+    assert exchanges <= counter.waits <= exchanges + 10, counter.waits
+    assert counter.enters >= 2 * exchanges
