@@ -77,6 +77,40 @@ class BufferedWriteLoop(Loop):
         return BufferedWriteTransport(self, sock, protocol, waiter, extra, server)
 
 
+class NewBytesPerReadTransport(selector_events._SelectorSocketTransport):
+    """Each read is ``sock.recv(max_size)``: a new 256 KiB bytes object shrunk to what came, as asyncio reads.
+
+    Undoes "every read goes into the loop's one buffer, its bytes copied out".
+    """
+
+    def _read_ready__data_received(self):
+        if self._conn_lost:
+            return
+        try:
+            data = self._sock.recv(self.max_size)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            self._read_ready__on_eof()
+            return
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+
+class NewBytesPerReadLoop(Loop):
+    def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
+        return NewBytesPerReadTransport(self, sock, protocol, waiter, extra, server)
+
+
 class TaskPerConnectionLoop(Loop):
     """A task per accepted connection, as asyncio's _accept_connection2 (3.11-3.13) makes.
 
@@ -270,11 +304,19 @@ async def _serve_sock(listener: socket.socket) -> None:
 # -- The servers ------------------------------------------------------------------------
 
 class Recipe(NamedTuple):
-    """A server: ``loop`` makes the loop; ``api``: "protocol", "streams" or "sock"."""
+    """A server: ``loop`` makes the loop; ``api``: "protocol", "streams" or "sock"; ``env``: added
+    to its environment."""
 
     loop: Callable[[], asyncio.AbstractEventLoop]
     api: str
     summary: str
+    env: dict[str, str] | None = None
+
+
+# glibc's mmap threshold held at its default, 128 KiB (mallopt(3)): fixed, it no longer rises
+# when a large block is freed whole, so a 256 KiB read is served by mmap(2) in every process,
+# not only in those that have not yet freed one.
+FIXED_THRESHOLD = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
 
 
 def _first_line(cls: type) -> str:
@@ -288,6 +330,10 @@ RECIPES: dict[str, Recipe] = {
     "aio-sock": Recipe(Loop, "sock", "tinyloop.aio.Loop, a task per connection on sock_recv/sock_sendall "
                                      "(Part II's pattern: try, else add_reader, await, remove_reader)"),
     "aio/buffered-write": Recipe(BufferedWriteLoop, "protocol", _first_line(BufferedWriteTransport)),
+    "aio/fixed-threshold": Recipe(Loop, "protocol", "the aio stage, glibc's mmap threshold held at 128 KiB",
+                                  FIXED_THRESHOLD),
+    "aio/new-bytes-per-read": Recipe(NewBytesPerReadLoop, "protocol", _first_line(NewBytesPerReadTransport)
+                                     + "; glibc's mmap threshold held at 128 KiB", FIXED_THRESHOLD),
     "aio/task-per-connection": Recipe(TaskPerConnectionLoop, "protocol", _first_line(TaskPerConnectionLoop)),
     "aio/getpeername": Recipe(PeernameSyscallLoop, "protocol", _first_line(PeernameSyscallLoop)),
     "aio/nagle": Recipe(NagleLoop, "protocol", _first_line(NagleLoop)),
@@ -310,7 +356,7 @@ def server(name: str) -> servers.Server:
     if name.startswith("stage:"):
         return replace(servers.stage_server(stages.get(name.partition(":")[2])), name=name)
     argv = (sys.executable, "-m", "benchmarks.aio_changes", "--serve", name, "--port", "0")
-    return servers.Server(name, "variant", RECIPES[name].summary, argv)
+    return servers.Server(name, "variant", RECIPES[name].summary, argv, env=RECIPES[name].env or {})
 
 
 # -- The changes: servers x loads ----------------------------------------------------------------
@@ -347,6 +393,9 @@ CHANGES: tuple[Change, ...] = (
     Change("write-now", "write() tries send() at once",
            "write() always buffers and waits for writability (add_writer, one more iteration)",
            "ab-k-c10", "aio", "aio/buffered-write"),
+    Change("loop-buffer", "every read into the loop's one buffer, its bytes copied out",
+           "recv(max_size): a new 256 KiB bytes object per read, shrunk to what came (asyncio's read)",
+           "ab-k-c10", "aio/fixed-threshold", "aio/new-bytes-per-read"),
     Change("no-task-accept", "a plain TCP connection set up in the accept callback",
            "a task per accepted connection, as asyncio's _accept_connection2",
            "ab-c10", "aio", "aio/task-per-connection"),
@@ -391,7 +440,7 @@ def _compare(row: dict) -> dict:
 
 def change_rows(records: list[dict]) -> list[dict]:
     """One row per change: median, min and max of its figure for the real and the undone server."""
-    folded = experiment.fold(records, "load", "server", ["cpu_us_per_req", "p50_ms", "rps"])
+    folded = experiment.fold(records, "load", "server", ["cpu_us_per_req", "p50_ms", "rps", "faults_per_req"])
     rows = []
     for change in CHANGES:
         row: dict = {**asdict(change), "unit": "µs" if change.figure == "cpu_us_per_req" else "ms"}
@@ -399,7 +448,8 @@ def change_rows(records: list[dict]) -> list[dict]:
             summary = folded[change.load][name]
             low, high = summary["spread"][change.figure] or (None, None)
             row[side] = {"median": summary[change.figure], "min": low, "max": high, "runs": summary["runs"],
-                         "ok_runs": summary["ok_runs"], "rps": summary["rps"], "note": summary["note"]}
+                         "ok_runs": summary["ok_runs"], "rps": summary["rps"],
+                         "faults_per_req": summary["faults_per_req"], "note": summary["note"]}
         rows.append(_compare(row))
     return rows
 
@@ -584,13 +634,16 @@ def _compared(row: dict, digits: int) -> list[str]:
 def render(data: dict) -> str:
     """The JSON's two tables and their legend, as text (the chapter includes its first lines)."""
     out = [f"Per request: the server's CPU time / requests answered, median of {data['settings']['repeat']} "
-           f"interleaved runs (min-max); server on one CPU, ab on the other.", ""]
+           f"interleaved runs (min-max); server on one CPU, ab on the other; page faults: the server's",
+           "minor faults per request (proc(5)), median, with the change/variant.", ""]
     rows = [[row["key"], LOADS[row["load"]].title, "CPU µs/req" if row["unit"] == "µs" else "p50 ms",
              *_compared(row, 1 if row["unit"] == "µs" else 3),
-             "/".join(f"{row[side]['rps']:.0f}" if row[side].get("rps") else "-" for side in ("with", "without"))]
+             "/".join(f"{row[side]['rps']:.0f}" if row[side].get("rps") else "-" for side in ("with", "without")),
+             "/".join("-" if row[side].get("faults_per_req") is None else f"{row[side]['faults_per_req']:.2f}"
+                      for side in ("with", "without"))]
             for row in data["rows"]]
     out += align(["change", "load", "figure", "with the change", "variant", "ratio", "variant costs",
-                  "req/s with/variant"], rows)
+                  "req/s with/variant", "page faults/req"], rows)
     if data["micro"]:
         out += ["", f"Per operation, in one process on one CPU: ns of CPU time, median of "
                     f"{data['settings']['micro_values']} (min-max), garbage collector on; \"gc off\": what the variant",

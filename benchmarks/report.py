@@ -11,7 +11,8 @@ The JSON: the harness's head (benchmarks/harness/experiment.document), then::
                   pipeline (requests per write; the pipelined load only)}]
     servers     [{name, kind ("stage" | "peer"), summary, chapter, command, env, skipped (None or why)}]
     runs        [{rep, server, load, status, note, rps, p50_ms, p99_ms, completed,
-                  failed, cpu_s, cpu_us_per_req, seconds, newcomer_ms}]
+                  failed, cpu_s, cpu_us_per_req, faults_per_req (the server's minor page
+                  faults per request, proc(5)), seconds, newcomer_ms}]
     results     {load: {server: experiment.fold's summary of rps, p50_ms, p99_ms, cpu_us_per_req,
                   completed, newcomer_ms}}
 

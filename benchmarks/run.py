@@ -119,7 +119,7 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
     ``"error"`` (report.py's docstring), ``note`` saying what happened."""
     record: dict = {"server": server.name, "load": load.name, "status": "error", "note": None,
                     **dict.fromkeys(("rps", "p50_ms", "p99_ms", "completed", "failed", "cpu_s", "cpu_us_per_req",
-                                     "seconds", "newcomer_ms"))}
+                                     "faults_per_req", "seconds", "newcomer_ms"))}
     process, failure = servers.start(server, pinning["server_prefix"], warmup, settings.socket_timeout)
     if failure is not None:
         record["status"], record["note"] = failure
@@ -129,13 +129,14 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         if load.tool == "wrk":
             newcomer = Newcomer(process.address, settings.duration / 2, settings.duration + settings.socket_timeout)
             newcomer.start()
-        before = cpu_seconds(process)
+        before, faults = cpu_seconds(process), _minor_faults(process)
         try:
             result, _, text = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
                                         pinning["load_prefix"])
         finally:
             load_ended = time.monotonic()
             after = cpu_seconds(process)
+            faults = None if faults is None or (now := _minor_faults(process)) is None else now - faults
             if newcomer is not None:
                 newcomer.finish()
         exit_code = process.proc.poll() if process.proc else None
@@ -143,6 +144,7 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
                       failed=result.failed, seconds=result.seconds, cpu_s=None if cpu is None else round(cpu, 6),
                       cpu_us_per_req=cpu * 1e6 / result.completed if cpu is not None and result.completed else None,
+                      faults_per_req=faults / result.completed if faults is not None and result.completed else None,
                       newcomer_ms=None if newcomer is None else newcomer.latency_ms)
         tail = (text.strip().splitlines()[-1:] or ["no output"])[0]
         starved = newcomer is not None and (newcomer.answered_at is None or newcomer.answered_at > load_ended)
@@ -157,6 +159,14 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         return record
     finally:
         process.stop()
+
+
+def _minor_faults(process) -> int | None:
+    """The server's minor page faults so far, or None where /proc does not say (not Linux)."""
+    try:
+        return process.minor_faults()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")

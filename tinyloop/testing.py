@@ -163,6 +163,15 @@ class ServerProcess:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def minor_faults(self) -> int:
+        """Minor page faults the server has taken so far (Linux: /proc/PID/stat's minflt).
+
+        A fault on memory the process just mapped or grew its heap into:
+        mostly allocation the kernel had to back with fresh pages.  See proc(5).
+        """
+        with open(f"/proc/{self.pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[7])
+
     def rss_bytes(self) -> int:
         """The server's resident memory now, in bytes (Linux: VmRSS in /proc/PID/status)."""
         with open(f"/proc/{self.pid}/status") as f:

@@ -245,6 +245,8 @@ class BaseSelectorEventLoop(base_events.BaseEventLoop):
             weakref.WeakValueDictionary()
         # Listeners resting after EMFILE: fd -> the timer that wakes them.
         self._accept_backoff: dict[int, reactor.TimerHandle] = {}
+        # The one buffer every transport's recv goes into: see _SelectorTransport.
+        self._recv_view = memoryview(bytearray(_SelectorTransport.max_size))
         super().__init__(default_selector() if selector is None else selector, clock, debug=debug)
 
     # -- Readiness: the users' door, checked -----------------------------------------
@@ -602,9 +604,25 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
         _closing      close() or abort() was called: read no more
         _conn_lost    connection_lost is scheduled (counts writes after it)
         _paused       pause_reading() holds the reader off the selector
+        _recv_view    where recv(2) puts what arrives: the loop's one buffer,
+                      from which each read's bytes are copied out
+
+    Discussion: asyncio reads with ``sock.recv(max_size)``, which allocates a
+    256 KiB bytes object before every read and shrinks it to what arrived.
+    That is above glibc's mmap threshold (mallopt(3)), so the allocation is
+    the readiness chapter's lesson again: mmap(2), mremap(2) and munmap(2)
+    on every read, and page faults on the fresh pages, none of it visible to
+    a Python profiler.  Whether a process pays it depends on its history
+    (glibc raises the threshold when a large block is freed whole, and may
+    then trim its heap on every read instead), so one server can pay it
+    with 5,000 idle connections and not without, and two runs of asyncio can
+    differ by it.  We read into one buffer per loop, as uvloop does, and
+    copy out the bytes that came: a copy of n bytes, no allocation above
+    n, the same cost in every process.  python/cpython#85451 reports the
+    regime on asyncio.
     """
 
-    max_size = 256 * 1024  # bytes asked of one recv(2)
+    max_size = 256 * 1024  # bytes asked of one recv(2), and the loop's buffer's size
 
     def __init__(self, loop: BaseSelectorEventLoop, sock: socket.socket,
                  protocol: asyncio.BaseProtocol, extra: dict[str, Any] | None = None,
@@ -618,6 +636,7 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
         # specialize it); copied here, it is a plain field.  Setting it on
         # the class still works for the transports made after.
         self.max_size = self.max_size
+        self._recv_view = loop._recv_view
         self._protocol: Any = None
         self.set_protocol(protocol)
         self._server = server
@@ -629,6 +648,15 @@ class _SelectorTransport(FlowControlMixin, asyncio.Transport):
         if server is not None:
             server._attach(self)
         loop._transports[self._sock_fd] = self
+
+    def _recv_view_outgrown(self, exc: BaseException) -> bool:
+        """True if ``exc`` is recv_into's ValueError for a max_size set above the
+        buffer's length: the transport then gets a buffer of its own that size
+        and reads on the next readiness (level-triggered, so it comes)."""
+        if not isinstance(exc, ValueError) or self.max_size <= len(self._recv_view):
+            return False  # a negative max_size too: that stays asyncio's fatal error
+        self._recv_view = memoryview(bytearray(self.max_size))
+        return True
 
     def __repr__(self) -> str:
         if self._sock is None:
@@ -776,22 +804,24 @@ class _SelectorSocketTransport(_SelectorTransport):
     def _read_ready__data_received(self) -> None:
         if self._conn_lost:
             return
+        view = self._recv_view
         try:
-            data = self._sock.recv(self.max_size)  # type: ignore[union-attr]
+            nbytes = self._sock.recv_into(view, self.max_size)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on socket transport")
+            if not self._recv_view_outgrown(exc):
+                self._fatal_error(exc, "Fatal read error on socket transport")
             return
-        if self._loop._instrument is not None:  # tinyloop.trace: one recv(2), len(data) bytes
-            self._loop._instrument.transport_read(self, len(data), 1)
-        if not data:
+        if self._loop._instrument is not None:  # tinyloop.trace: one recv(2), nbytes bytes
+            self._loop._instrument.transport_read(self, nbytes, 1)
+        if not nbytes:
             self._read_ready__on_eof()
             return
         try:
-            self._protocol.data_received(data)
+            self._protocol.data_received(view[:nbytes].tobytes())
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -1044,8 +1074,9 @@ class _SelectorDatagramTransport(_SelectorTransport, asyncio.DatagramTransport):
     def _read_ready(self) -> None:
         if self._conn_lost:
             return
+        view = self._recv_view
         try:
-            data, address = self._sock.recvfrom(self.max_size)  # type: ignore[union-attr]
+            nbytes, address = self._sock.recvfrom_into(view, self.max_size)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -1053,9 +1084,10 @@ class _SelectorDatagramTransport(_SelectorTransport, asyncio.DatagramTransport):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on datagram transport")
+            if not self._recv_view_outgrown(exc):
+                self._fatal_error(exc, "Fatal read error on datagram transport")
         else:
-            self._protocol.datagram_received(data, address)
+            self._protocol.datagram_received(view[:nbytes].tobytes(), address)
 
     def sendto(self, data: Any, addr: Any = None) -> None:
         """Send one datagram to ``addr`` (or the connected address); buffer it on EAGAIN.

@@ -154,7 +154,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
                  server: Any = None) -> None:
         self._proactor: Proactor = loop._proactor
         self._recv_buffer = bytearray(self.max_size)
-        self._recv_view = memoryview(self._recv_buffer)
         self._recv_address, self._recv_pin = pin(self._recv_buffer)
         self._recv_op = 0
         self._recv_res = 0
@@ -167,6 +166,9 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._send_res = 0
         self._send_handle: Handle | None = Handle(self._send_done, (), loop, None)
         super().__init__(loop, sock, protocol, waiter, extra, server)
+        # After Part III's __init__, which points _recv_view at the loop's
+        # buffer: a receive outstanding in the kernel needs a buffer of its own.
+        self._recv_view = memoryview(self._recv_buffer)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         # Which delivery the protocol wants; the receive itself is the same.
