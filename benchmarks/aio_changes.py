@@ -334,6 +334,8 @@ RECIPES: dict[str, Recipe] = {
                                   FIXED_THRESHOLD),
     "aio/new-bytes-per-read": Recipe(NewBytesPerReadLoop, "protocol", _first_line(NewBytesPerReadTransport)
                                      + "; glibc's mmap threshold held at 128 KiB", FIXED_THRESHOLD),
+    "aio/new-bytes-per-read/free": Recipe(NewBytesPerReadLoop, "protocol", _first_line(NewBytesPerReadTransport)
+                                          + "; glibc's mmap threshold left free to rise"),
     "aio/task-per-connection": Recipe(TaskPerConnectionLoop, "protocol", _first_line(TaskPerConnectionLoop)),
     "aio/getpeername": Recipe(PeernameSyscallLoop, "protocol", _first_line(PeernameSyscallLoop)),
     "aio/nagle": Recipe(NagleLoop, "protocol", _first_line(NagleLoop)),
@@ -393,9 +395,13 @@ CHANGES: tuple[Change, ...] = (
     Change("write-now", "write() tries send() at once",
            "write() always buffers and waits for writability (add_writer, one more iteration)",
            "ab-k-c10", "aio", "aio/buffered-write"),
-    Change("loop-buffer", "every read into the loop's one buffer, its bytes copied out",
+    Change("loop-buffer", "every read into the loop's one buffer, its bytes copied out (both servers with "
+           "glibc's mmap threshold held at 128 KiB)",
            "recv(max_size): a new 256 KiB bytes object per read, shrunk to what came (asyncio's read)",
            "ab-k-c10", "aio/fixed-threshold", "aio/new-bytes-per-read"),
+    Change("loop-buffer/free", "the same, glibc's mmap threshold left free (glibc's default behaviour)",
+           "recv(max_size) per read, the threshold free to rise when a large block is freed whole",
+           "ab-k-c10", "aio", "aio/new-bytes-per-read/free"),
     Change("no-task-accept", "a plain TCP connection set up in the accept callback",
            "a task per accepted connection, as asyncio's _accept_connection2",
            "ab-c10", "aio", "aio/task-per-connection"),
