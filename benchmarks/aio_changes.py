@@ -5,6 +5,9 @@
     python -m benchmarks.aio_changes --reference        the asyncio chapter's aio_changes.json and .txt (5 minutes)
     python -m benchmarks.aio_changes --profile          where a request's time goes, by layer (profile_aio.txt)
     python -m benchmarks.aio_changes --serve aio/buffered-write --port 8000   one server, by hand
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 python -m benchmarks.aio_changes --serve aio/new-bytes-per-read
+                                                        a recipe with an environment (Recipe.env): the
+                                                        harness sets it, by hand you do
 
 A *change* is a choice the code makes; its *variant* (a subclass below,
 overriding one method of the loop, its transport or its handle) undoes it.
