@@ -217,7 +217,8 @@ def test_sigterm_stops_with_clients_in_every_state_and_frees_the_port(server: Se
         started = time.monotonic()
         code = proc.stop()
         assert (code, time.monotonic() - started < 3.0) == (0, True), "".join(proc.stderr_lines)
-        assert any(f"{server.stage}: stopped (3 connections open)" in line for line in proc.stderr_lines)
+        assert any(f"{server.stage}: stopped (3 connections open)" in line for line in proc.stderr_lines), (
+            "".join(proc.stderr_lines[-5:]) or "no output")
         for client in clients:
             client.close()
         listen("127.0.0.1", proc.port).close()   # would raise EADDRINUSE if still held

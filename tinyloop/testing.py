@@ -45,6 +45,10 @@ def asyncio_loop_stages() -> list[str]:
             if stage.loop is not None and stage.loop.endswith(":new_event_loop")]
 
 
+# Seconds stop() waits for the output readers after the server has exited: its
+# pipes end at once unless a child of its own still holds them.
+READERS_TIMEOUT = 2.0
+
 _ANNOUNCE = re.compile(r"serving \S+ on http://\[?([^\]/]+?)\]?:(\d+)/")
 
 
@@ -79,6 +83,7 @@ class ServerProcess:
         self.port = 0
         self.stderr_lines: list[str] = []
         self.stdout_lines: list[str] = []
+        self._readers: list[threading.Thread] = []  # take the server's output, to its end
 
     @property
     def address(self) -> tuple[str, int]:
@@ -93,7 +98,8 @@ class ServerProcess:
         self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, text=True, env=self._env,
                                      preexec_fn=self._limit if self.nofile is not None else None)
-        threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True).start()
+        self._readers = [threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines),
+                                          daemon=True)]
         deadline = time.monotonic() + self.timeout
         found = threading.Event()
 
@@ -106,7 +112,9 @@ class ServerProcess:
                     self.port = int(match.group(2))
                     found.set()
 
-        threading.Thread(target=read_stdout, daemon=True).start()
+        self._readers.append(threading.Thread(target=read_stdout, daemon=True))
+        for reader in self._readers:
+            reader.start()
         try:
             while not found.wait(0.05):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -131,7 +139,12 @@ class ServerProcess:
             lines.append(line)
 
     def stop(self) -> int:
-        """Send SIGTERM, wait, and return the exit code (SIGKILL after ``timeout``)."""
+        """Send SIGTERM, wait, and return the exit code (SIGKILL after ``timeout``).
+
+        Then wait (at most READERS_TIMEOUT seconds) for the threads that read
+        the server's stdout and stderr to reach the end of both pipes, so that
+        ``stdout_lines`` and ``stderr_lines`` hold the last lines it printed.
+        """
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -140,6 +153,10 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The process has exited, but its last lines may still be in the pipes:
+        # a reader thread is not scheduled the moment wait() returns.
+        for reader in self._readers:
+            reader.join(READERS_TIMEOUT)
         return self.proc.returncode
 
     def __enter__(self) -> ServerProcess:
