@@ -25,7 +25,7 @@ from benchmarks import loads, report, servers
 from benchmarks.harness import experiment, output
 from benchmarks.harness.machine import display
 from benchmarks.harness.output import RESULTS, relative
-from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds
+from benchmarks.harness.process import CPU_SOURCE, choose_names, cpu_seconds, minor_faults
 from benchmarks.loads import Load, Settings
 from benchmarks.servers import Server
 from tinyloop.testing import recv_response
@@ -129,18 +129,18 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         if load.tool == "wrk":
             newcomer = Newcomer(process.address, settings.duration / 2, settings.duration + settings.socket_timeout)
             newcomer.start()
-        before, faults = cpu_seconds(process), _minor_faults(process)
+        before, faults_before = cpu_seconds(process), minor_faults(process)
         try:
             result, _, text = loads.run(load, f"http://{process.host}:{process.port}/", settings, workdir,
                                         pinning["load_prefix"])
         finally:
             load_ended = time.monotonic()
-            after = cpu_seconds(process)
-            faults = None if faults is None or (now := _minor_faults(process)) is None else now - faults
+            after, faults_after = cpu_seconds(process), minor_faults(process)
             if newcomer is not None:
                 newcomer.finish()
         exit_code = process.proc.poll() if process.proc else None
         cpu = None if before is None or after is None else after - before
+        faults = None if faults_before is None or faults_after is None else faults_after - faults_before
         record.update(rps=result.rps, p50_ms=result.p50_ms, p99_ms=result.p99_ms, completed=result.completed,
                       failed=result.failed, seconds=result.seconds, cpu_s=None if cpu is None else round(cpu, 6),
                       cpu_us_per_req=cpu * 1e6 / result.completed if cpu is not None and result.completed else None,
@@ -159,14 +159,6 @@ def measure(server: Server, load: Load, settings: Settings, pinning: dict, workd
         return record
     finally:
         process.stop()
-
-
-def _minor_faults(process) -> int | None:
-    """The server's minor page faults so far, or None where /proc does not say (not Linux)."""
-    try:
-        return process.minor_faults()
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")

@@ -175,10 +175,8 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server has used, in seconds (Linux: /proc/PID/stat)."""
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        fields = self._stat_fields()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def minor_faults(self) -> int:
         """Minor page faults the server has taken so far (Linux: /proc/PID/stat's minflt).
@@ -186,8 +184,13 @@ class ServerProcess:
         A fault on memory the process just mapped or grew its heap into:
         mostly allocation the kernel had to back with fresh pages.  See proc(5).
         """
+        return int(self._stat_fields()[7])
+
+    def _stat_fields(self) -> list[str]:
+        # /proc/PID/stat after the command name, which may hold spaces and
+        # parentheses: fields[0] is proc(5)'s field 3 (state).
         with open(f"/proc/{self.pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[7])
+            return f.read().rpartition(")")[2].split()
 
     def rss_bytes(self) -> int:
         """The server's resident memory now, in bytes (Linux: VmRSS in /proc/PID/status)."""

@@ -19,7 +19,7 @@ from benchmarks.harness.layout import usable_cpus
 from tinyloop.http import HELLO
 from tinyloop.testing import ServerProcess, recv_response
 
-__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "pid_cpu_seconds", "raise_nofile",
+__all__ = ["CPU_SOURCE", "choose_names", "choose_pinning", "cpu_seconds", "launch", "minor_faults", "pid_cpu_seconds", "raise_nofile",
            "realtime_prefix", "realtime_self", "warm_up"]
 
 
@@ -93,6 +93,14 @@ def cpu_seconds(process: ServerProcess) -> float | None:
         return seconds
     try:
         return process.cpu_seconds()  # /proc/PID/stat's 10 ms ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def minor_faults(process: ServerProcess) -> int | None:
+    """The server's minor page faults so far (proc(5)'s minflt); None where /proc does not say."""
+    try:
+        return process.minor_faults()
     except (OSError, ValueError, IndexError):
         return None
 
