@@ -209,19 +209,19 @@ def test_one_wait_timer_at_a_time_however_many_timers_are_scheduled():
     # one reuses it.  So however the deadlines come, at most the armed timer
     # and one being cancelled are outstanding at any wait.
     from tinyloop.ring.proactor import Proactor
+    from tinyloop.trace.instrument import Instrument
 
     async def main():
         loop = asyncio.get_running_loop()
         proactor = loop._proactor
         outstanding_timers = []
-        select = proactor.select
 
-        def counting_select(timeout=None):
-            outstanding_timers.append(sum(getattr(callback, "__func__", None) is Proactor._timer_fired
-                                          for callback in proactor._operations.values()))
-            return select(timeout)
+        class Timers(Instrument):
+            def before_enter(self):  # each io_uring_enter: how many wait timers are armed
+                outstanding_timers.append(sum(getattr(callback, "__func__", None) is Proactor._timer_fired
+                                              for callback in proactor._operations.values()))
 
-        proactor.select = counting_select
+        loop.add_instrument(Timers())
         fired = []
         for delay in (0.4, 0.2, 0.1, 0.05, 0.3):
             loop.call_later(delay, fired.append, delay)
@@ -358,5 +358,8 @@ def test_a_request_and_its_answer_cost_one_iteration_and_two_enters():
     counter = run(main())
     # (A few more: the thread's start, its end through the self-pipe.)  Before
     # the send was settled where it completes, this was two waits per exchange.
+    # The enters are two per exchange, or one when the next request's
+    # completion comes in the same enter as the answer's (a race the server
+    # wins more often the faster it is).
     assert exchanges <= counter.waits <= exchanges + 10, counter.waits
-    assert counter.enters >= 2 * exchanges
+    assert exchanges <= counter.enters <= 2 * exchanges + 10, counter.enters

@@ -176,27 +176,34 @@ cdef class Ring:
             sqe.buf_group = buf_group
         io_uring_sqe_set_data64(sqe, user_data)
 
-    def prep_recv(self, int fd, unsigned long long addr, unsigned length, unsigned long long user_data):
+    cpdef prep_recv(self, int fd, unsigned long long addr, unsigned length, unsigned long long user_data):
         """Receive at most ``length`` bytes into ``addr`` (recv(2)); res: bytes received, 0 at EOF."""
         cdef io_uring_sqe *sqe = self._sqe()
         io_uring_prep_recv(sqe, fd, <void *><size_t>addr, length, 0)
         io_uring_sqe_set_data64(sqe, user_data)
 
-    def prep_send(self, int fd, unsigned long long addr, unsigned length, unsigned long long user_data):
+    cpdef prep_send(self, int fd, unsigned long long addr, unsigned length, unsigned long long user_data):
         """Send ``length`` bytes from ``addr`` (send(2), MSG_NOSIGNAL); res: bytes sent, maybe fewer."""
         cdef io_uring_sqe *sqe = self._sqe()
         io_uring_prep_send(sqe, fd, <void *><size_t>addr, length, MSG_NOSIGNAL)
         io_uring_sqe_set_data64(sqe, user_data)
 
-    def prep_cancel(self, unsigned long long target, unsigned long long user_data):
+    cpdef prep_cancel(self, unsigned long long target, unsigned long long user_data):
         """Ask the kernel to cancel the operation whose user_data is ``target`` (a request, not a fact)."""
         cdef io_uring_sqe *sqe = self._sqe()
         io_uring_prep_cancel64(sqe, target, 0)
         io_uring_sqe_set_data64(sqe, user_data)
 
+    cdef int _prep_nop(self, unsigned long long user_data) except -1:
+        # The zero-timeout wait's NOP (tinyloop/ring/fast.pyx), without prep's keywords.
+        cdef io_uring_sqe *sqe = self._sqe()
+        io_uring_prep_nop(sqe)
+        io_uring_sqe_set_data64(sqe, user_data)
+        return 0
+
     # --- io_uring_enter and the completion queue -------------------------------------------
 
-    def submit_and_wait(self, unsigned wait_nr=1):
+    cpdef int submit_and_wait(self, unsigned wait_nr=1) except -1:
         """Submit every SQE prepared since the last call, and wait for ``wait_nr`` CQEs.
 
         One io_uring_enter(2), the GIL released while it waits.  Returns
@@ -224,7 +231,7 @@ cdef class Ring:
             return 0
         raise OSError(-taken, os.strerror(-taken))  # (EINTR makes an InterruptedError)
 
-    def complete(self, dict operations not None):
+    cpdef unsigned complete(self, dict operations) except? 0:
         """Run the completion callback of every CQE posted, oldest first; return how many CQEs.
 
         ``operations`` is the Proactor's table, user_data -> ``callback(res,
@@ -243,6 +250,8 @@ cdef class Ring:
         cdef unsigned flags
         cdef unsigned count = 0
         cdef object callback
+        if operations is None:
+            raise TypeError("complete() needs the proactor's table, a dict")
         while self.opened:
             # io_uring_for_each_cqe(3)'s step, one CQE at a time: our head,
             # the kernel's tail read with acquire order, the slot by mask.
@@ -267,3 +276,7 @@ cdef class Ring:
         if self.opened:
             self.opened = False
             io_uring_queue_exit(&self.ring)
+
+
+# The request's path in C (ProactorCore, StreamCore, iteration): see that file.
+include "fast.pyx"

@@ -49,16 +49,22 @@ def built() -> bool:
 
 
 if _uring is not None:
-    class CythonProactor(Proactor):
-        """The Proactor on liburing: the ring, an address, and the completion loop in C.
+    class CythonProactor(_uring.ProactorCore, Proactor):
+        """The Proactor on liburing, with its hot methods in C.
 
-        Each CQE's callback runs from :meth:`tinyloop.ring._uring.Ring.complete`,
-        which pops it from this proactor's table as Proactor._complete does,
-        without a Python iteration per completion.
+        ``ProactorCore`` (tinyloop/ring/fast.pyx) comes first: ``recv``,
+        ``send`` and ``select`` are C, and ``select`` runs the completion
+        loop of :meth:`tinyloop.ring._uring.Ring.complete`.  Everything else
+        (the polls, the timer, cancel, close, the observing) is the Python
+        Proactor's, on the same fields.
         """
 
         ring_type = _uring.Ring
         bytes_address = staticmethod(_uring.bytes_address)
+
+        def __init__(self, entries: int = 256) -> None:
+            super().__init__(entries)
+            self._ids = _uring.Counter(1)  # the same sequence, advanced from C without a call
 
         def _complete(self, ring: _uring.Ring) -> None:
             ring.complete(self._operations)

@@ -69,6 +69,7 @@ from tinyloop.aio import selector_events
 from tinyloop.aio import unix_events
 from tinyloop.aio.events import Handle
 from tinyloop.raw import uring
+from tinyloop.ring import core
 from tinyloop.ring.core import proactor_type
 from tinyloop.ring.proactor import Completion, Proactor, os_error, pin
 
@@ -153,7 +154,9 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
                  waiter: asyncio.Future | None = None, extra: dict[str, Any] | None = None,
                  server: Any = None) -> None:
         self._proactor: Proactor = loop._proactor
+        self._ready = loop._ready  # (where a completion queues its handle)
         self._recv_buffer = bytearray(self.max_size)
+        self._recv_length = len(self._recv_buffer)  # what a receive asks for, whatever max_size becomes
         self._recv_address, self._recv_pin = pin(self._recv_buffer)
         self._recv_op = 0
         self._recv_res = 0
@@ -186,7 +189,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
             data, self._pending = self._pending, None
             self._loop.call_soon(self._deliver, data)
         elif not self._recv_op and self._sock is not None:
-            self._recv_op = self._proactor.recv(self._sock_fd, self._recv_address, self.max_size,
+            self._recv_op = self._proactor.recv(self._sock_fd, self._recv_address, self._recv_length,
                                                 self._recv_completed)
 
     def _recv_completed(self, res: int, flags: int) -> None:
@@ -195,7 +198,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._recv_op = 0
         self._recv_res = res
         if self._recv_handle is not None:
-            self._loop._ready.append(self._recv_handle)
+            self._ready.append(self._recv_handle)
 
     def _recv_done(self) -> None:
         res = self._recv_res
@@ -313,7 +316,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
             return
         self._send_res = res
         if self._send_handle is not None:
-            self._loop._ready.append(self._send_handle)
+            self._ready.append(self._send_handle)
 
     def _send_done(self) -> None:
         res, data, self._sending = self._send_res, self._sending, None
@@ -370,6 +373,19 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
     def _cancel(self, user_data: int) -> None:
         if user_data and not self._loop.is_closed():
             self._proactor.cancel(user_data)
+
+
+if core._uring is not None:
+    class CythonSocketTransport(core._uring.StreamCore, RingSocketTransport):
+        """RingSocketTransport with a request's path in C (tinyloop/ring/fast.pyx's StreamCore).
+
+        The transport of a loop on the ``cython`` core: the receive's
+        completion, the delivery to the protocol, ``write``, the send and
+        its completion are StreamCore's; every other method, and the
+        meaning of every field, is RingSocketTransport's.
+        """
+else:
+    CythonSocketTransport = None  # type: ignore[assignment,misc]
 
 
 class _Acceptor:
@@ -468,6 +484,11 @@ class Loop(unix_events.SelectorEventLoop):
         super().__init__(self._proactor, time.monotonic, debug=debug)
         self._proactor.ready = self._ready  # what a wait checks before it waits again
 
+    if core._uring is not None:
+        # Part II's four steps in C (tinyloop/ring/fast.pyx) on the cython core; the
+        # Python ones on the python core, in debug mode and with an instrument.
+        run_once = core._uring.iteration(unix_events.SelectorEventLoop.run_once)
+
     # -- Instruments: the proactor reports the SQEs and CQEs -----------------------------
 
     def add_instrument(self, instrument: Any) -> None:
@@ -491,6 +512,8 @@ class Loop(unix_events.SelectorEventLoop):
         """A completion transport for a stream socket; Part III's for anything else."""
         family, kind, _ = selector_events._socket_kind(sock)
         if kind == socket.SOCK_STREAM and family in _STREAM_FAMILIES:
+            if self.core == "cython":
+                return CythonSocketTransport(self, sock, protocol, waiter, extra, server)
             return RingSocketTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
 

@@ -1,0 +1,438 @@
+# tinyloop/ring/fast.pyx, included by _uring.pyx
+"""The request's path in C: the proactor's wait, the loop's iteration, and the socket transport.
+
+_uring.pyx's Ring moved the ring into C; the Python around it still ran
+about thirty Python calls per request (the iteration of Part II, the
+proactor's ``select``, the transport's completion callbacks, its
+``write``), and they cost more than the ring ever did.  This file moves
+the ones on a request's path, in the way Part IV moved Part III's
+(tinyloop/uv/_loop.pyx): each class here is a C base class put in front
+of the Python class that keeps everything else, so a method defined here
+replaces the Python one of the same name and every other method, the
+rare paths, is the Python one, unchanged.
+
+    ProactorCore   before tinyloop.ring.proactor.Proactor (tinyloop/ring/core.py):
+                   recv, send and select in C; the polls, the timer and the
+                   observing stay Python, called only when there is work for them
+    StreamCore     before tinyloop.ring.loop.RingSocketTransport: the receive's
+                   completion, the delivery, write, the send and its completion
+    iteration()    Part II's four steps in C, which Loop takes as its run_once
+
+Rules this file keeps:
+  * Same behaviour, line for line, as the Python it replaces; the state
+    is the Python classes' own, kept in C fields that Python reads and sets
+    through the same names (``cdef public``), so both halves see one object.
+  * Only the common case is in C.  A debug-mode loop, one with an
+    instrument, a poll to arm, a timer to move: the C hands them to the
+    Python methods that do it.
+  * A Python subclass still overrides a method here for its Python
+    callers, but the C paths call each other directly: subclass the
+    Python RingSocketTransport (the ``python`` core's) to change them.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.pythread cimport PyThread_get_thread_ident
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from tinyloop.aio.events import Handle as _AioHandle, TimerHandle as _AioTimerHandle
+from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
+from tinyloop.ring.proactor import _TIMER_SLACK
+
+cdef double MAXIMUM_WAIT = _MAXIMUM_WAIT
+cdef double TIMER_SLACK = _TIMER_SLACK
+
+
+cdef inline double _monotonic() noexcept nogil:
+    # time.monotonic()'s clock (CLOCK_MONOTONIC), which the proactor's timer uses too.
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return now.tv_sec + now.tv_nsec * 1e-9
+
+
+cdef object _os_error(int res):
+    return OSError(-res, os.strerror(-res))
+
+
+cdef class Counter:
+    """user_data's sequence, as ``itertools.count(start)``: ``next()`` gives start, start + 1, ...
+
+    The C paths read and advance it without a call.
+    """
+
+    cdef unsigned long long value
+
+    def __cinit__(self, unsigned long long start=1):
+        self.value = start - 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.value += 1
+        return self.value
+
+
+cdef class ProactorCore:
+    """The C half of tinyloop/ring/core.py's CythonProactor: recv, send and select.
+
+    Not used alone: the Python Proactor (tinyloop/ring/proactor.py) comes
+    after it and sets these fields in its ``__init__``; their meaning is
+    written there.
+    """
+
+    cdef public dict _operations
+    cdef public object _ids
+    cdef public object _ring
+    cdef public object _instrument
+    cdef public object ready
+    cdef public object _to_arm
+    cdef public list _events
+    cdef public unsigned long long _timer
+    cdef public double _timer_deadline
+    cdef public bint _timer_completed
+    # The ring as last checked, and the thread it was checked in.
+    cdef Ring _owned
+    cdef unsigned long _owner
+
+    cdef Ring _ring_c(self):
+        # The ``ring`` property's answer, asked again only when the ring or the thread changed.
+        cdef Ring ring = self._owned
+        cdef unsigned long thread = PyThread_get_thread_ident()
+        if ring is not None and ring is self._ring and self._owner == thread:
+            return ring
+        ring = self.ring   # made here, or RuntimeError from another thread
+        self._owned, self._owner = ring, thread
+        return ring
+
+    cdef unsigned long long _submission_c(self, object callback) except 0:
+        cdef Counter ids = self._ids
+        ids.value += 1
+        self._operations[ids.value] = callback
+        return ids.value
+
+    def recv(self, int fd, unsigned long long address, unsigned length, callback):
+        """Proactor.recv, in C: a receive of at most ``length`` bytes into ``address``."""
+        return self._recv_c(fd, address, length, callback)
+
+    cdef unsigned long long _recv_c(self, int fd, unsigned long long address, unsigned length,
+                                    object callback) except 0:
+        cdef unsigned long long user_data = self._submission_c(callback)
+        self._ring_c().prep_recv(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "RECV", fd)
+        return user_data
+
+    def send(self, int fd, unsigned long long address, unsigned length, callback):
+        """Proactor.send, in C: a send of ``length`` bytes from ``address``."""
+        return self._send_c(fd, address, length, callback)
+
+    cdef unsigned long long _send_c(self, int fd, unsigned long long address, unsigned length,
+                                    object callback) except 0:
+        cdef unsigned long long user_data = self._submission_c(callback)
+        self._ring_c().prep_send(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "SEND", fd)
+        return user_data
+
+    def select(self, timeout=None):
+        """Proactor.select, in C: submit, wait at most ``timeout`` seconds, run the completions."""
+        if timeout is None:
+            return self._select_c(False, 0.0)
+        return self._select_c(True, timeout)
+
+    cdef list _select_c(self, bint bounded, double timeout):
+        cdef Ring ring = self._ring_c()
+        cdef int submitted
+        cdef bint interrupted
+        cdef list events
+        cdef object instrument
+        if self._to_arm:
+            self._arm_polls()
+        if bounded:
+            if timeout <= 0:
+                ring._prep_nop(0)
+                if self._instrument is not None:
+                    self._observe(0, "NOP", -1)
+            elif not (self._timer and self._timer_deadline <= _monotonic() + timeout + TIMER_SLACK):
+                self._arm_timer(timeout)   # (its own test again, then a new TIMEOUT operation)
+        self._timer_completed = False
+        while True:
+            instrument = self._instrument
+            if instrument is not None:
+                instrument.before_enter()
+            submitted = 0
+            interrupted = False
+            try:
+                submitted = ring.submit_and_wait(1)
+            except InterruptedError:
+                interrupted = True
+            if instrument is not None:
+                instrument.after_enter(submitted)
+            events = []
+            self._events = events
+            ring.complete(self._operations)
+            if (events or interrupted or self._timer_completed or self.ready is None or self.ready
+                    or (bounded and timeout <= 0)):
+                return events
+
+
+# asyncio's BaseTransport, at the root of Part III's transports, is a Python
+# class with ``__slots__ = ("_extra",)``: its instances are this struct.
+cdef extern from *:
+    """
+    typedef struct { PyObject_HEAD PyObject *_extra; } tinyloop_BaseTransportObject;
+
+    /* StreamCore holds no object, so it needs no allocation, traversal or
+       clearing of its own: it takes BaseTransport's (see StreamCore). */
+    static void tinyloop_inherit_object_slots(PyTypeObject *kind) {
+        PyTypeObject *base = kind->tp_base;
+        kind->tp_new = base->tp_new;
+        kind->tp_dealloc = base->tp_dealloc;
+        kind->tp_traverse = base->tp_traverse;
+        kind->tp_clear = base->tp_clear;
+    }
+    """
+    ctypedef struct tinyloop_BaseTransportObject:
+        pass
+    void tinyloop_inherit_object_slots(object kind)
+
+cdef extern from *:
+    ctypedef class asyncio.transports.BaseTransport [object tinyloop_BaseTransportObject, check_size error]:
+        pass
+
+
+cdef class StreamCore(BaseTransport):
+    """The C half of tinyloop.ring.loop's CythonSocketTransport: a request's path through it.
+
+    Not used alone: RingSocketTransport and Part III's transport come after
+    it and set these fields in their ``__init__``s (their meanings are
+    written in tinyloop/ring/loop.py and tinyloop/aio/selector_events.py).
+
+    Discussion: why a C base class of asyncio's BaseTransport, holding
+    numbers only?  Every Part III transport derives from BaseTransport, a
+    Python class with ``__slots__``, and CPython refuses a class with two
+    bases that each add to the instance's layout; a C class that extends
+    BaseTransport's layout is a base both chains agree on.  Its fields are
+    the flags, counts and sizes a request reads, so reading one is a load
+    from the object, not a dictionary lookup.  It holds no object: the
+    protocol, the loop, the buffers stay Python attributes, so BaseTransport's
+    own allocation, garbage-collector traversal and deallocation (which
+    know its ``_extra`` slot and the subclass's ``__dict__``) are all this
+    class needs, and it takes them (tinyloop_inherit_object_slots).
+    """
+
+    # Part III's (tinyloop/aio/selector_events.py, tinyloop/aio/transports.py)
+    cdef public int _sock_fd, _conn_lost
+    cdef public Py_ssize_t _buffer_size, _high_water
+    cdef public bint _closing, _paused, _eof, _protocol_paused
+    # RingSocketTransport's (tinyloop/ring/loop.py)
+    cdef public unsigned long long _recv_address, _recv_op, _send_op
+    cdef public int _recv_res, _send_res
+    cdef public Py_ssize_t _send_offset, _recv_length
+    cdef public bint _at_eof, _buffered
+
+    # -- Reading -------------------------------------------------------------------------
+
+    def _start_reading(self):
+        _start_reading_c(self)
+
+    def _recv_completed(self, int res, unsigned flags):
+        self._recv_op = 0
+        self._recv_res = res
+        handle = self._recv_handle
+        if handle is not None:
+            self._ready.append(handle)
+
+    def _recv_done(self):
+        cdef int res = self._recv_res
+        if self._closing or self._conn_lost:
+            return
+        if res < 0:
+            self._fatal_error(_os_error(res), "Fatal read error on socket transport")
+            return
+        # A copy: the buffer goes straight back to the kernel.
+        _deliver_c(self, PyBytes_FromStringAndSize(<char *><size_t>self._recv_address, res))
+
+    def _deliver(self, data):
+        _deliver_c(self, data)
+
+    # -- Writing -------------------------------------------------------------------------
+
+    def write(self, data):
+        """RingSocketTransport.write, in C: queue ``data``; submit a send if none is outstanding."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if self._eof:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self._empty_waiter is not None:
+            raise RuntimeError("unable to write; sendfile is in progress")
+        if not data:
+            return
+        if self._conn_lost:
+            self._conn_lost += 1
+            return
+        self._buffer.append(data if isinstance(data, bytes) else bytes(data))
+        self._buffer_size += len(data)
+        if self._sending is None:
+            _send_next_c(self)
+        if not self._protocol_paused and self._buffer_size > self._high_water:
+            self._maybe_pause_protocol()
+
+    def _send_next(self):
+        _send_next_c(self)
+
+    def _send_from(self, data, Py_ssize_t offset):
+        _send_from_c(self, data, offset)
+
+    def _send_completed(self, int res, unsigned flags):
+        data = self._sending
+        buffer = self._buffer
+        if (res == len(data) - self._send_offset and len(buffer) == 1
+                and not (self._protocol_paused or self._closing or self._eof or self._conn_lost)
+                and self._empty_waiter is None):
+            # All of it sent, nothing queued behind it, nobody to tell (see RingSocketTransport).
+            self._sending = None
+            buffer.clear()
+            self._buffer_size -= res
+            instrument = self._loop._instrument
+            if instrument is not None:
+                instrument.transport_wrote(self, res, 1, self._buffer_size)
+            return
+        self._send_res = res
+        handle = self._send_handle
+        if handle is not None:
+            self._ready.append(handle)
+
+
+tinyloop_inherit_object_slots(StreamCore)
+
+
+cdef int _start_reading_c(StreamCore self) except -1:
+    if self._paused or self._closing or self._at_eof:
+        return 0
+    pending = self._pending
+    if pending is not None:
+        self._pending = None
+        self._loop.call_soon(self._deliver, pending)
+    elif not self._recv_op and self._sock is not None:
+        self._recv_op = (<ProactorCore>self._proactor)._recv_c(
+            self._sock_fd, self._recv_address, <unsigned>self._recv_length, self._recv_completed)
+    return 0
+
+
+cdef int _deliver_c(StreamCore self, object data) except -1:
+    if self._conn_lost:
+        return 0
+    if self._paused:
+        self._pending = data
+        return 0
+    instrument = self._loop._instrument
+    if instrument is not None:
+        instrument.transport_read(self, len(data), 1)
+    if not data:
+        self._at_eof = True
+        self._read_ready__on_eof()
+        return 0
+    try:
+        if self._buffered:
+            self._deliver_into_buffers(data)
+        else:
+            self._protocol.data_received(data)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+        return 0
+    _start_reading_c(self)
+    return 0
+
+
+cdef int _send_next_c(StreamCore self) except -1:
+    buffer = self._buffer
+    if len(buffer) > 1:
+        joined = b"".join(buffer)
+        buffer.clear()
+        buffer.append(joined)
+    _send_from_c(self, buffer[0], 0)
+    return 0
+
+
+cdef int _send_from_c(StreamCore self, object data, Py_ssize_t offset) except -1:
+    cdef Py_ssize_t length = len(data) - offset
+    if length > 1 << 30:
+        length = 1 << 30   # one send at a time; the rest goes on from where it stopped
+    self._sending = data
+    self._send_offset = offset
+    self._send_op = (<ProactorCore>self._proactor)._send_c(
+        self._sock_fd, <size_t>PyBytes_AS_STRING(data) + offset, <unsigned>length,
+        self._send_completed)
+    return 0
+
+
+cdef inline int _run_handle(object handle) except -1:
+    # tinyloop.aio.events.Handle._run, for its two classes, without its Python frame.
+    args = handle._args
+    try:
+        if args:
+            handle._context.run(handle._callback, *args)
+        else:
+            handle._context.run(handle._callback)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        handle._report(exc)
+    return 0
+
+
+def iteration(python_run_once):
+    """Part II's ``run_once`` in C, for a loop whose proactor is a ProactorCore.
+
+    ``python_run_once`` is the Python one (Part II's four steps); it runs
+    instead in debug mode, with an instrument, or on the ``python`` core.
+    Returns the function tinyloop.ring.loop.Loop takes as its ``run_once``.
+    """
+
+    def run_once(loop):
+        """One iteration, Part II's four steps (tinyloop/callbacks/loop.py), in C."""
+        cdef object proactor = loop._proactor
+        cdef object ready, scheduled, handle, kind
+        cdef bint bounded = True
+        cdef double timeout = 0.0, delay
+        cdef Py_ssize_t todo
+        cdef list events
+        if loop._debug or loop._instrument is not None or not isinstance(proactor, ProactorCore):
+            return python_run_once(loop)
+        # 1. The timeout: zero if work is ready, else until the nearest timer.
+        scheduled = loop._scheduled
+        if scheduled:
+            loop._clean_timer_heap()
+            scheduled = loop._scheduled
+        ready = loop._ready
+        if ready or loop._stopping:
+            timeout = 0.0
+        elif not scheduled:
+            bounded = False
+        else:
+            delay = scheduled[0]._when - loop._clock()
+            timeout = min(max(0.0, delay), MAXIMUM_WAIT)
+        # 2. The wait.
+        events = (<ProactorCore>proactor)._select_c(bounded, timeout)
+        # 3. Ready descriptors, then due timers.
+        if events:
+            loop._process_events(events)
+        if loop._scheduled:
+            loop._move_due_timers()
+        # 4. The ready queue, as tinyloop.aio runs it.
+        todo = len(ready)
+        while todo > 0:
+            todo -= 1
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            kind = type(handle)
+            if kind is _AioHandle or kind is _AioTimerHandle:
+                _run_handle(handle)
+            else:
+                handle._run()
+
+    return run_once
