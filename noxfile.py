@@ -59,7 +59,7 @@ NOT_PER_VERSION = {"tests/test_aio_changes.py"}
 
 # What the editable install depends on, beside the requirements (globs from the root).
 INSTALL_INPUTS = ("setup.py", "pyproject.toml", "tinyloop/uv/*.pyx", "tinyloop/uv/*.pxd",
-                  "tinyloop/uv/*.h")
+                  "tinyloop/uv/*.h", "tinyloop/ring/*.pyx", "tinyloop/ring/*.pxd")
 
 # Dev-extra packages the sessions do not need: the book's build, plots, mutation testing.
 NOT_NEEDED = {"sphinx", "myst-parser", "furo", "sphinx-design", "sphinx-copybutton",

@@ -207,9 +207,10 @@ class Reactor(instruments.Observable, Protocol):
     """What Part II's loop offers the layers built on it, by name.
 
     tinyloop.aio subclasses :class:`Loop` and overrides one step of the
-    iteration; tinyloop.uv puts a C base class in front of it, whose
-    ``cdef public`` fields (tinyloop/uv/_loop.pxd) are the state below, so
-    that ``Loop.__init__`` fills them.  Those layers touch the reactor
+    iteration; tinyloop.uv and tinyloop.ring put a C base class in front of
+    it, whose ``cdef public`` fields (tinyloop/uv/_loop.pxd,
+    tinyloop/ring/fast.pyx) are the state below, so that ``Loop.__init__``
+    fills them.  Those layers touch the reactor
     through these names and no others; the type checker holds
     :class:`Loop` to them (tests/test_contracts.py), so renaming one here
     fails there, not at run time.
@@ -222,6 +223,7 @@ class Reactor(instruments.Observable, Protocol):
     _debug: bool
     _selector: selectors.BaseSelector  # injected: where step 2 waits
     _clock: Callable[[], float]        # injected: what time() reads
+    _scheduled: list[TimerHandle]      # the timer heap (heapq order; cancelled ones dropped lazily)
     _ssock: socket.socket | None     # the self-pipe's read end (None before __init__ makes it)
     _csock: socket.socket | None     # ... its write end: call_soon_threadsafe's and signals' wake-up
 
@@ -233,6 +235,7 @@ class Reactor(instruments.Observable, Protocol):
 
     # What a step, or a faster copy of a public method, calls back:
     def _run_handle(self, handle: Handle) -> None: ...
+    def _clean_timer_heap(self) -> None: ...
     def _check_closed(self) -> None: ...
     def _check_callback(self, callback: object, method: str) -> None: ...
     def _check_thread(self) -> None: ...

@@ -11,7 +11,8 @@ the methods tinyloop.ring.proactor.Proactor calls on a ring (``prep``,
 ``close``) with the same arguments and results, and one more,
 :meth:`Ring.complete`, the Proactor's completion loop written in C.
 tinyloop/ring/core.py's CythonProactor is the Proactor with this ring and
-that loop; nothing else of the Proactor, the loop or its transports changes.
+that loop; the request's path around them (the proactor's select, the
+iteration, the transport) is in C too, in fast.pyx, included at the end.
 
     tinyloop.raw.uring.Ring (Python)          this Ring (C, liburing)
     ---------------------------------------   ------------------------------------------
@@ -267,7 +268,9 @@ cdef class Ring:
                 callback = operations.get(user_data)
             else:
                 callback = operations.pop(user_data, None)
-            if callback is not None:
+            if type(callback) is TransportCompletion:   # a transport's (fast.pyx): no Python call
+                (<TransportCompletion>callback).complete_c(res)
+            elif callback is not None:
                 callback(res, flags)
         return count
 

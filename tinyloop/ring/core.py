@@ -6,13 +6,16 @@ The proactor (tinyloop/ring/proactor.py) drives a ring.  It has two:
              ctypes, mmap and struct; the chapter's lesson, and what runs
              wherever the extension is not built
     cython   tinyloop.ring._uring.Ring (tinyloop/ring/_uring.pyx): the same
-             ring through liburing, and the completion loop in C
+             ring through liburing, the completion loop in C, and a
+             request's path in C (tinyloop/ring/fast.pyx)
 
 :class:`CythonProactor` is the Proactor with the second: its ring type,
-its way of finding a bytes object's address, and its ``_complete``, the
-loop over the CQEs that calls each operation's callback, in C.  Every
-other line of the proactor, the loop and the transports is the same on
-both, so the conformance suite holds both to one contract.
+its way of finding a bytes object's address, and fast.pyx's ProactorCore
+in front of it (recv, send and select in C).  On this core the loop
+also runs fast.pyx's iteration and its transports StreamCore's methods
+(tinyloop/ring/loop.py).  Every other line of the proactor, the loop and
+the transports is the same on both, on the same fields, so the
+conformance suite holds both to one contract.
 
 Rules this module keeps:
   * The Cython core is used when it is built and importable; the

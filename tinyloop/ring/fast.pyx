@@ -16,7 +16,8 @@ rare paths, is the Python one, unchanged.
                    observing stay Python, called only when there is work for them
     StreamCore     before tinyloop.ring.loop.RingSocketTransport: the receive's
                    completion, the delivery, write, the send and its completion
-    iteration()    Part II's four steps in C, which Loop takes as its run_once
+    LoopCore       before Part III's loop in tinyloop.ring.loop.Loop: Part II's
+                   four steps in C, on the fields they read
 
 Rules this file keeps:
   * Same behaviour, line for line, as the Python it replaces; the state
@@ -35,7 +36,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from tinyloop.aio.events import Handle as _AioHandle, TimerHandle as _AioTimerHandle
-from tinyloop.callbacks.loop import MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
+from tinyloop.callbacks.loop import Loop as _Reactor, MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
 from tinyloop.ring.proactor import _TIMER_SLACK
 
 cdef double MAXIMUM_WAIT = _MAXIMUM_WAIT
@@ -237,11 +238,7 @@ cdef class StreamCore(BaseTransport):
         _start_reading_c(self)
 
     def _recv_completed(self, int res, unsigned flags):
-        self._recv_op = 0
-        self._recv_res = res
-        handle = self._recv_handle
-        if handle is not None:
-            self._ready.append(handle)
+        _recv_completed_c(self, res)
 
     def _recv_done(self):
         cdef int res = self._recv_res
@@ -285,26 +282,82 @@ cdef class StreamCore(BaseTransport):
         _send_from_c(self, data, offset)
 
     def _send_completed(self, int res, unsigned flags):
-        data = self._sending
-        buffer = self._buffer
-        if (res == len(data) - self._send_offset and len(buffer) == 1
-                and not (self._protocol_paused or self._closing or self._eof or self._conn_lost)
-                and self._empty_waiter is None):
-            # All of it sent, nothing queued behind it, nobody to tell (see RingSocketTransport).
-            self._sending = None
-            buffer.clear()
-            self._buffer_size -= res
-            instrument = self._loop._instrument
-            if instrument is not None:
-                instrument.transport_wrote(self, res, 1, self._buffer_size)
-            return
-        self._send_res = res
-        handle = self._send_handle
-        if handle is not None:
-            self._ready.append(handle)
+        _send_completed_c(self, res)
 
 
 tinyloop_inherit_object_slots(StreamCore)
+
+
+cdef class TransportCompletion:
+    """The completion callback of a StreamCore's receive or send, which Ring.complete runs in C.
+
+    Callable as every completion callback is, ``completion(res, flags)``
+    (an observed operation's wrapper calls it so: Proactor._observe), but
+    Ring.complete calls :meth:`complete_c` instead, with no Python call.
+    Each transport has one for its receives and one for its sends
+    (``_on_recv``, ``_on_send``), reused; each holds the transport from
+    the submission to the completion only, which is as long as the kernel
+    may use the transport's buffer, and no longer, so an idle transport
+    and its completions make no reference cycle.
+    """
+
+    cdef StreamCore transport
+    cdef readonly bint sending
+
+    def __cinit__(self, bint sending):
+        self.sending = sending
+
+    def __call__(self, int res, unsigned flags):
+        self.complete_c(res)
+
+    cdef int complete_c(self, int res) except -1:
+        cdef StreamCore transport = self.transport
+        if transport is None:
+            return 0   # (none outstanding: a completion never comes twice)
+        self.transport = None
+        if self.sending:
+            _send_completed_c(transport, res)
+        else:
+            _recv_completed_c(transport, res)
+        return 0
+
+
+cdef int _recv_completed_c(StreamCore self, int res) except -1:
+    # In the proactor's wait (step 2): record, and queue the handle (None
+    # once connection_lost has run: nobody is left to tell).
+    self._recv_op = 0
+    self._recv_res = res
+    handle = self._recv_handle
+    if handle is not None:
+        self._ready.append(handle)
+    return 0
+
+
+cdef int _send_completed_c(StreamCore self, int res) except -1:
+    data = self._sending
+    buffer = self._buffer
+    if (res == len(data) - self._send_offset and len(buffer) == 1
+            and not (self._protocol_paused or self._closing or self._eof or self._conn_lost)
+            and self._empty_waiter is None):
+        # All of it sent, nothing queued behind it, nobody to tell (see RingSocketTransport).
+        self._sending = None
+        buffer.clear()
+        self._buffer_size -= res
+        instrument = self._loop._instrument
+        if instrument is not None:
+            instrument.transport_wrote(self, res, 1, self._buffer_size)
+        return 0
+    self._send_res = res
+    handle = self._send_handle
+    if handle is not None:
+        self._ready.append(handle)
+    return 0
+
+
+cdef object _completion(StreamCore transport, object completion):
+    # The transport's TransportCompletion, holding the transport until it runs.
+    (<TransportCompletion>completion).transport = transport
+    return completion
 
 
 cdef int _start_reading_c(StreamCore self) except -1:
@@ -316,7 +369,8 @@ cdef int _start_reading_c(StreamCore self) except -1:
         self._loop.call_soon(self._deliver, pending)
     elif not self._recv_op and self._sock is not None:
         self._recv_op = (<ProactorCore>self._proactor)._recv_c(
-            self._sock_fd, self._recv_address, <unsigned>self._recv_length, self._recv_completed)
+            self._sock_fd, self._recv_address, <unsigned>self._recv_length,
+            _completion(self, self._on_recv))
     return 0
 
 
@@ -365,7 +419,7 @@ cdef int _send_from_c(StreamCore self, object data, Py_ssize_t offset) except -1
     self._send_offset = offset
     self._send_op = (<ProactorCore>self._proactor)._send_c(
         self._sock_fd, <size_t>PyBytes_AS_STRING(data) + offset, <unsigned>length,
-        self._send_completed)
+        _completion(self, self._on_send))
     return 0
 
 
@@ -384,44 +438,50 @@ cdef inline int _run_handle(object handle) except -1:
     return 0
 
 
-def iteration(python_run_once):
-    """Part II's ``run_once`` in C, for a loop whose proactor is a ProactorCore.
+cdef class LoopCore:
+    """The C half of tinyloop.ring.loop.Loop: Part II's iteration, and the fields it reads.
 
-    ``python_run_once`` is the Python one (Part II's four steps); it runs
-    instead in debug mode, with an instrument, or on the ``python`` core.
-    Returns the function tinyloop.ring.loop.Loop takes as its ``run_once``.
+    Not used alone: Loop puts it in front of Part III's loop, whose
+    ``__init__``s set these fields (Part II's meanings: tinyloop/callbacks/loop.py;
+    ``_proactor``: tinyloop/ring/loop.py), as Part IV's UVLoop is put in front.
     """
 
-    def run_once(loop):
-        """One iteration, Part II's four steps (tinyloop/callbacks/loop.py), in C."""
-        cdef object proactor = loop._proactor
+    cdef public object _ready, _scheduled, _instrument, _clock, _proactor
+    cdef public bint _stopping, _debug
+
+    def run_once(self):
+        """One iteration, Part II's four steps (tinyloop/callbacks/loop.py), in C.
+
+        Part II's own runs instead in debug mode, with an instrument, and
+        on the ``python`` core, whose proactor is not a ProactorCore.
+        """
         cdef object ready, scheduled, handle, kind
         cdef bint bounded = True
         cdef double timeout = 0.0, delay
         cdef Py_ssize_t todo
         cdef list events
-        if loop._debug or loop._instrument is not None or not isinstance(proactor, ProactorCore):
-            return python_run_once(loop)
+        if self._debug or self._instrument is not None or not isinstance(self._proactor, ProactorCore):
+            return _Reactor.run_once(self)
         # 1. The timeout: zero if work is ready, else until the nearest timer.
-        scheduled = loop._scheduled
+        scheduled = self._scheduled
         if scheduled:
-            loop._clean_timer_heap()
-            scheduled = loop._scheduled
-        ready = loop._ready
-        if ready or loop._stopping:
+            self._clean_timer_heap()
+            scheduled = self._scheduled
+        ready = self._ready
+        if ready or self._stopping:
             timeout = 0.0
         elif not scheduled:
             bounded = False
         else:
-            delay = scheduled[0]._when - loop._clock()
+            delay = scheduled[0]._when - self._clock()
             timeout = min(max(0.0, delay), MAXIMUM_WAIT)
         # 2. The wait.
-        events = (<ProactorCore>proactor)._select_c(bounded, timeout)
+        events = (<ProactorCore>self._proactor)._select_c(bounded, timeout)
         # 3. Ready descriptors, then due timers.
         if events:
-            loop._process_events(events)
-        if loop._scheduled:
-            loop._move_due_timers()
+            self._process_events(events)
+        if self._scheduled:
+            self._move_due_timers()
         # 4. The ready queue, as tinyloop.aio runs it.
         todo = len(ready)
         while todo > 0:
@@ -434,5 +494,3 @@ def iteration(python_run_once):
                 _run_handle(handle)
             else:
                 handle._run()
-
-    return run_once

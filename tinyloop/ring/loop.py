@@ -382,8 +382,15 @@ if core._uring is not None:
         The transport of a loop on the ``cython`` core: the receive's
         completion, the delivery to the protocol, ``write``, the send and
         its completion are StreamCore's; every other method, and the
-        meaning of every field, is RingSocketTransport's.
+        meaning of every field, is RingSocketTransport's.  Its operations'
+        completion callbacks are two TransportCompletion objects, which
+        the C completion loop runs without a Python call.
         """
+
+        def __init__(self, *args: Any) -> None:
+            self._on_recv = core._uring.TransportCompletion(False)  # type: ignore[union-attr]
+            self._on_send = core._uring.TransportCompletion(True)   # type: ignore[union-attr]
+            super().__init__(*args)
 else:
     CythonSocketTransport = None  # type: ignore[assignment,misc]
 
@@ -459,7 +466,13 @@ class _Acceptor:
                                               handshake_timeout, shutdown_timeout))
 
 
-class Loop(unix_events.SelectorEventLoop):
+# Where the Cython core is built, Loop puts its C half in front of Part III's loop
+# (tinyloop/ring/fast.pyx's LoopCore: Part II's four steps in C), as Part IV's
+# Loop puts UVLoop; on the python core LoopCore hands each iteration to Part II's.
+_C_BASES: tuple[type, ...] = (core._uring.LoopCore,) if core._uring is not None else ()
+
+
+class Loop(*_C_BASES, unix_events.SelectorEventLoop):  # type: ignore[misc]
     """An ``asyncio.AbstractEventLoop`` on io_uring (Linux 5.6 or later), a proactor.
 
     ``entries`` is the submission queue's size; ``debug=None`` reads the
@@ -483,11 +496,6 @@ class Loop(unix_events.SelectorEventLoop):
         self._acceptors: dict[int, _Acceptor] = {}  # listener fd -> its outstanding accept
         super().__init__(self._proactor, time.monotonic, debug=debug)
         self._proactor.ready = self._ready  # what a wait checks before it waits again
-
-    if core._uring is not None:
-        # Part II's four steps in C (tinyloop/ring/fast.pyx) on the cython core; the
-        # Python ones on the python core, in debug mode and with an instrument.
-        run_once = core._uring.iteration(unix_events.SelectorEventLoop.run_once)
 
     # -- Instruments: the proactor reports the SQEs and CQEs -----------------------------
 
