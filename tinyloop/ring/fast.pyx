@@ -4,7 +4,7 @@
 _uring.pyx's Ring moved the ring into C; the Python around it still ran
 about thirty Python calls per request (the iteration of Part II, the
 proactor's ``select``, the transport's completion callbacks, its
-``write``), and they cost more than the ring ever did.  This file moves
+``write``), most of the loop's own instructions.  This file moves
 the ones on a request's path, in the way Part IV moved Part III's
 (tinyloop/uv/_loop.pyx): each class here is a C base class put in front
 of the Python class that keeps everything else, so a method defined here
@@ -21,8 +21,11 @@ rare paths, is the Python one, unchanged.
 
 Rules this file keeps:
   * Same behaviour, line for line, as the Python it replaces; the state
-    is the Python classes' own, kept in C fields that Python reads and sets
-    through the same names (``cdef public``), so both halves see one object.
+    is the Python classes' own, under the same names, so both halves see
+    one object: in C fields that Python reads and sets through those
+    names (``cdef public``) where the class can hold them, as Python
+    attributes where it cannot (StreamCore holds numbers only: its
+    Discussion says why).
   * Only the common case is in C.  A debug-mode loop, one with an
     instrument, a poll to arm, a timer to move: the C hands them to the
     Python methods that do it.
@@ -184,7 +187,11 @@ cdef extern from *:
     typedef struct { PyObject_HEAD PyObject *_extra; } tinyloop_BaseTransportObject;
 
     /* StreamCore holds no object, so it needs no allocation, traversal or
-       clearing of its own: it takes BaseTransport's (see StreamCore). */
+       clearing of its own: it takes BaseTransport's (see StreamCore).  The
+       ones Cython generates would call BaseTransport's after their own work,
+       and those (CPython's subtype_dealloc, subtype_traverse, subtype_clear,
+       made for Python classes) start again from the instance's type, which
+       leads back here: a recursion, not a chain. */
     static void tinyloop_inherit_object_slots(PyTypeObject *kind) {
         PyTypeObject *base = kind->tp_base;
         kind->tp_new = base->tp_new;
