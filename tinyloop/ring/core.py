@@ -68,9 +68,6 @@ if _uring is not None:
         def __init__(self, entries: int = 256) -> None:
             super().__init__(entries)
             self._ids = _uring.Counter(1)  # the same sequence, advanced from C without a call
-
-        def _complete(self, ring: _uring.Ring) -> None:
-            ring.complete(self._operations)
 else:
     CythonProactor = None  # type: ignore[assignment,misc]
 

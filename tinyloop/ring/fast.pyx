@@ -244,9 +244,6 @@ cdef class StreamCore(BaseTransport):
     def _start_reading(self):
         _start_reading_c(self)
 
-    def _recv_completed(self, int res, unsigned flags):
-        _recv_completed_c(self, res)
-
     def _recv_done(self):
         cdef int res = self._recv_res
         if self._closing or self._conn_lost:
@@ -287,9 +284,6 @@ cdef class StreamCore(BaseTransport):
 
     def _send_from(self, data, Py_ssize_t offset):
         _send_from_c(self, data, offset)
-
-    def _send_completed(self, int res, unsigned flags):
-        _send_completed_c(self, res)
 
 
 tinyloop_inherit_object_slots(StreamCore)

@@ -115,7 +115,7 @@ class Proactor(selectors._BaseSelectorImpl):
     # The ring this proactor drives, made by ring_type(entries), and how it
     # finds a bytes object's address: the pure-Python ones of Part VI's
     # first half.  tinyloop/ring/core.py's CythonProactor puts liburing's
-    # in their place, and its own _complete.
+    # in their place, and a select in C that runs Ring.complete.
     ring_type: Callable[[int], Any] = Ring
     bytes_address = staticmethod(bytes_address)
 
@@ -372,7 +372,7 @@ class Proactor(selectors._BaseSelectorImpl):
         ``_instrument`` first).  The operation's callback is wrapped, so that
         each of its CQEs reaches ``cqe_reaped`` just before the callback
         runs, whichever core runs the completion loop (``_complete`` here,
-        or the C one of tinyloop/ring/core.py).  Completions nobody waits
+        or Ring.complete in C, tinyloop/ring/_uring.pyx).  Completions nobody waits
         for (user_data 0: a cancel, the NOP of a zero-timeout wait) are
         counted by the ring alone.
         """
