@@ -290,8 +290,11 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     marker = uuid.uuid4().hex
     env = {**os.environ, "TINYLOOP_BENCH_TEST": marker}
     # --no-realtime: this checks the plumbing, and servers at real-time
-    # priority would take a core from the other test worker (or be taken
-    # from by another real-time benchmark on a shared machine).
+    # priority would take a core from whatever else shares the machine (or be
+    # taken from by another real-time benchmark).  The tests that read this
+    # run are marked alone: its pinned loads starved the asyncio baseline, and
+    # slowed tornado's 0.1 s request-timeout test past its limit, when the
+    # two ran side by side in CI.
     cmd = [sys.executable, "-m", "benchmarks.run", "--quick", "--no-realtime",
            "--stages", ",".join(chosen_stages) or "none", "--peers", ",".join(peers), "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=QUICK_RUN_TIMEOUT, env=env, cwd=ROOT)
@@ -300,7 +303,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "stages": chosen_stages, "peers": peers}
 
 
-@pytest.mark.slow  # the three quick_run tests share one whole quick run, ~45 s (the slow step runs them)
+@pytest.mark.slow  # the quick_run tests share one whole quick run, ~45 s (the slow step runs them)
+@pytest.mark.alone  # its loads pin both cores; beside another test, each disturbs the other
 @pytest.mark.timeout(QUICK_RUN_TIMEOUT + 30)
 def test_quick_run_writes_the_json_the_docs_read(quick_run: dict) -> None:
     data, servers = quick_run["data"], quick_run["stages"] + quick_run["peers"]
@@ -324,6 +328,7 @@ def test_quick_run_writes_the_json_the_docs_read(quick_run: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_quick_run_measures_the_baseline_and_its_ratios_are_one(quick_run: dict) -> None:
     data = quick_run["data"]
     assert data["baseline"] == "asyncio-protocol"
@@ -341,6 +346,7 @@ def test_quick_run_measures_the_baseline_and_its_ratios_are_one(quick_run: dict)
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: dict) -> None:
     data = quick_run["data"]
     for load in ("ab-close", "ab-keepalive", "wrk"):
@@ -355,6 +361,7 @@ def test_quick_run_gives_a_server_that_stops_answering_a_timeout_row(quick_run: 
 
 
 @pytest.mark.slow  # shares the module's whole quick run (~45 s on 2 cores): the slow step runs it
+@pytest.mark.alone
 def test_quick_run_shows_blocking_cannot_take_100_keepalive_connections(quick_run: dict) -> None:
     if "blocking" not in quick_run["stages"]:
         pytest.skip("the blocking stage is not built")
