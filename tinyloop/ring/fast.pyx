@@ -23,9 +23,9 @@ Rules this file keeps:
   * Same behaviour, line for line, as the Python it replaces; the state
     is the Python classes' own, under the same names, so both halves see
     one object: in C fields that Python reads and sets through those
-    names (``cdef public``) where the class can hold them, as Python
-    attributes where it cannot (StreamCore holds numbers only: its
-    Discussion says why).
+    names (``cdef public``), so a read on a request's path is a load from
+    the object, not a dictionary lookup (StreamCore's Discussion says how
+    a C class can hold them under asyncio's BaseTransport).
   * Only the common case is in C.  A debug-mode loop, one with an
     instrument, a poll to arm, a timer to move: the C hands them to the
     Python methods that do it.
@@ -35,6 +35,7 @@ Rules this file keeps:
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
 from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -186,23 +187,80 @@ cdef extern from *:
     """
     typedef struct { PyObject_HEAD PyObject *_extra; } tinyloop_BaseTransportObject;
 
-    /* StreamCore holds no object, so it needs no allocation, traversal or
-       clearing of its own: it takes BaseTransport's (see StreamCore).  The
-       ones Cython generates would call BaseTransport's after their own work,
-       and those (CPython's subtype_dealloc, subtype_traverse, subtype_clear,
-       made for Python classes) start again from the instance's type, which
-       leads back here: a recursion, not a chain. */
-    static void tinyloop_inherit_object_slots(PyTypeObject *kind) {
-        PyTypeObject *base = kind->tp_base;
-        kind->tp_new = base->tp_new;
-        kind->tp_dealloc = base->tp_dealloc;
-        kind->tp_traverse = base->tp_traverse;
-        kind->tp_clear = base->tp_clear;
+    /* StreamCore's allocation, traversal, clearing and deallocation, by
+       hand (see StreamCore's Discussion).  Its object fields are one run
+       of pointers, tinyloop_objects_count of them from byte
+       tinyloop_objects_at; each of these functions also does, for
+       BaseTransport's _extra, what BaseTransport's own would. */
+    static Py_ssize_t tinyloop_objects_at, tinyloop_objects_count;
+    static newfunc tinyloop_base_new;
+    static PyObject *tinyloop_no_args;
+
+    #define TINYLOOP_OBJECTS(self) ((PyObject **)((char *)(self) + tinyloop_objects_at))
+    #define TINYLOOP_EXTRA(self) (((tinyloop_BaseTransportObject *)(self))->_extra)
+
+    static PyObject *tinyloop_stream_new(PyTypeObject *kind, PyObject *args, PyObject *kwds) {
+        /* object's allocation, as BaseTransport's; it refuses arguments, which __init__ takes */
+        PyObject *self = tinyloop_base_new(kind, tinyloop_no_args, NULL);
+        Py_ssize_t i;
+        if (self == NULL) return NULL;
+        for (i = 0; i < tinyloop_objects_count; i++) {
+            Py_INCREF(Py_None);
+            TINYLOOP_OBJECTS(self)[i] = Py_None;   /* Cython's code reads them, never NULL */
+        }
+        return self;
+    }
+
+    static int tinyloop_stream_traverse(PyObject *self, visitproc visit, void *arg) {
+        Py_ssize_t i;
+        Py_VISIT(TINYLOOP_EXTRA(self));
+        for (i = 0; i < tinyloop_objects_count; i++) Py_VISIT(TINYLOOP_OBJECTS(self)[i]);
+        return 0;
+    }
+
+    static int tinyloop_stream_clear(PyObject *self) {
+        Py_ssize_t i;
+        PyObject *old;
+        Py_CLEAR(TINYLOOP_EXTRA(self));
+        for (i = 0; i < tinyloop_objects_count; i++) {
+            old = TINYLOOP_OBJECTS(self)[i];
+            Py_INCREF(Py_None);
+            TINYLOOP_OBJECTS(self)[i] = Py_None;
+            Py_XDECREF(old);
+        }
+        return 0;
+    }
+
+    static void tinyloop_stream_dealloc(PyObject *self) {
+        /* The subclass's subtype_dealloc has run its finalizer and cleared
+           its __dict__ and weak references, and calls this for the rest. */
+        Py_ssize_t i;
+        PyObject_GC_UnTrack(self);
+        Py_CLEAR(TINYLOOP_EXTRA(self));
+        for (i = 0; i < tinyloop_objects_count; i++) Py_CLEAR(TINYLOOP_OBJECTS(self)[i]);
+        Py_TYPE(self)->tp_free(self);
+    }
+
+    static int tinyloop_own_object_slots(PyObject *type, Py_ssize_t at, Py_ssize_t count) {
+        PyTypeObject *kind = (PyTypeObject *)type;
+        tinyloop_no_args = PyTuple_New(0);
+        if (tinyloop_no_args == NULL) return -1;
+        tinyloop_objects_at = at;
+        tinyloop_objects_count = count;
+        tinyloop_base_new = kind->tp_base->tp_new;
+        kind->tp_new = tinyloop_stream_new;
+        kind->tp_dealloc = tinyloop_stream_dealloc;
+        kind->tp_traverse = tinyloop_stream_traverse;
+        kind->tp_clear = tinyloop_stream_clear;
+        return 0;
     }
     """
     ctypedef struct tinyloop_BaseTransportObject:
         pass
-    void tinyloop_inherit_object_slots(object kind)
+    int tinyloop_own_object_slots(object kind, Py_ssize_t at, Py_ssize_t count) except -1
+    # Where StreamCore's object fields begin and end (C's offsetof, on Cython's struct).
+    Py_ssize_t _OBJECTS_AT "offsetof(struct __pyx_obj_8tinyloop_4ring_6_uring_StreamCore, _loop)"
+    Py_ssize_t _OBJECTS_LAST "offsetof(struct __pyx_obj_8tinyloop_4ring_6_uring_StreamCore, _send_handle)"
 
 cdef extern from *:
     ctypedef class asyncio.transports.BaseTransport [object tinyloop_BaseTransportObject, check_size error]:
@@ -216,24 +274,36 @@ cdef class StreamCore(BaseTransport):
     it and set these fields in their ``__init__``s (their meanings are
     written in tinyloop/ring/loop.py and tinyloop/aio/selector_events.py).
 
-    Discussion: why a C base class of asyncio's BaseTransport, holding
-    numbers only?  Every Part III transport derives from BaseTransport, a
-    Python class with ``__slots__``, and CPython refuses a class with two
-    bases that each add to the instance's layout; a C class that extends
-    BaseTransport's layout is a base both chains agree on.  Its fields are
-    the flags, counts and sizes a request reads, so reading one is a load
-    from the object, not a dictionary lookup.  It holds no object: the
-    protocol, the loop, the buffers stay Python attributes, so BaseTransport's
-    own allocation, garbage-collector traversal and deallocation (which
-    know its ``_extra`` slot and the subclass's ``__dict__``) are all this
-    class needs, and it takes them (tinyloop_inherit_object_slots).
+    Discussion: how can a C class sit under asyncio's BaseTransport?  Every
+    Part III transport derives from BaseTransport, a Python class with
+    ``__slots__``, and CPython refuses a class with two bases that each add
+    to the instance's layout; a C class that extends BaseTransport's layout
+    (``_extra``, then its own fields) is a base both chains agree on.  Its
+    fields are what a request reads, so reading one is a load from the
+    object, not a dictionary lookup.  The cost is in memory management:
+    Cython's generated allocation, traversal and deallocation would call
+    BaseTransport's after their own work, and those (CPython's
+    subtype_new, subtype_traverse, subtype_dealloc, made for Python
+    classes) start again from the instance's type, which leads back here:
+    a recursion, not a chain.  So the four are written by hand, above
+    (tinyloop_own_object_slots): they handle ``_extra`` as BaseTransport's
+    would, and this class's object fields, which must stay one run from
+    ``_loop`` to ``_send_handle`` (the module checks, when it is imported).
+    A Python subclass's ``__dict__`` and weak references are CPython's to
+    handle, before it calls these.
     """
 
-    # Part III's (tinyloop/aio/selector_events.py, tinyloop/aio/transports.py)
+    # Part III's (tinyloop/aio/selector_events.py, tinyloop/aio/transports.py);
+    # the object fields first, one run of pointers (see the Discussion)
+    cdef public object _loop, _protocol, _sock, _buffer, _empty_waiter
+    # RingSocketTransport's (tinyloop/ring/loop.py; _on_recv and _on_send: CythonSocketTransport's)
+    cdef public object _proactor, _ready, _pending, _sending
+    cdef public object _on_recv, _on_send, _recv_handle, _send_handle
+    # Part III's numbers
     cdef public int _sock_fd, _conn_lost
     cdef public Py_ssize_t _buffer_size, _high_water
     cdef public bint _closing, _paused, _eof, _protocol_paused
-    # RingSocketTransport's (tinyloop/ring/loop.py)
+    # RingSocketTransport's numbers
     cdef public unsigned long long _recv_address, _recv_op, _send_op
     cdef public int _recv_res, _send_res
     cdef public Py_ssize_t _send_offset, _recv_length
@@ -286,7 +356,10 @@ cdef class StreamCore(BaseTransport):
         _send_from_c(self, data, offset)
 
 
-tinyloop_inherit_object_slots(StreamCore)
+# The thirteen object fields declared above, from _loop to _send_handle.
+if _OBJECTS_LAST - _OBJECTS_AT != 12 * sizeof(PyObject *):
+    raise ImportError("StreamCore's object fields are not one run of thirteen pointers")
+tinyloop_own_object_slots(StreamCore, _OBJECTS_AT, 13)
 
 
 cdef class TransportCompletion:
@@ -344,7 +417,7 @@ cdef int _send_completed_c(StreamCore self, int res) except -1:
         self._sending = None
         buffer.clear()
         self._buffer_size -= res
-        instrument = self._loop._instrument
+        instrument = _instrument_of(self._loop)
         if instrument is not None:
             instrument.transport_wrote(self, res, 1, self._buffer_size)
         return 0
@@ -353,6 +426,13 @@ cdef int _send_completed_c(StreamCore self, int res) except -1:
     if handle is not None:
         self._ready.append(handle)
     return 0
+
+
+cdef inline object _instrument_of(object loop):
+    # The loop's instrument: a field of ring.Loop's LoopCore, read as a field.
+    if isinstance(loop, LoopCore):
+        return (<LoopCore>loop)._instrument
+    return loop._instrument
 
 
 cdef object _completion(StreamCore transport, object completion):
@@ -381,7 +461,7 @@ cdef int _deliver_c(StreamCore self, object data) except -1:
     if self._paused:
         self._pending = data
         return 0
-    instrument = self._loop._instrument
+    instrument = _instrument_of(self._loop)
     if instrument is not None:
         instrument.transport_read(self, len(data), 1)
     if not data:
