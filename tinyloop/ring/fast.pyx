@@ -36,12 +36,19 @@ Rules this file keeps:
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
+from cpython.contextvars cimport PyContext_CopyCurrent
 from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from tinyloop.aio.events import Handle as _AioHandle, TimerHandle as _AioTimerHandle
+from tinyloop.aio.base_events import BaseEventLoop as _AioLoop
 from tinyloop.callbacks.loop import Loop as _Reactor, MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
 from tinyloop.ring.proactor import _TIMER_SLACK
+
+from asyncio import Future as _Future
+
+_aio_call_soon = _AioLoop.call_soon
+_aio_create_future = _AioLoop.create_future
 
 cdef double MAXIMUM_WAIT = _MAXIMUM_WAIT
 cdef double TIMER_SLACK = _TIMER_SLACK
@@ -309,6 +316,10 @@ cdef class StreamCore(BaseTransport):
     cdef public Py_ssize_t _send_offset, _recv_length
     cdef public bint _at_eof, _buffered
 
+    def is_closing(self):
+        """Part III's is_closing, in C (a streams server's drain() asks it for every write)."""
+        return self._closing
+
     # -- Reading -------------------------------------------------------------------------
 
     def _start_reading(self):
@@ -528,7 +539,13 @@ cdef class LoopCore:
     """
 
     cdef public object _ready, _scheduled, _instrument, _clock, _proactor
-    cdef public bint _stopping, _debug
+    cdef public bint _stopping, _debug, _closed
+
+    def __cinit__(self, *args, **kwargs):
+        # Closed until Part II's __init__ says otherwise: a loop whose
+        # __init__ raised (io_uring refused) is one Part III's __del__ leaves
+        # alone, as it does when it finds no _closed at all.
+        self._closed = True
 
     def run_once(self):
         """One iteration, Part II's four steps (tinyloop/callbacks/loop.py), in C.
@@ -575,3 +592,38 @@ cdef class LoopCore:
                 _run_handle(handle)
             else:
                 handle._run()
+
+    # -- What a streams server calls for every read (as tinyloop/uv/_loop.pyx has them) ------
+
+    def call_soon(self, callback, *args, context=None):
+        """Part III's call_soon (tinyloop/aio/base_events.py), in C: a Handle on the ready queue.
+
+        Returns the Handle.  A closed loop, and debug mode (its checks and
+        its DebugHandle), go to Part III's method, which raises what it raises.
+        """
+        if self._closed or self._debug:
+            return _aio_call_soon(self, callback, *args, context=context)
+        # Part III's Handle, its __init__'s six fields set here without its Python frame.
+        handle = _AioHandle.__new__(_AioHandle)
+        handle._context = PyContext_CopyCurrent() if context is None else context
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._loop = self
+        handle._repr = None
+        self._ready.append(handle)
+        return handle
+
+    def create_future(self):
+        """A new ``asyncio.Future`` bound to this loop, as Part III's create_future.
+
+        (In debug mode Part III's Python method makes it, so that the
+        future's _source_traceback ends in the same frame as asyncio's.)
+        """
+        if self._debug:
+            return _aio_create_future(self)
+        return _Future(loop=self)
+
+    def get_debug(self):
+        """True in debug mode (asyncio's Future asks, as it starts: Part II's method, in C)."""
+        return self._debug
