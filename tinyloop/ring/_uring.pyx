@@ -8,8 +8,10 @@ what the pure-Python core of tinyloop.ring runs on.  This file is the same
 ring in C, through liburing, for the loop's hot paths: :class:`Ring` offers
 the methods tinyloop.ring.proactor.Proactor calls on a ring (``prep``,
 ``prep_recv``, ``prep_send``, ``prep_cancel``, ``submit_and_wait``,
-``close``) with the same arguments and results, and one more,
-:meth:`Ring.complete`, the Proactor's completion loop written in C.
+``close``) with the same arguments and results, and two more:
+:meth:`Ring.complete`, the Proactor's completion loop written in C, and
+:meth:`Ring.submit_and_get_events`, an enter that does not wait, which the
+C select (fast.pyx) uses where the Python one submits a NOP to wait for.
 tinyloop/ring/core.py's CythonProactor is the Proactor with this ring and
 that loop; the request's path around them (the proactor's select, the
 iteration, the transport) is in C too, in fast.pyx, included at the end.
@@ -231,6 +233,26 @@ cdef class Ring:
         if taken == -EBUSY:
             return 0
         raise OSError(-taken, os.strerror(-taken))  # (EINTR makes an InterruptedError)
+
+    cpdef int submit_and_get_events(self) except -1:
+        """Submit every SQE prepared since the last call, and wait for none.
+
+        One io_uring_enter(2) with IORING_ENTER_GETEVENTS, so that the
+        completions the kernel has are posted (with DEFER_TASKRUN it posts
+        them only when asked: io_uring_setup(2)); the GIL is kept, as nothing
+        waits.  Returns, and raises, as :meth:`submit_and_wait`.
+        """
+        cdef int taken
+        if not self.opened:
+            raise ValueError("the ring is closed")
+        self.enters += 1
+        taken = io_uring_submit_and_get_events(&self.ring)
+        if taken >= 0:
+            self.submitted += taken
+            return taken
+        if taken == -EBUSY:
+            return 0
+        raise OSError(-taken, os.strerror(-taken))
 
     cpdef unsigned complete(self, dict operations) except? 0:
         """Run the completion callback of every CQE posted, oldest first; return how many CQEs.

@@ -105,6 +105,7 @@ cdef class ProactorCore:
     # The ring as last checked, and the thread it was checked in.
     cdef Ring _owned
     cdef unsigned long _owner
+    cdef bint _send_prepared   # a send prepared since the last enter (see _select_c)
 
     cdef Ring _ring_c(self):
         # The ``ring`` property's answer, asked again only when the ring or the thread changed.
@@ -142,6 +143,7 @@ cdef class ProactorCore:
                                     object callback) except 0:
         cdef unsigned long long user_data = self._submission_c(callback)
         self._ring_c().prep_send(fd, address, length, user_data)
+        self._send_prepared = True
         if self._instrument is not None:
             self._observe(user_data, "SEND", fd)
         return user_data
@@ -160,6 +162,28 @@ cdef class ProactorCore:
         cdef object instrument
         if self._to_arm:
             self._arm_polls()
+        if self._instrument is None:
+            # Discussion: two enters the Python select makes that wait for
+            # nothing.  With work ready (a zero timeout) it submits a NOP and
+            # waits for its completion; and after a send, the send has most
+            # often completed inside the enter that submitted it (the kernel
+            # tries it at once), so that enter returns at once too.  Each
+            # releases and takes back the GIL, about 500 instructions, for a
+            # wait that does not happen.  Here both are an enter that does
+            # not wait and keeps the GIL; after a send, if nothing came of
+            # it, the waiting enter follows (an enter more, only then).  With
+            # an instrument, the Python select's enters, as it records them.
+            if bounded and timeout <= 0:
+                ring.submit_and_get_events()
+                self._send_prepared = False
+                return self._complete_c()
+            if self._send_prepared:
+                ring.submit_and_get_events()
+                self._send_prepared = False
+                self._timer_completed = False
+                events = self._complete_c()
+                if events or self._timer_completed or self.ready is None or self.ready:
+                    return events
         if bounded:
             if timeout <= 0:
                 ring._prep_nop(0)
@@ -178,14 +202,20 @@ cdef class ProactorCore:
                 submitted = ring.submit_and_wait(1)
             except InterruptedError:
                 interrupted = True
+            self._send_prepared = False
             if instrument is not None:
                 instrument.after_enter(submitted)
-            events = []
-            self._events = events
-            ring.complete(self._operations)
+            events = self._complete_c()
             if (events or interrupted or self._timer_completed or self.ready is None or self.ready
                     or (bounded and timeout <= 0)):
                 return events
+
+    cdef list _complete_c(self):
+        # Run the completions posted; the events they gave (poll callbacks append to it).
+        cdef list events = []
+        self._events = events
+        self._ring_c().complete(self._operations)
+        return events
 
 
 # asyncio's BaseTransport, at the root of Part III's transports, is a Python

@@ -89,6 +89,9 @@ cdef extern from "liburing.h" nogil:
     # One io_uring_enter(2): submit what was prepared, wait for wait_nr CQEs;
     # the count of SQEs submitted, or -errno.
     int io_uring_submit_and_wait(io_uring *ring, unsigned wait_nr)
+    # The same, waiting for none, but asking for completions (IORING_ENTER_GETEVENTS:
+    # with DEFER_TASKRUN the kernel posts them only when asked) (liburing 2.3)
+    int io_uring_submit_and_get_events(io_uring *ring)
 
     # -- Completion (io_uring_cq_advance(3)) --------------------------------------
     void io_uring_cq_advance(io_uring *ring, unsigned nr)
