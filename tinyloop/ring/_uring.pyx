@@ -247,6 +247,7 @@ cdef class Ring:
             raise ValueError("the ring is closed")
         self.enters += 1
         taken = io_uring_submit_and_get_events(&self.ring)
+        PyErr_CheckSignals()   # (a signal that came during it: its handler runs now, as after a wait)
         if taken >= 0:
             self.submitted += taken
             return taken
