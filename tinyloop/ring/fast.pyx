@@ -36,7 +36,7 @@ Rules this file keeps:
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
-from cpython.contextvars cimport PyContext_CopyCurrent
+from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -356,14 +356,7 @@ cdef class StreamCore(BaseTransport):
         _start_reading_c(self)
 
     def _recv_done(self):
-        cdef int res = self._recv_res
-        if self._closing or self._conn_lost:
-            return
-        if res < 0:
-            self._fatal_error(_os_error(res), "Fatal read error on socket transport")
-            return
-        # A copy: the buffer goes straight back to the kernel.
-        _deliver_c(self, PyBytes_FromStringAndSize(<char *><size_t>self._recv_address, res))
+        _recv_done_c(self)
 
     def _deliver(self, data):
         _deliver_c(self, data)
@@ -496,6 +489,18 @@ cdef int _start_reading_c(StreamCore self) except -1:
     return 0
 
 
+cdef int _recv_done_c(StreamCore self) except -1:
+    cdef int res = self._recv_res
+    if self._closing or self._conn_lost:
+        return 0
+    if res < 0:
+        self._fatal_error(_os_error(res), "Fatal read error on socket transport")
+        return 0
+    # A copy: the buffer goes straight back to the kernel.
+    _deliver_c(self, PyBytes_FromStringAndSize(<char *><size_t>self._recv_address, res))
+    return 0
+
+
 cdef int _deliver_c(StreamCore self, object data) except -1:
     if self._conn_lost:
         return 0
@@ -546,18 +551,56 @@ cdef int _send_from_c(StreamCore self, object data, Py_ssize_t offset) except -1
 
 
 cdef inline int _run_handle(object handle) except -1:
-    # tinyloop.aio.events.Handle._run, for its two classes, without its Python frame.
+    # tinyloop.aio.events.Handle._run, for its two classes, without its Python
+    # frame, and in its context without the call to Context.run.
+    context = handle._context
+    callback = handle._callback
     args = handle._args
+    PyContext_Enter(context)
     try:
         if args:
-            handle._context.run(handle._callback, *args)
+            callback(*args)
         else:
-            handle._context.run(handle._callback)
+            callback()
     except (SystemExit, KeyboardInterrupt):
+        PyContext_Exit(context)
         raise
     except BaseException as exc:
-        handle._report(exc)
+        PyContext_Exit(context)
+        handle._report(exc)   # (outside the context, as Context.run leaves it)
+        return 0
+    PyContext_Exit(context)
     return 0
+
+
+cdef inline int _run_transport_handle(object handle) except -1:
+    # The same, for a TransportHandle: its callback is StreamCore._recv_done,
+    # its one argument the transport, so the call is a C one.
+    context = handle._context
+    cdef StreamCore transport = (<tuple>handle._args)[0]
+    PyContext_Enter(context)
+    try:
+        _recv_done_c(transport)
+    except (SystemExit, KeyboardInterrupt):
+        PyContext_Exit(context)
+        raise
+    except BaseException as exc:
+        PyContext_Exit(context)
+        handle._report(exc)
+        return 0
+    PyContext_Exit(context)
+    return 0
+
+
+class TransportHandle(_AioHandle):
+    """A CythonSocketTransport's receive handle, reused for every receive: Part III's Handle.
+
+    Made as ``TransportHandle(StreamCore._recv_done, (transport,), loop,
+    None)``, it runs as any Handle does; LoopCore's iteration knows its
+    class and makes the call in C (_run_transport_handle).
+    """
+
+    __slots__ = ()
 
 
 cdef class LoopCore:
@@ -620,6 +663,8 @@ cdef class LoopCore:
             kind = type(handle)
             if kind is _AioHandle or kind is _AioTimerHandle:
                 _run_handle(handle)
+            elif kind is TransportHandle:
+                _run_transport_handle(handle)
             else:
                 handle._run()
 

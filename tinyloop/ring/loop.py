@@ -391,6 +391,9 @@ if core._uring is not None:
             self._on_recv = core._uring.TransportCompletion(False)  # type: ignore[union-attr]
             self._on_send = core._uring.TransportCompletion(True)   # type: ignore[union-attr]
             super().__init__(*args)
+            # The same receive handle, of the class the C iteration runs without a Python call.
+            self._recv_handle = core._uring.TransportHandle(  # type: ignore[union-attr]
+                core._uring.StreamCore._recv_done, (self,), self._loop, self._recv_handle._context)
 else:
     CythonSocketTransport = None  # type: ignore[assignment,misc]
 
