@@ -296,3 +296,49 @@ def test_a_closed_c_ring_refuses_instead_of_touching_freed_memory():
         with pytest.raises(ValueError, match="closed"):
             call()
     assert ring.complete({}) == 0
+
+
+def test_the_c_transport_holds_its_objects_and_the_collector_frees_a_cycle_through_them():
+    # StreamCore's object fields, with its hand-written allocation, traversal,
+    # clearing and deallocation (tinyloop/ring/fast.pyx): a new one reads
+    # None in each; a cycle that runs only through those fields is found and
+    # freed by the cyclic collector, and what they held is released with it.
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    import gc
+    import weakref
+
+    class Held:
+        pass
+
+    stream = core._uring.StreamCore.__new__(core._uring.StreamCore)
+    assert (stream._loop, stream._protocol, stream._send_handle) == (None, None, None)
+    held = Held()
+    stream._protocol = held
+    stream._loop = stream          # the cycle, through C fields alone
+    stream._buffer = [stream]      # and one through a list
+    gone = weakref.ref(held)
+    del stream, held
+    gc.collect()
+    assert gone() is None, "the cycle through StreamCore's fields was not collected"
+
+
+def test_a_transport_on_the_c_core_keeps_its_objects_in_c_fields_not_its_dict(monkeypatch):
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+
+    async def main():
+        transport, proto, peer = await base.connected_pair()
+        try:
+            assert type(transport).__name__ == "CythonSocketTransport"
+            fields = {"_loop", "_protocol", "_sock", "_buffer", "_proactor", "_recv_handle"}
+            assert fields.isdisjoint(vars(transport)), fields & set(vars(transport))
+            assert transport._protocol is proto and transport._loop is asyncio.get_running_loop()
+            assert type(transport._recv_handle).__name__ == "TransportHandle"
+        finally:
+            transport.close()
+            peer.close()
+            await proto.lost
+
+    base.run(main())

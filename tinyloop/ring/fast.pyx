@@ -17,7 +17,11 @@ rare paths, is the Python one, unchanged.
     StreamCore     before tinyloop.ring.loop.RingSocketTransport: the receive's
                    completion, the delivery, write, the send and its completion
     LoopCore       before Part III's loop in tinyloop.ring.loop.Loop: Part II's
-                   four steps in C, on the fields they read
+                   four steps in C, on the fields they read, and call_soon,
+                   create_future and get_debug, which a streams server calls
+                   for every read
+    TransportHandle  Part III's Handle, the class of a transport's receive
+                   handle, which the iteration runs with a C call
 
 Rules this file keeps:
   * Same behaviour, line for line, as the Python it replaces; the state
