@@ -322,11 +322,13 @@ cdef class StreamCore(BaseTransport):
     (``_extra``, then its own fields) is a base both chains agree on.  Its
     fields are what a request reads, so reading one is a load from the
     object, not a dictionary lookup.  The cost is in memory management:
-    Cython's generated allocation, traversal and deallocation would call
+    Cython's generated traversal, clearing and deallocation would call
     BaseTransport's after their own work, and those (CPython's
-    subtype_new, subtype_traverse, subtype_dealloc, made for Python
+    subtype_traverse, subtype_clear and subtype_dealloc, made for Python
     classes) start again from the instance's type, which leads back here:
-    a recursion, not a chain.  So the four are written by hand, above
+    a recursion, not a chain; and its allocation would pass the
+    constructor's arguments on to BaseTransport's, object's, which refuses
+    them (``__init__`` takes them).  So the four are written by hand, above
     (tinyloop_own_object_slots): they handle ``_extra`` as BaseTransport's
     would, and this class's object fields, which must stay one run from
     ``_loop`` to ``_send_handle`` (the module checks, when it is imported).
