@@ -164,6 +164,8 @@ cdef class ProactorCore:
         cdef bint interrupted
         cdef list events
         cdef object instrument
+        cdef bint send_prepared = self._send_prepared
+        self._send_prepared = False   # (every way out of here enters)
         if self._to_arm:
             self._arm_polls()
         if self._instrument is None:
@@ -179,13 +181,11 @@ cdef class ProactorCore:
             # an instrument, the Python select's enters, as it records them.
             if bounded and timeout <= 0:
                 ring.submit_and_get_events()
-                self._send_prepared = False
-                return self._complete_c()
-            if self._send_prepared:
+                return self._complete_c(ring)
+            if send_prepared:
                 ring.submit_and_get_events()
-                self._send_prepared = False
                 self._timer_completed = False
-                events = self._complete_c()
+                events = self._complete_c(ring)
                 if events or self._timer_completed or self.ready is None or self.ready:
                     return events
         if bounded:
@@ -206,19 +206,18 @@ cdef class ProactorCore:
                 submitted = ring.submit_and_wait(1)
             except InterruptedError:
                 interrupted = True
-            self._send_prepared = False
             if instrument is not None:
                 instrument.after_enter(submitted)
-            events = self._complete_c()
+            events = self._complete_c(ring)
             if (events or interrupted or self._timer_completed or self.ready is None or self.ready
                     or (bounded and timeout <= 0)):
                 return events
 
-    cdef list _complete_c(self):
+    cdef list _complete_c(self, Ring ring):
         # Run the completions posted; the events they gave (poll callbacks append to it).
         cdef list events = []
         self._events = events
-        self._ring_c().complete(self._operations)
+        ring.complete(self._operations)
         return events
 
 
@@ -556,18 +555,23 @@ cdef int _send_from_c(StreamCore self, object data, Py_ssize_t offset) except -1
     return 0
 
 
-cdef inline int _run_handle(object handle) except -1:
-    # tinyloop.aio.events.Handle._run, for its two classes, without its Python
-    # frame, and in its context without the call to Context.run.
+cdef inline int _run_handle(object handle, bint receive) except -1:
+    # tinyloop.aio.events.Handle._run, without its Python frame, and in its
+    # context without the call to Context.run.  ``receive``: a TransportHandle,
+    # whose callback is StreamCore._recv_done and its one argument the
+    # transport, so the call is a C one.
     context = handle._context
-    callback = handle._callback
-    args = handle._args
     PyContext_Enter(context)
     try:
-        if args:
-            callback(*args)
+        if receive:
+            _recv_done_c(<StreamCore>(<tuple>handle._args)[0])
         else:
-            callback()
+            callback = handle._callback
+            args = handle._args
+            if args:
+                callback(*args)
+            else:
+                callback()
     except (SystemExit, KeyboardInterrupt):
         PyContext_Exit(context)
         raise
@@ -579,31 +583,12 @@ cdef inline int _run_handle(object handle) except -1:
     return 0
 
 
-cdef inline int _run_transport_handle(object handle) except -1:
-    # The same, for a TransportHandle: its callback is StreamCore._recv_done,
-    # its one argument the transport, so the call is a C one.
-    context = handle._context
-    cdef StreamCore transport = (<tuple>handle._args)[0]
-    PyContext_Enter(context)
-    try:
-        _recv_done_c(transport)
-    except (SystemExit, KeyboardInterrupt):
-        PyContext_Exit(context)
-        raise
-    except BaseException as exc:
-        PyContext_Exit(context)
-        handle._report(exc)
-        return 0
-    PyContext_Exit(context)
-    return 0
-
-
 class TransportHandle(_AioHandle):
     """A CythonSocketTransport's receive handle, reused for every receive: Part III's Handle.
 
     Made as ``TransportHandle(StreamCore._recv_done, (transport,), loop,
     None)``, it runs as any Handle does; LoopCore's iteration knows its
-    class and makes the call in C (_run_transport_handle).
+    class and makes the call in C (_run_handle).
     """
 
     __slots__ = ()
@@ -668,9 +653,9 @@ cdef class LoopCore:
                 continue
             kind = type(handle)
             if kind is _AioHandle or kind is _AioTimerHandle:
-                _run_handle(handle)
+                _run_handle(handle, False)
             elif kind is TransportHandle:
-                _run_transport_handle(handle)
+                _run_handle(handle, True)
             else:
                 handle._run()
 

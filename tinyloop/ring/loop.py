@@ -160,7 +160,7 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._recv_address, self._recv_pin = pin(self._recv_buffer)
         self._recv_op = 0
         self._recv_res = 0
-        self._recv_handle: Handle | None = Handle(self._recv_done, (), loop, None)
+        self._recv_handle: Handle | None = self._receive_handle(loop)
         self._pending: bytes | None = None
         self._at_eof = False
         self._sending: bytes | None = None
@@ -172,6 +172,10 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         # After Part III's __init__, which points _recv_view at the loop's
         # buffer: a receive outstanding in the kernel needs a buffer of its own.
         self._recv_view = memoryview(self._recv_buffer)
+
+    def _receive_handle(self, loop: Loop) -> Handle:
+        """The handle every completed receive puts on the ready queue (made once, reused)."""
+        return Handle(self._recv_done, (), loop, None)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         # Which delivery the protocol wants; the receive itself is the same.
@@ -391,9 +395,11 @@ if core._uring is not None:
             self._on_recv = core._uring.TransportCompletion(False)  # type: ignore[union-attr]
             self._on_send = core._uring.TransportCompletion(True)   # type: ignore[union-attr]
             super().__init__(*args)
-            # The same receive handle, of the class the C iteration runs without a Python call.
-            self._recv_handle = core._uring.TransportHandle(  # type: ignore[union-attr]
-                core._uring.StreamCore._recv_done, (self,), self._loop, self._recv_handle._context)
+
+        def _receive_handle(self, loop: Loop) -> Handle:
+            # The same handle, of the class the C iteration runs without a Python call.
+            return core._uring.TransportHandle(  # type: ignore[union-attr]
+                core._uring.StreamCore._recv_done, (self,), loop, None)
 else:
     CythonSocketTransport = None  # type: ignore[assignment,misc]
 
