@@ -342,3 +342,76 @@ def test_a_transport_on_the_c_core_keeps_its_objects_in_c_fields_not_its_dict(mo
             await proto.lost
 
     base.run(main())
+
+
+async def until(condition, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_nothing(monkeypatch):
+    # On the cython core the proactor's table (fast.pyx's Operations) keeps a
+    # transport's receives and sends in slots, not in its dict.  The rules are
+    # the dict's: the entry is there until the final CQE, each receive has a
+    # fresh user_data, and a stale one (kept for a cancel) finds nothing, so
+    # cancelling it cannot reach the receive that took its slot.
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+
+    async def main():
+        proactor = asyncio.get_running_loop()._proactor
+        transport, proto, peer = await base.connected_pair()
+        try:
+            await base.iterations(3)
+            first = transport._recv_op
+            table = proactor._operations
+            assert first >> 63 == 1, f"{first:#x} is not a held operation's user_data"
+            assert first in table and table[first] is transport._on_recv
+            assert transport._on_recv in table.values() and transport._on_recv.user_data == first
+            peer.send(b"one")
+            await until(lambda: proto.data == b"one")
+            second = transport._recv_op
+            assert second != first and second in table
+            assert first not in table and table.get(first) is None
+            with pytest.raises(KeyError):
+                table[first]
+            outstanding = proactor.outstanding()
+            proactor.cancel(first)          # stale: no cancel is prepared
+            await base.iterations(3)
+            assert proactor.outstanding() == outstanding and transport._recv_op == second
+            peer.send(b", two")
+            await until(lambda: proto.data == b"one, two")
+        finally:
+            transport.close()
+            peer.close()
+            await proto.lost
+
+    base.run(main())
+
+
+def test_closing_the_loop_lets_go_of_a_transport_whose_receive_was_held(monkeypatch):
+    # The table holds a TransportCompletion (and through it the transport and
+    # its buffer) while the kernel may write into the buffer; once the loop is
+    # closed, its ring with it, nothing must hold them any more.
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    import gc
+    import weakref
+
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+    loop = ring_loop.new_event_loop()
+    try:
+        transport, proto, peer = loop.run_until_complete(base.connected_pair())
+        loop.run_until_complete(base.iterations(3))
+        assert transport._recv_op in loop._proactor._operations
+    finally:
+        loop.close()
+    assert loop._proactor.outstanding() == 0
+    gone = weakref.ref(transport)
+    peer.close()
+    del transport, proto, loop
+    gc.collect()
+    assert gone() is None, "the closed loop's table still holds the transport"

@@ -255,11 +255,11 @@ cdef class Ring:
             return 0
         raise OSError(-taken, os.strerror(-taken))
 
-    cpdef unsigned complete(self, dict operations) except? 0:
+    cpdef unsigned complete(self, object operations) except? 0:
         """Run the completion callback of every CQE posted, oldest first; return how many CQEs.
 
         ``operations`` is the Proactor's table, user_data -> ``callback(res,
-        flags)``.  A CQE with IORING_CQE_F_MORE (a multishot operation still
+        flags)``: a dict, or the cython core's Operations (fast.pyx).  A CQE with IORING_CQE_F_MORE (a multishot operation still
         armed) leaves its entry in the table; any other CQE is the
         operation's last and takes it out.  A CQE whose user_data is not in
         the table (a cancel request's, a NOP's) is only reaped.  Each CQE's
@@ -274,8 +274,9 @@ cdef class Ring:
         cdef unsigned flags
         cdef unsigned count = 0
         cdef object callback
-        if operations is None:
-            raise TypeError("complete() needs the proactor's table, a dict")
+        cdef bint table = type(operations) is Operations
+        if not table and type(operations) is not dict:
+            raise TypeError("complete() needs the proactor's table, a dict or an Operations")
         while self.opened:
             # io_uring_for_each_cqe(3)'s step, one CQE at a time: our head,
             # the kernel's tail read with acquire order, the slot by mask.
@@ -287,10 +288,12 @@ cdef class Ring:
             io_uring_cq_advance(&self.ring, 1)
             self.completed += 1
             count += 1
-            if flags & IORING_CQE_F_MORE:
-                callback = operations.get(user_data)
+            if table:
+                callback = (<Operations>operations).take(user_data, flags & IORING_CQE_F_MORE)
+            elif flags & IORING_CQE_F_MORE:
+                callback = (<dict>operations).get(user_data)
             else:
-                callback = operations.pop(user_data, None)
+                callback = (<dict>operations).pop(user_data, None)
             if type(callback) is TransportCompletion:   # a transport's (fast.pyx): no Python call
                 (<TransportCompletion>callback).complete_c(res)
             elif callback is not None:

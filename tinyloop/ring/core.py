@@ -68,6 +68,7 @@ if _uring is not None:
         def __init__(self, entries: int = 256) -> None:
             super().__init__(entries)
             self._ids = _uring.Counter(1)  # the same sequence, advanced from C without a call
+            self._operations = _uring.Operations()  # the same table, with slots for transports
 else:
     CythonProactor = None  # type: ignore[assignment,misc]
 

@@ -22,6 +22,8 @@ rare paths, is the Python one, unchanged.
                    for every read
     TransportHandle  Part III's Handle, the class of a transport's receive
                    handle, which the iteration runs with a C call
+    Operations     the proactor's table (a dict in tinyloop/ring/proactor.py),
+                   with a slot map for a transport's receives and sends
 
 Rules this file keeps:
   * Same behaviour, line for line, as the Python it replaces; the state
@@ -39,7 +41,9 @@ Rules this file keeps:
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
@@ -88,6 +92,188 @@ cdef class Counter:
         return self.value
 
 
+# A held operation's user_data: bit 63 set (the Counter never gets there),
+# its serial from the Counter above the slot's index, the index below.
+cdef unsigned long long HELD = 1ULL << 63
+cdef int INDEX_BITS = 20
+cdef unsigned long long INDEX_MASK = (1ULL << 20) - 1
+cdef unsigned long long SERIAL_MASK = (1ULL << 43) - 1
+
+
+cdef class Operations:
+    """The proactor's table on the cython core: user_data -> completion callback, until its final CQE.
+
+    The Python Proactor's table is a dict; this is the same mapping, with
+    the methods the Proactor uses (item assignment, ``get``, ``pop``,
+    ``in``, ``len``, ``values``, ``clear``), and a second place for the
+    operations that are most of a server's: a transport's receives and
+    sends, whose callbacks are TransportCompletions.  Those are *held*
+    in a slot map, a C array of references; their user_data names the slot
+    and the operation's serial, so an entry is found by an index and a
+    comparison, with no hashing and no int object made or freed.
+    Holding one costs about a tenth of what a dict entry under a fresh
+    int key costs (see the completion chapter).
+
+    The Proactor's rules hold for both places: a fresh user_data for every
+    submission (the serial is the Counter's, so a stale user_data, kept
+    for a cancel, finds its slot empty or holding another serial), and
+    the callback, with the buffer its transport holds, kept until the
+    final CQE, or until :meth:`clear` after the ring is closed.  The held
+    references are not shown to the cyclic collector: an operation the
+    kernel holds is never garbage.
+    """
+
+    cdef dict _table              # every other operation: user_data -> callback, as the Python Proactor's
+    cdef PyObject **_slots        # held TransportCompletions, by slot index (NULL: free)
+    cdef Py_ssize_t *_free        # the free slots' indexes, a stack
+    cdef Py_ssize_t _capacity, _free_count, _held
+
+    def __cinit__(self):
+        self._table = {}
+
+    def __dealloc__(self):
+        self._release_all()
+        PyMem_Free(self._slots)
+        PyMem_Free(self._free)
+
+    cdef unsigned long long hold(self, TransportCompletion completion, unsigned long long serial) except 0:
+        # A slot for ``completion``, and the user_data that names it; 0 when
+        # the slots are full (2**20 of them), and then the caller uses the dict.
+        cdef Py_ssize_t index
+        cdef unsigned long long user_data
+        if self._free_count == 0 and not self._grow():
+            return 0
+        self._free_count -= 1
+        index = self._free[self._free_count]
+        Py_INCREF(completion)
+        self._slots[index] = <PyObject *>completion
+        self._held += 1
+        user_data = HELD | ((serial & SERIAL_MASK) << INDEX_BITS) | <unsigned long long>index
+        completion.user_data = user_data
+        return user_data
+
+    cdef bint _grow(self) except -1:
+        cdef Py_ssize_t old = self._capacity, new = old * 2 if old else 64, i
+        if new > <Py_ssize_t>INDEX_MASK + 1:
+            return False
+        slots = <PyObject **>PyMem_Realloc(self._slots, new * sizeof(PyObject *))
+        if slots == NULL:
+            raise MemoryError()
+        self._slots = slots
+        free = <Py_ssize_t *>PyMem_Realloc(self._free, new * sizeof(Py_ssize_t))
+        if free == NULL:
+            raise MemoryError()
+        self._free = free
+        for i in range(new - 1, old - 1, -1):   # (the lowest index on top of the stack)
+            self._slots[i] = NULL
+            self._free[self._free_count] = i
+            self._free_count += 1
+        self._capacity = new
+        return True
+
+    cdef PyObject *_slot(self, unsigned long long user_data):
+        # The held completion user_data names, or NULL (a stale or foreign user_data).
+        cdef unsigned long long index = user_data & INDEX_MASK
+        cdef PyObject *held
+        if not user_data & HELD or index >= <unsigned long long>self._capacity:
+            return NULL
+        held = self._slots[index]
+        if held == NULL or (<TransportCompletion>held).user_data != user_data:
+            return NULL
+        return held
+
+    cdef object take(self, unsigned long long user_data, bint more):
+        """The callback of a CQE's operation, out of the table unless ``more``; None if unknown."""
+        cdef PyObject *held
+        cdef Py_ssize_t index
+        if not user_data & HELD:
+            if more:
+                return self._table.get(user_data)
+            return self._table.pop(user_data, None)
+        held = self._slot(user_data)
+        if held == NULL:
+            return None
+        completion = <TransportCompletion>held
+        if not more:
+            index = <Py_ssize_t>(user_data & INDEX_MASK)
+            self._slots[index] = NULL
+            self._free[self._free_count] = index
+            self._free_count += 1
+            self._held -= 1
+            completion.user_data = 0
+            Py_DECREF(completion)   # the slot's reference; ``completion`` keeps its own
+        return completion
+
+    cdef int _release_all(self) except -1:
+        cdef Py_ssize_t i
+        cdef PyObject *held
+        for i in range(self._capacity):
+            held = self._slots[i]
+            if held != NULL:
+                self._slots[i] = NULL
+                self._free[self._free_count] = i
+                self._free_count += 1
+                self._held -= 1
+                (<TransportCompletion>held).user_data = 0
+                Py_DECREF(<object>held)
+        return 0
+
+    # -- The dict's methods, as the Python Proactor calls them -----------------------------
+
+    def __setitem__(self, key, callback):
+        cdef unsigned long long user_data = key
+        if user_data & HELD:
+            raise KeyError(f"user_data {user_data:#x} is a held operation's, set by the table alone")
+        self._table[user_data] = callback
+
+    def __getitem__(self, key):
+        # (An object, not a typed argument: Cython would give a typed one the
+        # sequence slot, whose index is a Py_ssize_t, too small for bit 63.)
+        cdef unsigned long long user_data = key
+        if user_data & HELD:
+            if self._slot(user_data) == NULL:
+                raise KeyError(user_data)
+            return <object>self._slot(user_data)
+        return self._table[user_data]
+
+    def __contains__(self, key):
+        cdef unsigned long long user_data = key
+        if user_data & HELD:
+            return self._slot(user_data) != NULL
+        return user_data in self._table
+
+    def __len__(self):
+        return len(self._table) + self._held
+
+    def get(self, unsigned long long user_data, default=None):
+        """The callback of ``user_data``, or ``default``."""
+        if user_data & HELD:
+            return <object>self._slot(user_data) if self._slot(user_data) != NULL else default
+        return self._table.get(user_data, default)
+
+    def pop(self, unsigned long long user_data, *default):
+        """Take ``user_data``'s entry out and return its callback; ``default`` if given, else KeyError."""
+        if user_data in self:
+            return self.take(user_data, False)
+        if default:
+            return default[0]
+        raise KeyError(user_data)
+
+    def values(self):
+        """A list of the callbacks, the dict's and then the held ones."""
+        cdef Py_ssize_t i
+        callbacks = list(self._table.values())
+        for i in range(self._capacity):
+            if self._slots[i] != NULL:
+                callbacks.append(<object>self._slots[i])
+        return callbacks
+
+    def clear(self):
+        """Forget every entry (the Proactor's close, after the ring's: the kernel holds nothing now)."""
+        self._table.clear()
+        self._release_all()
+
+
 cdef class ProactorCore:
     """The C half of tinyloop/ring/core.py's CythonProactor: recv, send and select.
 
@@ -96,7 +282,7 @@ cdef class ProactorCore:
     written there.
     """
 
-    cdef public dict _operations
+    cdef public object _operations   # an Operations (core.py's CythonProactor makes it)
     cdef public object _ids
     cdef public object _ring
     cdef public object _instrument
@@ -122,8 +308,16 @@ cdef class ProactorCore:
         return ring
 
     cdef unsigned long long _submission_c(self, object callback) except 0:
+        # A transport's completion is held in the table's slots; with an
+        # instrument it goes in the dict, where _observe wraps it.
         cdef Counter ids = self._ids
+        cdef unsigned long long user_data
         ids.value += 1
+        if (type(callback) is TransportCompletion and self._instrument is None
+                and type(self._operations) is Operations):
+            user_data = (<Operations>self._operations).hold(<TransportCompletion>callback, ids.value)
+            if user_data:
+                return user_data
         self._operations[ids.value] = callback
         return ids.value
 
@@ -416,6 +610,7 @@ cdef class TransportCompletion:
 
     cdef StreamCore transport
     cdef readonly bint sending
+    cdef readonly unsigned long long user_data   # while held in an Operations' slot, else 0
 
     def __cinit__(self, bint sending):
         self.sending = sending
