@@ -415,3 +415,30 @@ def test_closing_the_loop_lets_go_of_a_transport_whose_receive_was_held(monkeypa
     del transport, proto, loop
     gc.collect()
     assert gone() is None, "the closed loop's table still holds the transport"
+
+
+def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(monkeypatch):
+    # LoopCore.call_soon writes a Handle's six fields at their __slots__
+    # offsets (fast.pyx): read back by name, each is what Handle.__init__ sets.
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    import contextvars
+
+    from tinyloop.aio.events import Handle
+
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+    loop = ring_loop.new_event_loop()
+    try:
+        context = contextvars.copy_context()
+        handle = loop.call_soon(print, "a", "b", context=context)
+        assert type(handle) is Handle
+        assert (handle._context, handle._callback, handle._args) == (context, print, ("a", "b"))
+        assert (handle._cancelled, handle._loop, handle._repr) == (False, loop, None)
+        assert handle.get_context() is context
+        bare = loop.call_soon(int)
+        assert bare._args == () and isinstance(bare._context, contextvars.Context)
+        handle.cancel()
+        bare.cancel()
+        assert handle._callback is None and handle.cancelled()
+    finally:
+        loop.close()

@@ -750,23 +750,99 @@ cdef int _send_from_c(StreamCore self, object data, Py_ssize_t offset) except -1
     return 0
 
 
-cdef inline int _run_handle(object handle, bint receive) except -1:
+# Part III's Handle keeps its fields in __slots__: C fields of the instance,
+# at offsets its class's member descriptors know (CPython's member_get reads
+# them there).  The iteration and call_soon read and write a Handle's fields
+# at those offsets, as member_get and member_set would, without the name
+# lookup through the class's MRO and the descriptor call that each
+# ``handle._callback`` costs from C: a handle's life is nine such accesses.
+cdef extern from *:
+    """
+    #include <structmember.h>
+
+    /* The offset of an object slot in its instances, from its member
+       descriptor; -1 and TypeError for anything else. */
+    static Py_ssize_t tinyloop_slot_offset(PyObject *descriptor) {
+        PyMemberDef *member;
+        if (!PyObject_TypeCheck(descriptor, &PyMemberDescr_Type)
+                || ((PyMemberDescrObject *)descriptor)->d_member->type != T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "not the member descriptor of an object in __slots__");
+            return -1;
+        }
+        member = ((PyMemberDescrObject *)descriptor)->d_member;
+        return member->offset;
+    }
+
+    /* The slot's object, borrowed; NULL if it was never set (no error set). */
+    static inline PyObject *tinyloop_slot(PyObject *self, Py_ssize_t offset) {
+        return *(PyObject **)((char *)self + offset);
+    }
+
+    /* Set the slot to ``value``, releasing what it held (member_set's work). */
+    static inline void tinyloop_set_slot(PyObject *self, Py_ssize_t offset, PyObject *value) {
+        PyObject **slot = (PyObject **)((char *)self + offset);
+        PyObject *old = *slot;
+        Py_INCREF(value);
+        *slot = value;
+        Py_XDECREF(old);
+    }
+
+    /* A new instance of the Python class ``kind``, its slots empty: kind.__new__(kind). */
+    static PyObject *tinyloop_new_instance(PyObject *kind) {
+        PyObject *no_args = PyTuple_New(0), *self;
+        if (no_args == NULL) return NULL;
+        self = ((PyTypeObject *)kind)->tp_new((PyTypeObject *)kind, no_args, NULL);
+        Py_DECREF(no_args);
+        return self;
+    }
+    """
+    Py_ssize_t tinyloop_slot_offset(object descriptor) except -1
+    PyObject *tinyloop_slot(object self, Py_ssize_t offset)
+    void tinyloop_set_slot(object self, Py_ssize_t offset, object value)
+    object tinyloop_new_instance(object kind)
+    PyObject *Py_True
+
+cdef Py_ssize_t _CONTEXT = tinyloop_slot_offset(_AioHandle._context)
+cdef Py_ssize_t _CALLBACK = tinyloop_slot_offset(_AioHandle._callback)
+cdef Py_ssize_t _ARGS = tinyloop_slot_offset(_AioHandle._args)
+cdef Py_ssize_t _CANCELLED = tinyloop_slot_offset(_AioHandle._cancelled)
+cdef Py_ssize_t _LOOP = tinyloop_slot_offset(_AioHandle._loop)
+cdef Py_ssize_t _REPR = tinyloop_slot_offset(_AioHandle._repr)
+
+
+# _run_handle's kinds of handle.
+cdef enum:
+    TIMER, HANDLE, RECEIVE
+
+
+cdef inline int _run_handle(object handle, int kind) except -1:
     # tinyloop.aio.events.Handle._run, without its Python frame, and in its
-    # context without the call to Context.run.  ``receive``: a TransportHandle,
-    # whose callback is StreamCore._recv_done and its one argument the
-    # transport, so the call is a C one.
-    context = handle._context
+    # context without the call to Context.run.  ``kind``: TIMER, a
+    # TimerHandle, whose fields are read by name (its _context is a slot of
+    # its own class); HANDLE, a Handle, read at its slots' offsets; RECEIVE,
+    # a TransportHandle, whose callback is StreamCore._recv_done and its one
+    # argument the transport, so the call is a C one.
+    cdef PyObject *context_slot
+    cdef PyObject *callback_slot
+    cdef PyObject *args_slot
+    if kind == TIMER:
+        context, callback, args = handle._context, handle._callback, handle._args
+    else:
+        context_slot = tinyloop_slot(handle, _CONTEXT)
+        callback_slot = tinyloop_slot(handle, _CALLBACK)
+        args_slot = tinyloop_slot(handle, _ARGS)
+        if context_slot == NULL or callback_slot == NULL or args_slot == NULL:
+            handle._run()   # (a field never set: Part III's own raises AttributeError)
+            return 0
+        context, callback, args = <object>context_slot, <object>callback_slot, <object>args_slot
     PyContext_Enter(context)
     try:
-        if receive:
-            _recv_done_c(<StreamCore>(<tuple>handle._args)[0])
+        if kind == RECEIVE:
+            _recv_done_c(<StreamCore>(<tuple>args)[0])
+        elif args:
+            callback(*args)
         else:
-            callback = handle._callback
-            args = handle._args
-            if args:
-                callback(*args)
-            else:
-                callback()
+            callback()
     except (SystemExit, KeyboardInterrupt):
         PyContext_Exit(context)
         raise
@@ -844,13 +920,15 @@ cdef class LoopCore:
         while todo > 0:
             todo -= 1
             handle = ready.popleft()
-            if handle._cancelled:
-                continue
             kind = type(handle)
-            if kind is _AioHandle or kind is _AioTimerHandle:
-                _run_handle(handle, False)
-            elif kind is TransportHandle:
-                _run_handle(handle, True)
+            if kind is _AioHandle or kind is TransportHandle:
+                if tinyloop_slot(handle, _CANCELLED) == <PyObject *>Py_True:
+                    continue
+                _run_handle(handle, RECEIVE if kind is TransportHandle else HANDLE)
+            elif handle._cancelled:
+                continue
+            elif kind is _AioTimerHandle:
+                _run_handle(handle, TIMER)
             else:
                 handle._run()
 
@@ -864,14 +942,15 @@ cdef class LoopCore:
         """
         if self._closed or self._debug:
             return _aio_call_soon(self, callback, *args, context=context)
-        # Part III's Handle, its __init__'s six fields set here without its Python frame.
-        handle = _AioHandle.__new__(_AioHandle)
-        handle._context = PyContext_CopyCurrent() if context is None else context
-        handle._callback = callback
-        handle._args = args
-        handle._cancelled = False
-        handle._loop = self
-        handle._repr = None
+        # Part III's Handle, its __init__'s six fields set here, at their
+        # slots (see _run_handle), without its Python frame.
+        handle = tinyloop_new_instance(_AioHandle)
+        tinyloop_set_slot(handle, _CONTEXT, PyContext_CopyCurrent() if context is None else context)
+        tinyloop_set_slot(handle, _CALLBACK, callback)
+        tinyloop_set_slot(handle, _ARGS, args)
+        tinyloop_set_slot(handle, _CANCELLED, False)
+        tinyloop_set_slot(handle, _LOOP, self)
+        tinyloop_set_slot(handle, _REPR, None)
         self._ready.append(handle)
         return handle
 
