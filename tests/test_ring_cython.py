@@ -442,3 +442,34 @@ def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(monkeypatc
         assert handle._callback is None and handle.cancelled()
     finally:
         loop.close()
+
+
+def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(monkeypatch):
+    # fast.pyx calls deque's append and popleft as C functions on a deque
+    # exactly; a subclass's overrides must still run.
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    import collections
+
+    class Counted(collections.deque):
+        appended = popped = 0
+
+        def append(self, item):
+            Counted.appended += 1
+            super().append(item)
+
+        def popleft(self):
+            Counted.popped += 1
+            return super().popleft()
+
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+    loop = ring_loop.new_event_loop()
+    try:
+        loop._ready = Counted(loop._ready)
+        log = []
+        loop.call_soon(log.append, 1)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert log == [1] and Counted.appended >= 2 and Counted.popped >= 2
+    finally:
+        loop.close()

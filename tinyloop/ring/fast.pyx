@@ -54,9 +54,65 @@ from tinyloop.callbacks.loop import Loop as _Reactor, MAXIMUM_SELECT_TIMEOUT as 
 from tinyloop.ring.proactor import _TIMER_SLACK
 
 from asyncio import Future as _Future
+from collections import deque as _deque
 
 _aio_call_soon = _AioLoop.call_soon
 _aio_create_future = _AioLoop.create_future
+
+# The ready queue is Part II's ``collections.deque``, which has no C API:
+# from Cython, ``ready.append(handle)`` looks ``append`` up on the type and
+# calls it through the method-call protocol, over a hundred instructions for a
+# C function of ten.  A method descriptor holds that C function
+# (PyMethodDef.ml_meth), so these call it directly, on a deque exactly
+# (a subclass's methods may be its own: those are called by name).
+cdef extern from *:
+    """
+    static PyTypeObject *tinyloop_deque;
+    static PyCFunction tinyloop_deque_append, tinyloop_deque_popleft;
+
+    static PyCFunction tinyloop_c_method(PyObject *kind, const char *name, int flags) {
+        PyObject *descriptor = PyObject_GetAttrString(kind, name);
+        PyCFunction function = NULL;
+        if (descriptor == NULL) return NULL;
+        if (Py_IS_TYPE(descriptor, &PyMethodDescr_Type)
+                && ((PyMethodDescrObject *)descriptor)->d_method->ml_flags == flags)
+            function = ((PyMethodDescrObject *)descriptor)->d_method->ml_meth;
+        else
+            PyErr_Format(PyExc_TypeError, "%s is not a C method taking %s", name,
+                         flags == METH_O ? "one argument" : "no argument");
+        Py_DECREF(descriptor);
+        return function;
+    }
+
+    static int tinyloop_find_deque(PyObject *kind) {
+        tinyloop_deque = (PyTypeObject *)kind;
+        tinyloop_deque_append = tinyloop_c_method(kind, "append", METH_O);
+        if (tinyloop_deque_append == NULL) return -1;
+        tinyloop_deque_popleft = tinyloop_c_method(kind, "popleft", METH_NOARGS);
+        return tinyloop_deque_popleft == NULL ? -1 : 0;
+    }
+
+    /* queue.append(item); -1 with an exception set on failure. */
+    static int tinyloop_append(PyObject *queue, PyObject *item) {
+        PyObject *result = Py_IS_TYPE(queue, tinyloop_deque)
+            ? tinyloop_deque_append(queue, item) : PyObject_CallMethod(queue, "append", "O", item);
+        if (result == NULL) return -1;
+        Py_DECREF(result);
+        return 0;
+    }
+
+    /* queue.popleft(), a new reference; NULL with an exception set on failure. */
+    static PyObject *tinyloop_popleft(PyObject *queue) {
+        return Py_IS_TYPE(queue, tinyloop_deque)
+            ? tinyloop_deque_popleft(queue, NULL) : PyObject_CallMethod(queue, "popleft", NULL);
+    }
+    """
+    int tinyloop_find_deque(object kind) except -1
+    int tinyloop_append(object queue, object item) except -1
+    object tinyloop_popleft(object queue)
+
+tinyloop_find_deque(_deque)
+
 
 cdef double MAXIMUM_WAIT = _MAXIMUM_WAIT
 cdef double TIMER_SLACK = _TIMER_SLACK
@@ -575,7 +631,7 @@ cdef class StreamCore(BaseTransport):
         if self._conn_lost:
             self._conn_lost += 1
             return
-        self._buffer.append(data if isinstance(data, bytes) else bytes(data))
+        _write_buffer(self).append(data if isinstance(data, bytes) else bytes(data))
         self._buffer_size += len(data)
         if self._sending is None:
             _send_next_c(self)
@@ -637,19 +693,39 @@ cdef int _recv_completed_c(StreamCore self, int res) except -1:
     self._recv_res = res
     handle = self._recv_handle
     if handle is not None:
-        self._ready.append(handle)
+        tinyloop_append(self._ready, handle)
     return 0
+
+
+cdef extern from "Python.h":
+    bint PyList_Check(object o)
+    int PyList_SetSlice(object list, Py_ssize_t low, Py_ssize_t high, PyObject *items) except -1
+
+
+cdef inline list _write_buffer(StreamCore transport):
+    # The transport's write buffer, Part III's _WriteBuffer: a subclass of
+    # list, which Cython's list type refuses (it takes exact lists), so a
+    # checked cast; then its appends, lengths and items are C list calls.
+    buffer = transport._buffer
+    if not PyList_Check(buffer):
+        raise TypeError(f"a transport's write buffer is a list, not {type(buffer).__name__}")
+    return <list>buffer
+
+
+cdef inline int _clear(list buffer) except -1:
+    # buffer.clear(), the C way (the method call would look ``clear`` up by name).
+    return PyList_SetSlice(buffer, 0, len(buffer), NULL)
 
 
 cdef int _send_completed_c(StreamCore self, int res) except -1:
     data = self._sending
-    buffer = self._buffer
+    cdef list buffer = _write_buffer(self)
     if (res == len(data) - self._send_offset and len(buffer) == 1
             and not (self._protocol_paused or self._closing or self._eof or self._conn_lost)
             and self._empty_waiter is None):
         # All of it sent, nothing queued behind it, nobody to tell (see RingSocketTransport).
         self._sending = None
-        buffer.clear()
+        _clear(buffer)
         self._buffer_size -= res
         instrument = _instrument_of(self._loop)
         if instrument is not None:
@@ -658,7 +734,7 @@ cdef int _send_completed_c(StreamCore self, int res) except -1:
     self._send_res = res
     handle = self._send_handle
     if handle is not None:
-        self._ready.append(handle)
+        tinyloop_append(self._ready, handle)
     return 0
 
 
@@ -729,10 +805,10 @@ cdef int _deliver_c(StreamCore self, object data) except -1:
 
 
 cdef int _send_next_c(StreamCore self) except -1:
-    buffer = self._buffer
+    cdef list buffer = _write_buffer(self)
     if len(buffer) > 1:
         joined = b"".join(buffer)
-        buffer.clear()
+        _clear(buffer)
         buffer.append(joined)
     _send_from_c(self, buffer[0], 0)
     return 0
@@ -919,7 +995,7 @@ cdef class LoopCore:
         todo = len(ready)
         while todo > 0:
             todo -= 1
-            handle = ready.popleft()
+            handle = tinyloop_popleft(ready)
             kind = type(handle)
             if kind is _AioHandle or kind is TransportHandle:
                 if tinyloop_slot(handle, _CANCELLED) == <PyObject *>Py_True:
@@ -951,7 +1027,7 @@ cdef class LoopCore:
         tinyloop_set_slot(handle, _CANCELLED, False)
         tinyloop_set_slot(handle, _LOOP, self)
         tinyloop_set_slot(handle, _REPR, None)
-        self._ready.append(handle)
+        tinyloop_append(self._ready, handle)
         return handle
 
     def create_future(self):
