@@ -97,6 +97,7 @@ STEPS: tuple[Step, ...] = (
     _step("notfaster-unpinned", "notfaster.json", "V.3", "benchmarks.realworld.notfaster_bench", "--reference", *ANY),
     _step("workers", "workers.json", "V.4", "benchmarks.workers", "--reference"),
     _step("completion", "completion.json", "VI", "benchmarks.completion", "--reference"),
+    _step("race", "race.json, race.md", "VI", "benchmarks.race", "--reference"),
     # Counts, not times: last, so nothing they run can disturb a timing.
     _step("uv_changes-syscalls", "uv_changes_syscalls.txt", "IV", "benchmarks.uv_changes", "--syscalls", "--reference",
           counts=True),

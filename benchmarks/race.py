@@ -1,0 +1,209 @@
+"""Part VI's race: tinyloop.ring against uv, uvloop and the two C floors, every load in one sitting.
+
+    python -m benchmarks.race                writes benchmarks/results/local/race.*
+    python -m benchmarks.race --quick        a smoke run (seconds, not a measurement)
+    python -m benchmarks.race --reference    the completion chapter's table (benchmarks/results/race.*)
+    python -m benchmarks.race --peers uringcore-protocol   another peer beside them
+
+The question the completion chapter asks of ``tinyloop.ring``: does a
+loop on io_uring, with Part III's Python layers, spend no more server CPU
+per request than ``tinyloop.uv`` on a 1 KiB echo and on keep-alive HTTP,
+and less on pipelined HTTP, where completion batches the most?  Each
+measurement is the tool the book already uses for it, run here as a
+process of its own (each pins its server and its load to separate CPUs,
+interleaves the servers' repetitions and takes medians):
+
+  echo       ``benchmarks.echo`` at 1 KiB, Protocol and streams: CPU µs per message
+  http       ``benchmarks.run``: ab keep-alive, wrk keep-alive and wrk pipelined
+             (depth 24), CPU µs per request
+  syscalls   ``benchmarks.syscalls``: system calls per request under wrk at
+             depth 1 and 24 (strace), where strace can count
+
+and one table is written from their three JSON files (race.md), with each
+goal read from the same run: met when ring's median is at or below uv's
+(below, for pipelined), and said to be inside the noise when the two
+ranges of repetitions overlap.  Every figure names the command that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.harness import experiment
+from benchmarks.harness.strace import strace_problem
+from tinyloop.raw import uring
+
+__all__ = ["GOALS", "main", "render", "verdicts"]
+
+# The rows: the loop raced, the loop it must match, the third-party loop on
+# libuv, and the floors (the system calls alone, with no interpreter).
+ECHO_SERVERS = ["ring-protocol", "uv-protocol", "uvloop-protocol", "ring-streams", "uv-streams",
+                "uvloop-streams", "c-epoll", "c-uring"]
+HTTP_STAGES = ["ring", "uv"]
+HTTP_PEERS = ["uvloop-protocol", "c-epoll", "c-uring"]
+HTTP_LOADS = ["ab-keepalive", "wrk", "wrk-pipeline"]
+
+# (column, where its figure is, the ring row, the uv row, "le" or "lt": the goal's comparison)
+GOALS = [
+    ("echo 1 KiB, Protocol", ("echo", "1024"), "ring-protocol", "uv-protocol", "le"),
+    ("echo 1 KiB, streams", ("echo", "1024"), "ring-streams", "uv-streams", "le"),
+    ("ab keep-alive", ("http", "ab-keepalive"), "ring", "uv", "le"),
+    ("wrk keep-alive", ("http", "wrk"), "ring", "uv", "le"),
+    ("wrk pipelined, depth 24", ("http", "wrk-pipeline"), "ring", "uv", "lt"),
+]
+
+# A row of the table: its name, and its name in the echo and in the HTTP runs.
+ROWS = [("ring", "ring-protocol", "ring-streams", "ring"), ("uv", "uv-protocol", "uv-streams", "uv"),
+        ("uvloop", "uvloop-protocol", "uvloop-streams", "uvloop-protocol"),
+        ("c-epoll", "c-epoll", None, "c-epoll"), ("c-uring", "c-uring", None, "c-uring")]
+
+
+def run_step(argv: list[str], log: Path) -> dict:
+    """Run one tool (``python -m benchmarks.X ... --out FILE``), its output to ``log`` and to ours; its JSON.
+
+    Raises RuntimeError, naming the command and the log, when it fails.
+    """
+    out = log.with_suffix(".json")
+    command = [sys.executable, "-m", *argv, "--out", str(out)]
+    print(f"\n=== {' '.join(['python', '-m', *argv])}", flush=True)
+    with open(log, "w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink.write(line)
+            print(line, end="", flush=True)
+    if proc.wait() != 0 or not out.exists():
+        raise RuntimeError(f"{' '.join(argv)} failed (exit {proc.returncode}); its output: {log}")
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def cell(results: dict, group: str, name: str | None, figure: str) -> dict | None:
+    """``{"median", "low", "high"}`` of one figure of one server, or None where it did not run."""
+    row = results.get(group, {}).get(name) if name else None
+    if not row or row.get(figure) is None:
+        return None
+    low, high = row.get("spread", {}).get(figure, [row[figure], row[figure]])
+    return {"median": row[figure], "low": low, "high": high}
+
+
+def figures(echo: dict, http: dict, counted: dict | None, peers: list[str] = ()) -> dict:
+    """The table's numbers, by row and column, from the three tools' JSON (``peers``: rows more)."""
+    table: dict[str, dict] = {}
+    for row, protocol, streams, http_name in [*ROWS, *((peer, peer, None, peer) for peer in peers)]:
+        cells = {"echo 1 KiB, Protocol": cell(echo["results"], "1024", protocol, "cpu_us_per_msg"),
+                 "echo 1 KiB, streams": cell(echo["results"], "1024", streams, "cpu_us_per_msg")}
+        for column, (_, load), *_ in GOALS[2:]:
+            cells[column] = cell(http["results"], load, http_name, "cpu_us_per_req")
+        for point in (counted or {}).get("points", []):
+            if point["server"] == http_name and point.get("per_request"):
+                cells[f"syscalls, depth {point['depth']}"] = {"median": point["per_request"]["total"]}
+        table[row] = cells
+    return table
+
+
+def verdicts(table: dict) -> list[dict]:
+    """Each goal, read from the run: ``{"goal", "ring", "uv", "met", "overlap"}``.
+
+    ``met`` is ring's median at or below uv's (strictly below for "lt");
+    ``overlap`` is True when the two ranges of repetitions overlap, so the
+    order of the medians may not hold in another run (None with one
+    repetition, which has no range).  A goal whose rows did not both run
+    has ``met`` None.
+    """
+    found = []
+    for column, _, _, _, comparison in GOALS:
+        ring, uv = table["ring"].get(column), table["uv"].get(column)
+        if ring is None or uv is None:
+            found.append({"goal": column, "ring": ring, "uv": uv, "met": None, "overlap": None})
+            continue
+        met = ring["median"] <= uv["median"] if comparison == "le" else ring["median"] < uv["median"]
+        # (One repetition each has no range: nothing to read the noise from.)
+        ranged = ring["low"] < ring["high"] or uv["low"] < uv["high"]
+        overlap = (ring["low"] <= uv["high"] and uv["low"] <= ring["high"]) if ranged else None
+        found.append({"goal": column, "ring": ring, "uv": uv, "met": met, "overlap": overlap,
+                      "comparison": comparison})
+    return found
+
+
+def render(data: dict) -> str:
+    """race.md, from the JSON alone."""
+    columns = [column for column, *_ in GOALS] + ["syscalls, depth 1", "syscalls, depth 24"]
+    lines = ["| server | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row, cells in data["table"].items():
+        shown = []
+        for column in columns:
+            value = cells.get(column)
+            if value is None:
+                shown.append("–")
+            elif "low" in value:
+                shown.append(f"{value['median']:.2f} [{value['low']:.2f}–{value['high']:.2f}]")
+            else:
+                shown.append(f"{value['median']:.2f}")
+        lines.append(f"| {row} | " + " | ".join(shown) + " |")
+    lines += ["", "Server CPU µs per message (echo) or per request (HTTP): median of the interleaved "
+              "repetitions, [lowest–highest]; system calls per request counted by strace under wrk "
+              "(an io_uring loop's operations are not system calls: its `io_uring_enter`s are).", ""]
+    for verdict in data["verdicts"]:
+        if verdict["met"] is None:
+            lines.append(f"- {verdict['goal']}: not measured (a row did not run).")
+            continue
+        relation = "at or below" if verdict["comparison"] == "le" else "below"
+        state = "met" if verdict["met"] else "not met"
+        noise = {True: " The ranges overlap: inside the noise, the order may change in another run.",
+                 False: " The ranges are apart.", None: " One repetition: no range to read the noise from."
+                 }[verdict["overlap"]]
+        lines.append(f"- {verdict['goal']}: ring {verdict['ring']['median']:.2f} against uv "
+                     f"{verdict['uv']['median']:.2f}; the goal (ring {relation} uv) is {state}.{noise}")
+    lines += ["", f"{data['date'][:10]}, {data['machine'].get('cpu_model', '?')}, {data['machine'].get('python', '?')}. Command: `{data['command']}`; "
+              "its steps: " + "; ".join(f"`{step}`" for step in data["steps"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def conclusion(data: dict) -> str:
+    parts = [f"{v['goal']} {'met' if v['met'] else 'not met' if v['met'] is not None else 'not measured'}"
+             + (" (inside the noise)" if v.get("overlap") else "") for v in data["verdicts"]]
+    return experiment.sentence("race, ring against uv", parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment.parser("race", __doc__, repeat=5, pin=False)
+    parser.add_argument("--peers", default="", help="more peers, by name, in the echo and HTTP runs "
+                        "(e.g. uringcore-protocol)")
+    args = parser.parse_args(argv)
+    if reason := uring.unavailable():
+        print(f"benchmarks.race: not run: {reason}", file=sys.stderr)
+        return 1
+    from benchmarks.harness import output
+    out = output.json_path(parser, args, "race.json")
+    repeat = args.repeat or (1 if args.quick else 5)
+    quick = ["--quick"] if args.quick else []
+    extra = [name for name in args.peers.split(",") if name]
+    # (A peer asked for by name runs in the echo and HTTP steps; strace counts the fixed rows.)
+    steps = [["benchmarks.echo", *quick, "--repeat", str(repeat), "--sizes", "1",
+              "--servers", ",".join(ECHO_SERVERS + extra)],
+             ["benchmarks.run", *quick, "--no-plot", "--repeat", str(repeat), "--stages", ",".join(HTTP_STAGES),
+              "--peers", ",".join(HTTP_PEERS + extra), "--loads", ",".join(HTTP_LOADS)]]
+    counting = strace_problem() is None
+    if counting:
+        steps.append(["benchmarks.syscalls", *quick, "--stages", ",".join(HTTP_STAGES),
+                      "--peers", ",".join(HTTP_PEERS)])
+    clock = experiment.Clock()
+    with tempfile.TemporaryDirectory(prefix="race-") as tmp:
+        found = [run_step(step, Path(tmp) / f"{step[0].rsplit('.', 1)[1]}.log") for step in steps]
+    echo, http = found[0], found[1]
+    counted = found[2] if counting else None
+    table = figures(echo, http, counted, extra)
+    data = experiment.document("race", argv, clock, settings={"repeat": repeat, "quick": args.quick,
+                               "peers": extra}, steps=[" ".join(["python", "-m", *step]) for step in steps],
+                               table=table, verdicts=verdicts(table),
+                               runs={"echo": echo["date"], "http": http["date"],
+                                     "syscalls": counted["date"] if counted else None})
+    return experiment.conclude(data, out, clock, render, conclusion, suffix=".md")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
