@@ -49,6 +49,14 @@ def ring_core(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture
+def cython_core(monkeypatch):
+    """The Cython core, forced through the environment variable; skipped where it is not built."""
+    if not core.built():
+        pytest.skip(NOT_BUILT)
+    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+
+
 def ring_types():
     return {"python": uring.Ring, "cython": core._uring.Ring if core.built() else None}
 
@@ -323,10 +331,7 @@ def test_the_c_transport_holds_its_objects_and_the_collector_frees_a_cycle_throu
     assert gone() is None, "the cycle through StreamCore's fields was not collected"
 
 
-def test_a_transport_on_the_c_core_keeps_its_objects_in_c_fields_not_its_dict(monkeypatch):
-    if not core.built():
-        pytest.skip(NOT_BUILT)
-    monkeypatch.setenv(core.ENVIRONMENT, "cython")
+def test_a_transport_on_the_c_core_keeps_its_objects_in_c_fields_not_its_dict(cython_core):
 
     async def main():
         transport, proto, peer = await base.connected_pair()
@@ -351,15 +356,12 @@ async def until(condition, seconds=5.0):
         await asyncio.sleep(0.005)
 
 
-def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_nothing(monkeypatch):
+def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_nothing(cython_core):
     # On the cython core the proactor's table (fast.pyx's Operations) keeps a
     # transport's receives and sends in slots, not in its dict.  The rules are
     # the dict's: the entry is there until the final CQE, each receive has a
     # fresh user_data, and a stale one (kept for a cancel) finds nothing, so
     # cancelling it cannot reach the receive that took its slot.
-    if not core.built():
-        pytest.skip(NOT_BUILT)
-    monkeypatch.setenv(core.ENVIRONMENT, "cython")
 
     async def main():
         proactor = asyncio.get_running_loop()._proactor
@@ -392,16 +394,13 @@ def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_noth
     base.run(main())
 
 
-def test_closing_the_loop_lets_go_of_a_transport_whose_receive_was_held(monkeypatch):
+def test_closing_the_loop_lets_go_of_a_transport_whose_receive_was_held(cython_core):
     # The table holds a TransportCompletion (and through it the transport and
     # its buffer) while the kernel may write into the buffer; once the loop is
     # closed, its ring with it, nothing must hold them any more.
-    if not core.built():
-        pytest.skip(NOT_BUILT)
     import gc
     import weakref
 
-    monkeypatch.setenv(core.ENVIRONMENT, "cython")
     loop = ring_loop.new_event_loop()
     try:
         transport, proto, peer = loop.run_until_complete(base.connected_pair())
@@ -417,16 +416,13 @@ def test_closing_the_loop_lets_go_of_a_transport_whose_receive_was_held(monkeypa
     assert gone() is None, "the closed loop's table still holds the transport"
 
 
-def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(monkeypatch):
+def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(cython_core):
     # LoopCore.call_soon writes a Handle's six fields at their __slots__
     # offsets (fast.pyx): read back by name, each is what Handle.__init__ sets.
-    if not core.built():
-        pytest.skip(NOT_BUILT)
     import contextvars
 
     from tinyloop.aio.events import Handle
 
-    monkeypatch.setenv(core.ENVIRONMENT, "cython")
     loop = ring_loop.new_event_loop()
     try:
         context = contextvars.copy_context()
@@ -444,11 +440,9 @@ def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(monkeypatc
         loop.close()
 
 
-def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(monkeypatch):
+def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(cython_core):
     # fast.pyx calls deque's append and popleft as C functions on a deque
     # exactly; a subclass's overrides must still run.
-    if not core.built():
-        pytest.skip(NOT_BUILT)
     import collections
 
     class Counted(collections.deque):
@@ -462,7 +456,6 @@ def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(monkeypa
             Counted.popped += 1
             return super().popleft()
 
-    monkeypatch.setenv(core.ENVIRONMENT, "cython")
     loop = ring_loop.new_event_loop()
     try:
         loop._ready = Counted(loop._ready)
