@@ -33,11 +33,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import experiment
+from benchmarks.harness import experiment, output
 from benchmarks.harness.strace import strace_problem
 from tinyloop.raw import uring
 
-__all__ = ["GOALS", "main", "render", "verdicts"]
+__all__ = ["GOALS", "ROWS", "main", "render", "server", "verdicts"]
 
 # The rows: the loop raced, the loop it must match, the third-party loop on
 # libuv, and the floors (the system calls alone, with no interpreter).
@@ -47,19 +47,27 @@ HTTP_STAGES = ["ring", "uv"]
 HTTP_PEERS = ["uvloop-protocol", "c-epoll", "c-uring"]
 HTTP_LOADS = ["ab-keepalive", "wrk", "wrk-pipeline"]
 
-# (column, where its figure is, the ring row, the uv row, "le" or "lt": the goal's comparison)
+# (column, the tool that measures it and the key of its results, "le" or "lt": the goal's
+# comparison of ring's median with uv's)
 GOALS = [
-    ("echo 1 KiB, Protocol", ("echo", "1024"), "ring-protocol", "uv-protocol", "le"),
-    ("echo 1 KiB, streams", ("echo", "1024"), "ring-streams", "uv-streams", "le"),
-    ("ab keep-alive", ("http", "ab-keepalive"), "ring", "uv", "le"),
-    ("wrk keep-alive", ("http", "wrk"), "ring", "uv", "le"),
-    ("wrk pipelined, depth 24", ("http", "wrk-pipeline"), "ring", "uv", "lt"),
+    ("echo 1 KiB, Protocol", ("echo", "1024"), "le"),
+    ("echo 1 KiB, streams", ("echo", "1024"), "le"),
+    ("ab keep-alive", ("http", "ab-keepalive"), "le"),
+    ("wrk keep-alive", ("http", "wrk"), "le"),
+    ("wrk pipelined, depth 24", ("http", "wrk-pipeline"), "lt"),
 ]
 
-# A row of the table: its name, and its name in the echo and in the HTTP runs.
-ROWS = [("ring", "ring-protocol", "ring-streams", "ring"), ("uv", "uv-protocol", "uv-streams", "uv"),
-        ("uvloop", "uvloop-protocol", "uvloop-streams", "uvloop-protocol"),
-        ("c-epoll", "c-epoll", None, "c-epoll"), ("c-uring", "c-uring", None, "c-uring")]
+# A row of the table, and its server's names: in the echo run with a Protocol and with
+# streams (None: it has no streams program), and in the HTTP runs.
+ROWS = {"ring": ("ring-protocol", "ring-streams", "ring"), "uv": ("uv-protocol", "uv-streams", "uv"),
+        "uvloop": ("uvloop-protocol", "uvloop-streams", "uvloop-protocol"),
+        "c-epoll": ("c-epoll", None, "c-epoll"), "c-uring": ("c-uring", None, "c-uring")}
+
+
+def server(names: tuple[str, str | None, str], column: str) -> str | None:
+    """The server a column reads for a row of ``names`` (ROWS' shape)."""
+    protocol, streams, http = names
+    return {"echo 1 KiB, Protocol": protocol, "echo 1 KiB, streams": streams}.get(column, http)
 
 
 def run_step(argv: list[str], log: Path) -> dict:
@@ -93,13 +101,13 @@ def cell(results: dict, group: str, name: str | None, figure: str) -> dict | Non
 def figures(echo: dict, http: dict, counted: dict | None, peers: list[str] = ()) -> dict:
     """The table's numbers, by row and column, from the three tools' JSON (``peers``: rows more)."""
     table: dict[str, dict] = {}
-    for row, protocol, streams, http_name in [*ROWS, *((peer, peer, None, peer) for peer in peers)]:
-        cells = {"echo 1 KiB, Protocol": cell(echo["results"], "1024", protocol, "cpu_us_per_msg"),
-                 "echo 1 KiB, streams": cell(echo["results"], "1024", streams, "cpu_us_per_msg")}
-        for column, (_, load), *_ in GOALS[2:]:
-            cells[column] = cell(http["results"], load, http_name, "cpu_us_per_req")
+    for row, names in [*ROWS.items(), *((peer, (peer, None, peer)) for peer in peers)]:
+        cells = {}
+        for column, (tool, key), _ in GOALS:
+            source, figure = (echo, "cpu_us_per_msg") if tool == "echo" else (http, "cpu_us_per_req")
+            cells[column] = cell(source["results"], key, server(names, column), figure)
         for point in (counted or {}).get("points", []):
-            if point["server"] == http_name and point.get("per_request"):
+            if point["server"] == names[2] and point.get("per_request"):
                 cells[f"syscalls, depth {point['depth']}"] = {"median": point["per_request"]["total"]}
         table[row] = cells
     return table
@@ -115,7 +123,7 @@ def verdicts(table: dict) -> list[dict]:
     has ``met`` None.
     """
     found = []
-    for column, _, _, _, comparison in GOALS:
+    for column, _, comparison in GOALS:
         ring, uv = table["ring"].get(column), table["uv"].get(column)
         if ring is None or uv is None:
             found.append({"goal": column, "ring": ring, "uv": uv, "met": None, "overlap": None})
@@ -177,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     if reason := uring.unavailable():
         print(f"benchmarks.race: not run: {reason}", file=sys.stderr)
         return 1
-    from benchmarks.harness import output
     out = output.json_path(parser, args, "race.json")
     repeat = args.repeat or (1 if args.quick else 5)
     quick = ["--quick"] if args.quick else []

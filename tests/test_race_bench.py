@@ -31,10 +31,10 @@ def _made_up(ring: dict[str, tuple[float, float, float]], uv: dict[str, tuple[fl
     """The echo and HTTP tools' JSON, with ring's and uv's figures per goal column."""
     echo = {"results": {"1024": {}}}
     http: dict = {"results": {"ab-keepalive": {}, "wrk": {}, "wrk-pipeline": {}}}
-    for column, (group, key), ring_name, uv_name, _ in race.GOALS:
-        target, figure = (echo, "cpu_us_per_msg") if group == "echo" else (http, "cpu_us_per_req")
-        target["results"][key][ring_name] = _row(*ring[column], figure)
-        target["results"][key][uv_name] = _row(*uv[column], figure)
+    for column, (tool, key), _ in race.GOALS:
+        target, figure = (echo, "cpu_us_per_msg") if tool == "echo" else (http, "cpu_us_per_req")
+        target["results"][key][race.server(race.ROWS["ring"], column)] = _row(*ring[column], figure)
+        target["results"][key][race.server(race.ROWS["uv"], column)] = _row(*uv[column], figure)
     counted = {"points": [{"server": "ring", "depth": 24, "per_request": {"total": 0.004}},
                           {"server": "uv", "depth": 24, "per_request": {"total": 0.09}}]}
     return echo, http, counted

@@ -152,8 +152,8 @@ cdef class Counter:
 # its serial from the Counter above the slot's index, the index below.
 cdef unsigned long long HELD = 1ULL << 63
 cdef int INDEX_BITS = 20
-cdef unsigned long long INDEX_MASK = (1ULL << 20) - 1
-cdef unsigned long long SERIAL_MASK = (1ULL << 43) - 1
+cdef unsigned long long INDEX_MASK = (1ULL << INDEX_BITS) - 1
+cdef unsigned long long SERIAL_MASK = (1ULL << (63 - INDEX_BITS)) - 1
 
 
 cdef class Operations:
@@ -242,7 +242,6 @@ cdef class Operations:
     cdef object take(self, unsigned long long user_data, bint more):
         """The callback of a CQE's operation, out of the table unless ``more``; None if unknown."""
         cdef PyObject *held
-        cdef Py_ssize_t index
         if not user_data & HELD:
             if more:
                 return self._table.get(user_data)
@@ -252,27 +251,25 @@ cdef class Operations:
             return None
         completion = <TransportCompletion>held
         if not more:
-            index = <Py_ssize_t>(user_data & INDEX_MASK)
-            self._slots[index] = NULL
-            self._free[self._free_count] = index
-            self._free_count += 1
-            self._held -= 1
-            completion.user_data = 0
-            Py_DECREF(completion)   # the slot's reference; ``completion`` keeps its own
+            self._vacate(<Py_ssize_t>(user_data & INDEX_MASK))   # ``completion`` keeps its own reference
         return completion
 
     cdef int _release_all(self) except -1:
         cdef Py_ssize_t i
-        cdef PyObject *held
         for i in range(self._capacity):
-            held = self._slots[i]
-            if held != NULL:
-                self._slots[i] = NULL
-                self._free[self._free_count] = i
-                self._free_count += 1
-                self._held -= 1
-                (<TransportCompletion>held).user_data = 0
-                Py_DECREF(<object>held)
+            if self._slots[i] != NULL:
+                self._vacate(i)
+        return 0
+
+    cdef int _vacate(self, Py_ssize_t index) except -1:
+        # Empty a taken slot, onto the free stack, and drop the slot's reference.
+        cdef PyObject *held = self._slots[index]
+        self._slots[index] = NULL
+        self._free[self._free_count] = index
+        self._free_count += 1
+        self._held -= 1
+        (<TransportCompletion>held).user_data = 0
+        Py_DECREF(<object>held)
         return 0
 
     # -- The dict's methods, as the Python Proactor calls them -----------------------------
@@ -287,10 +284,12 @@ cdef class Operations:
         # (An object, not a typed argument: Cython would give a typed one the
         # sequence slot, whose index is a Py_ssize_t, too small for bit 63.)
         cdef unsigned long long user_data = key
+        cdef PyObject *held
         if user_data & HELD:
-            if self._slot(user_data) == NULL:
+            held = self._slot(user_data)
+            if held == NULL:
                 raise KeyError(user_data)
-            return <object>self._slot(user_data)
+            return <object>held
         return self._table[user_data]
 
     def __contains__(self, key):
@@ -304,8 +303,10 @@ cdef class Operations:
 
     def get(self, unsigned long long user_data, default=None):
         """The callback of ``user_data``, or ``default``."""
+        cdef PyObject *held
         if user_data & HELD:
-            return <object>self._slot(user_data) if self._slot(user_data) != NULL else default
+            held = self._slot(user_data)
+            return default if held == NULL else <object>held
         return self._table.get(user_data, default)
 
     def pop(self, unsigned long long user_data, *default):
