@@ -440,6 +440,53 @@ def test_call_soon_in_c_makes_part_threes_handle_with_every_field_set(cython_cor
         loop.close()
 
 
+def test_run_once_in_c_runs_iterations_until_stop_as_part_fours_does(cython_core):
+    # LoopCore.run_once runs Part II's iterations itself until _stopping is
+    # set (run_forever's Python loop turns once a run): a chain of callbacks,
+    # each queued by the one before, so each in an iteration of its own, all
+    # run in one call, which returns after the iteration that asked for stop().
+    loop = ring_loop.new_event_loop()
+    try:
+        ran = []
+
+        def step(n):
+            ran.append(n)
+            if n < 5:
+                loop.call_soon(step, n + 1)
+            else:
+                loop.stop()
+
+        loop.call_soon(step, 1)
+        loop.run_once()
+        assert ran == [1, 2, 3, 4, 5] and loop._stopping
+        loop._stopping = False
+    finally:
+        loop.close()
+
+
+def test_an_instrument_added_while_the_c_iteration_runs_gets_part_twos_hooks(cython_core):
+    # The C iteration has no instrument hooks: one added by a callback must
+    # make run_once return, so that run_forever's next call runs Part II's
+    # iteration, which calls them.
+    loop = ring_loop.new_event_loop()
+    try:
+        waits = []
+
+        class Waits:
+            def before_io_wait(self, timeout):
+                waits.append(timeout)
+
+        def later():
+            loop.call_soon(loop.stop)
+
+        loop.call_soon(loop.add_instrument, Waits())
+        loop.call_soon(later)
+        loop.run_forever()
+        assert waits, "no iteration after the instrument was added called its hook"
+    finally:
+        loop.close()
+
+
 def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(cython_core):
     # fast.pyx calls deque's append and popleft as C functions on a deque
     # exactly; a subclass's overrides must still run.

@@ -106,10 +106,19 @@ cdef extern from *:
         return Py_IS_TYPE(queue, tinyloop_deque)
             ? tinyloop_deque_popleft(queue, NULL) : PyObject_CallMethod(queue, "popleft", NULL);
     }
+
+    /* len(queue), for the ready queue and the timer heap: a deque keeps its
+       length in its ob_size (deque_len returns Py_SIZE), as a list does;
+       anything else, len().  -1 with an exception set on failure. */
+    static Py_ssize_t tinyloop_length(PyObject *queue) {
+        if (Py_IS_TYPE(queue, tinyloop_deque) || PyList_CheckExact(queue)) return Py_SIZE(queue);
+        return PyObject_Length(queue);
+    }
     """
     int tinyloop_find_deque(object kind) except -1
     int tinyloop_append(object queue, object item) except -1
     object tinyloop_popleft(object queue)
+    Py_ssize_t _length "tinyloop_length"(object queue) except -1
 
 tinyloop_find_deque(_deque)
 
@@ -438,7 +447,7 @@ cdef class ProactorCore:
                 ring.submit_and_get_events()
                 self._timer_completed = False
                 events = self._complete_c(ring)
-                if events or self._timer_completed or self.ready is None or self.ready:
+                if events or self._timer_completed or self.ready is None or _length(self.ready):
                     return events
         if bounded:
             if timeout <= 0:
@@ -461,8 +470,8 @@ cdef class ProactorCore:
             if instrument is not None:
                 instrument.after_enter(submitted)
             events = self._complete_c(ring)
-            if (events or interrupted or self._timer_completed or self.ready is None or self.ready
-                    or (bounded and timeout <= 0)):
+            if (events or interrupted or self._timer_completed or self.ready is None
+                    or _length(self.ready) or (bounded and timeout <= 0)):
                 return events
 
     cdef list _complete_c(self, Ring ring):
@@ -961,27 +970,56 @@ cdef class LoopCore:
         self._closed = True
 
     def run_once(self):
-        """One iteration, Part II's four steps (tinyloop/callbacks/loop.py), in C.
+        """Part II's iterations (tinyloop/callbacks/loop.py), in C, until :meth:`stop` is asked for.
 
-        Part II's own runs instead in debug mode, with an instrument, and
-        on the ``python`` core, whose proactor is not a ProactorCore.
+        Part II's run_forever calls run_once, then reads ``_stopping``,
+        until it is set: Python code for every iteration, a name lookup
+        and a call among them (about 500 instructions, more than any one of
+        the four steps here).  So, as Part IV's run_once does
+        (tinyloop/uv/_loop.pyx), one call runs the iterations up to that
+        point itself, and run_forever's Python loop turns once a run.  It
+        returns after the iteration in which ``_stopping`` was set, or in
+        which debug mode or an instrument was turned on: run_forever then
+        calls it again, and Part II's own iteration runs, as it does
+        from the start in debug mode, with an instrument, and on the
+        ``python`` core, whose proactor is not a ProactorCore.  Raises what
+        a callback or a signal handler let through (KeyboardInterrupt,
+        SystemExit).
         """
+        if not self._in_c():
+            return _Reactor.run_once(self)
+        while True:
+            self._iteration_c()
+            if self._stopping or not self._in_c():
+                return
+            # A signal's Python handler runs only when Python code does, or
+            # in the ring's wait (which runs it after EINTR).  Between two
+            # iterations Part II's run_forever ran Python code; here,
+            # an iteration whose callbacks were all C and that did not wait
+            # would leave a handler (Ctrl-C's) for later: so it runs here,
+            # and what it raises comes out (a flag's test, when none is due).
+            PyErr_CheckSignals()
+
+    cdef inline bint _in_c(self):
+        # The C iteration runs unless Part II's must: debug mode, an instrument, the python core.
+        return not self._debug and self._instrument is None and isinstance(self._proactor, ProactorCore)
+
+    cdef int _iteration_c(self) except -1:
+        # One iteration, Part II's four steps.
         cdef object ready, scheduled, handle, kind
         cdef bint bounded = True
         cdef double timeout = 0.0, delay
         cdef Py_ssize_t todo
         cdef list events
-        if self._debug or self._instrument is not None or not isinstance(self._proactor, ProactorCore):
-            return _Reactor.run_once(self)
         # 1. The timeout: zero if work is ready, else until the nearest timer.
         scheduled = self._scheduled
-        if scheduled:
+        if _length(scheduled):
             self._clean_timer_heap()
             scheduled = self._scheduled
         ready = self._ready
-        if ready or self._stopping:
+        if _length(ready) or self._stopping:
             timeout = 0.0
-        elif not scheduled:
+        elif not _length(scheduled):
             bounded = False
         else:
             delay = scheduled[0]._when - self._clock()
@@ -991,10 +1029,10 @@ cdef class LoopCore:
         # 3. Ready descriptors, then due timers.
         if events:
             self._process_events(events)
-        if self._scheduled:
+        if _length(self._scheduled):
             self._move_due_timers()
         # 4. The ready queue, as tinyloop.aio runs it.
-        todo = len(ready)
+        todo = _length(ready)
         while todo > 0:
             todo -= 1
             handle = tinyloop_popleft(ready)
@@ -1009,6 +1047,7 @@ cdef class LoopCore:
                 _run_handle(handle, TIMER)
             else:
                 handle._run()
+        return 0
 
     # -- What a streams server calls for every read (as tinyloop/uv/_loop.pyx has them) ------
 
