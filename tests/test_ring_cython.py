@@ -487,6 +487,35 @@ def test_an_instrument_added_while_the_c_iteration_runs_gets_part_twos_hooks(cyt
         loop.close()
 
 
+def test_a_signal_that_comes_while_c_callbacks_run_is_handled_before_the_loop_waits(cython_core):
+    # The callback is C's raise(3), through ctypes: unlike signal.raise_signal,
+    # which runs the handler itself before it returns, it leaves the handler
+    # due, and no Python code runs after it; then nothing is ready, and the
+    # loop would wait until another thread wakes it, two seconds on (not a
+    # timer: the timer heap's upkeep is Python code, which would run the
+    # handler).  It must run before that wait (ProactorCore's select).
+    raise_signal_in_c = getattr(ctypes.CDLL(None), "raise")
+
+    def alarm(signum, frame):
+        raise Alarm
+
+    loop = ring_loop.new_event_loop()
+    previous = signal.signal(signal.SIGUSR1, alarm)
+    try:
+        loop.call_soon(raise_signal_in_c, int(signal.SIGUSR1))
+        waker = threading.Timer(2.0, loop.call_soon_threadsafe, (loop.stop,))
+        waker.start()
+        started = time.monotonic()
+        with pytest.raises(Alarm):
+            loop.run_forever()
+        assert time.monotonic() - started < 1.0, "the handler waited for the next completion"
+        waker.cancel()
+        waker.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        loop.close()
+
+
 def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(cython_core):
     # fast.pyx calls deque's append and popleft as C functions on a deque
     # exactly; a subclass's overrides must still run.

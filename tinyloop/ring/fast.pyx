@@ -463,6 +463,15 @@ cdef class ProactorCore:
                 instrument.before_enter()
             submitted = 0
             interrupted = False
+            # Discussion: a signal's Python handler (Ctrl-C's) runs when
+            # Python code runs, or in this wait, which runs it after EINTR.
+            # A signal that came while the C iteration ran callbacks all in
+            # C has neither: it would wait for the next completion, for ever
+            # on an idle loop.  Part II's run_forever ran Python code after
+            # every iteration; the C one does not (LoopCore.run_once), so
+            # the handler runs here, before a wait and not after every
+            # iteration, where a busy loop would pay for the test each time.
+            PyErr_CheckSignals()
             try:
                 submitted = ring.submit_and_wait(1)
             except InterruptedError:
@@ -984,7 +993,7 @@ cdef class LoopCore:
         from the start in debug mode, with an instrument, and on the
         ``python`` core, whose proactor is not a ProactorCore.  Raises what
         a callback or a signal handler let through (KeyboardInterrupt,
-        SystemExit).
+        SystemExit; ProactorCore's select says where the handlers run).
         """
         if not self._in_c():
             return _Reactor.run_once(self)
@@ -992,13 +1001,6 @@ cdef class LoopCore:
             self._iteration_c()
             if self._stopping or not self._in_c():
                 return
-            # A signal's Python handler runs only when Python code does, or
-            # in the ring's wait (which runs it after EINTR).  Between two
-            # iterations Part II's run_forever ran Python code; here,
-            # an iteration whose callbacks were all C and that did not wait
-            # would leave a handler (Ctrl-C's) for later: so it runs here,
-            # and what it raises comes out (a flag's test, when none is due).
-            PyErr_CheckSignals()
 
     cdef inline bint _in_c(self):
         # The C iteration runs unless Part II's must: debug mode, an instrument, the python core.
