@@ -356,6 +356,39 @@ async def until(condition, seconds=5.0):
         await asyncio.sleep(0.005)
 
 
+def test_data_received_is_looked_up_once_a_protocol_and_let_go_with_the_protocol(cython_core):
+    # StreamCore keeps the protocol's bound data_received (fast.pyx,
+    # _data_received_c): a new protocol (set_protocol) must get the next
+    # data, and the connection's end must drop it with the protocol, or the
+    # protocol, which holds its transport, would be kept by a reference
+    # cycle until the cyclic collector ran (disabled here).
+    import gc
+    import weakref
+
+    async def main():
+        transport, first, peer = await base.connected_pair()
+        peer.send(b"one")
+        await until(lambda: first.data == b"one")
+        second = base.Recorder()
+        second.transport = transport
+        transport.set_protocol(second)
+        peer.send(b"two")
+        await until(lambda: second.data == b"two")
+        assert first.data == b"one"
+        transport.close()
+        peer.close()
+        await second.lost
+        return weakref.ref(second)
+
+    gc.collect()
+    gc.disable()
+    try:
+        gone = base.run(main())
+        assert gone() is None, "the closed transport still holds its protocol"
+    finally:
+        gc.enable()
+
+
 def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_nothing(cython_core):
     # On the cython core the proactor's table (fast.pyx's Operations) keeps a
     # transport's receives and sends in slots, not in its dict.  The rules are

@@ -42,6 +42,7 @@ Rules this file keeps:
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.method cimport PyMethod_Check, PyMethod_GET_SELF
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
@@ -570,7 +571,7 @@ cdef extern from *:
     int tinyloop_own_object_slots(object kind, Py_ssize_t at, Py_ssize_t count) except -1
     # Where StreamCore's object fields begin and end (C's offsetof, on Cython's struct).
     Py_ssize_t _OBJECTS_AT "offsetof(struct __pyx_obj_8tinyloop_4ring_6_uring_StreamCore, _loop)"
-    Py_ssize_t _OBJECTS_LAST "offsetof(struct __pyx_obj_8tinyloop_4ring_6_uring_StreamCore, _send_handle)"
+    Py_ssize_t _OBJECTS_LAST "offsetof(struct __pyx_obj_8tinyloop_4ring_6_uring_StreamCore, _data_received)"
 
 cdef extern from *:
     ctypedef class asyncio.transports.BaseTransport [object tinyloop_BaseTransportObject, check_size error]:
@@ -600,7 +601,7 @@ cdef class StreamCore(BaseTransport):
     them (``__init__`` takes them).  So the four are written by hand, above
     (tinyloop_own_object_slots): they handle ``_extra`` as BaseTransport's
     would, and this class's object fields, which must stay one run from
-    ``_loop`` to ``_send_handle`` (the module checks, when it is imported).
+    ``_loop`` to ``_data_received`` (the module checks, when it is imported).
     A Python subclass's ``__dict__`` and weak references are CPython's to
     handle, before it calls these.
     """
@@ -611,6 +612,9 @@ cdef class StreamCore(BaseTransport):
     # RingSocketTransport's (tinyloop/ring/loop.py; _on_recv and _on_send: CythonSocketTransport's)
     cdef public object _proactor, _ready, _pending, _sending
     cdef public object _on_recv, _on_send, _recv_handle, _send_handle
+    # Its own: the protocol's data_received, bound, as last looked up (see
+    # _data_received_c; CythonSocketTransport drops it with the protocol)
+    cdef public object _data_received
     # Part III's numbers
     cdef public int _sock_fd, _conn_lost
     cdef public Py_ssize_t _buffer_size, _high_water
@@ -665,10 +669,10 @@ cdef class StreamCore(BaseTransport):
         _send_from_c(self, data, offset)
 
 
-# The thirteen object fields declared above, from _loop to _send_handle.
-if _OBJECTS_LAST - _OBJECTS_AT != 12 * sizeof(PyObject *):
-    raise ImportError("StreamCore's object fields are not one run of thirteen pointers")
-tinyloop_own_object_slots(StreamCore, _OBJECTS_AT, 13)
+# The fourteen object fields declared above, from _loop to _data_received.
+if _OBJECTS_LAST - _OBJECTS_AT != 13 * sizeof(PyObject *):
+    raise ImportError("StreamCore's object fields are not one run of fourteen pointers")
+tinyloop_own_object_slots(StreamCore, _OBJECTS_AT, 14)
 
 
 cdef class TransportCompletion:
@@ -814,13 +818,27 @@ cdef int _deliver_c(StreamCore self, object data) except -1:
         if self._buffered:
             self._deliver_into_buffers(data)
         else:
-            self._protocol.data_received(data)
+            _data_received_c(self, data)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:
         self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
         return 0
     _start_reading_c(self)
+    return 0
+
+
+cdef inline int _data_received_c(StreamCore self, object data) except -1:
+    # self._protocol.data_received(data), its bound method looked up once
+    # for each protocol (set_protocol may change it), as Part IV's transport
+    # looks it up once (tinyloop/uv/tcp.pyx) and uvloop's does: a lookup by
+    # name, through the protocol's class, costs about 200 instructions.
+    protocol = self._protocol
+    method = self._data_received
+    if not (PyMethod_Check(method) and <object>PyMethod_GET_SELF(method) is protocol):
+        method = protocol.data_received
+        self._data_received = method
+    method(data)
     return 0
 
 

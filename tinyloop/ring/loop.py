@@ -400,6 +400,13 @@ if core._uring is not None:
             # The same handle, of the class the C iteration runs without a Python call.
             return core._uring.TransportHandle(  # type: ignore[union-attr]
                 core._uring.StreamCore._recv_done, (self,), loop, None)
+
+        def _call_connection_lost(self, exc: BaseException | None) -> None:
+            # Part III drops the protocol here; the bound method StreamCore
+            # keeps of it (its data_received) goes too, or it would hold the
+            # protocol, and a cycle through it, after the connection.
+            self._data_received = None
+            super()._call_connection_lost(exc)
 else:
     CythonSocketTransport = None  # type: ignore[assignment,misc]
 
