@@ -549,6 +549,37 @@ def test_a_signal_that_comes_while_c_callbacks_run_is_handled_before_the_loop_wa
         loop.close()
 
 
+def test_a_handle_that_ran_is_reused_only_when_nothing_else_holds_it(cython_core):
+    # LoopCore keeps a handle that ran for call_soon to reuse (fast.pyx,
+    # _keep_spare), emptied: only if the ready queue's was its one
+    # reference.  One the caller kept, or that a weak reference points to,
+    # must stay as it was.
+    import weakref
+
+    loop = ring_loop.new_event_loop()
+    try:
+        ran = []
+        kept = loop.call_soon(ran.append, "kept")
+        watched = weakref.ref(loop.call_soon(ran.append, "watched"))
+        loop.call_soon(ran.append, "dropped")
+        loop.call_soon(loop.stop)
+        spares = loop._spare_count
+        loop.run_forever()
+        assert ran == ["kept", "watched", "dropped"]
+        # the dropped one and stop's were kept; the other two were left alone
+        assert loop._spare_count == spares + 2
+        assert kept._callback == ran.append and kept._args == ("kept",) and kept._loop is loop
+        assert watched() is None or watched()._args == ("watched",)
+        again = loop.call_soon(ran.append, "again")
+        assert loop._spare_count == spares + 1 and again is not kept
+        assert (again._callback, again._args, again._loop, again._cancelled) == (ran.append, ("again",), loop, False)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert ran[-1] == "again"
+    finally:
+        loop.close()
+
+
 def test_a_ready_queue_that_subclasses_deque_has_its_own_methods_called(cython_core):
     # fast.pyx calls deque's append and popleft as C functions on a deque
     # exactly; a subclass's overrides must still run.

@@ -901,6 +901,13 @@ cdef extern from *:
         Py_XDECREF(old);
     }
 
+    /* True if the caller's is the one reference to ``self``, and no weak
+       reference points to it: nothing else can see it again. */
+    static inline int tinyloop_only_ours(PyObject *self) {
+        Py_ssize_t at = Py_TYPE(self)->tp_weaklistoffset;
+        return Py_REFCNT(self) == 1 && (at <= 0 || *(PyObject **)((char *)self + at) == NULL);
+    }
+
     /* A new instance of the Python class ``kind``, its slots empty: kind.__new__(kind). */
     static PyObject *tinyloop_new_instance(PyObject *kind) {
         PyObject *no_args = PyTuple_New(0), *self;
@@ -914,6 +921,7 @@ cdef extern from *:
     PyObject *tinyloop_slot(object self, Py_ssize_t offset)
     void tinyloop_set_slot(object self, Py_ssize_t offset, object value)
     object tinyloop_new_instance(object kind)
+    bint tinyloop_only_ours(object self)
     PyObject *Py_True
 
 cdef Py_ssize_t _CONTEXT = tinyloop_slot_offset(_AioHandle._context)
@@ -923,6 +931,10 @@ cdef Py_ssize_t _CANCELLED = tinyloop_slot_offset(_AioHandle._cancelled)
 cdef Py_ssize_t _LOOP = tinyloop_slot_offset(_AioHandle._loop)
 cdef Py_ssize_t _REPR = tinyloop_slot_offset(_AioHandle._repr)
 
+
+# How many emptied handles a loop keeps for call_soon (LoopCore._keep_spare).
+cdef enum:
+    SPARE_HANDLES = 64
 
 # _run_handle's kinds of handle.
 cdef enum:
@@ -989,12 +1001,40 @@ cdef class LoopCore:
 
     cdef public object _ready, _scheduled, _instrument, _clock, _proactor
     cdef public bint _stopping, _debug, _closed
+    # Handles that ran and that nobody else holds, emptied, for call_soon to reuse
+    cdef PyObject *_spare_handles[SPARE_HANDLES]
+    cdef readonly int _spare_count
 
     def __cinit__(self, *args, **kwargs):
         # Closed until Part II's __init__ says otherwise: a loop whose
         # __init__ raised (io_uring refused) is one Part III's __del__ leaves
         # alone, as it does when it finds no _closed at all.
         self._closed = True
+
+    def __dealloc__(self):
+        while self._spare_count:
+            self._spare_count -= 1
+            Py_DECREF(<object>self._spare_handles[self._spare_count])
+
+    cdef int _keep_spare(self, object handle) except -1:
+        # Discussion: Part IV's handles are C structs on a free list; Part
+        # III's are Python objects, and a streams server makes and frees one
+        # or two per read (a future's callbacks, a task's step): about 350
+        # instructions each, in CPython's allocation, GC tracking and
+        # deallocation.  A handle that has run, and that nothing else holds
+        # (one reference, ours, and no weak one), can never be seen again:
+        # emptied, so that it holds nothing (the loop neither: no cycle the
+        # collector cannot see), it is kept here, and call_soon sets its six
+        # fields again instead of making a new one.
+        tinyloop_set_slot(handle, _CONTEXT, None)
+        tinyloop_set_slot(handle, _CALLBACK, None)
+        tinyloop_set_slot(handle, _ARGS, None)
+        tinyloop_set_slot(handle, _LOOP, None)
+        tinyloop_set_slot(handle, _REPR, None)
+        Py_INCREF(handle)
+        self._spare_handles[self._spare_count] = <PyObject *>handle
+        self._spare_count += 1
+        return 0
 
     def run_once(self):
         """Part II's iterations (tinyloop/callbacks/loop.py), in C, until :meth:`stop` is asked for.
@@ -1061,6 +1101,9 @@ cdef class LoopCore:
                 if tinyloop_slot(handle, _CANCELLED) == <PyObject *>Py_True:
                     continue
                 _run_handle(handle, RECEIVE if kind is TransportHandle else HANDLE)
+                if (kind is _AioHandle and self._spare_count < SPARE_HANDLES
+                        and tinyloop_only_ours(handle)):
+                    self._keep_spare(handle)
             elif handle._cancelled:
                 continue
             elif kind is _AioTimerHandle:
@@ -1080,8 +1123,16 @@ cdef class LoopCore:
         if self._closed or self._debug:
             return _aio_call_soon(self, callback, *args, context=context)
         # Part III's Handle, its __init__'s six fields set here, at their
-        # slots (see _run_handle), without its Python frame.
-        handle = tinyloop_new_instance(_AioHandle)
+        # slots (see _run_handle), without its Python frame; a spare one if
+        # there is one (see _keep_spare).
+        cdef PyObject *spare
+        if self._spare_count:
+            self._spare_count -= 1
+            spare = self._spare_handles[self._spare_count]
+            handle = <object>spare
+            Py_DECREF(handle)   # (the spare list's reference; ``handle`` holds its own)
+        else:
+            handle = tinyloop_new_instance(_AioHandle)
         tinyloop_set_slot(handle, _CONTEXT, PyContext_CopyCurrent() if context is None else context)
         tinyloop_set_slot(handle, _CALLBACK, callback)
         tinyloop_set_slot(handle, _ARGS, args)
