@@ -22,7 +22,12 @@ interleaves the servers' repetitions and takes medians):
 and one table is written from their three JSON files (race.md), with each
 goal read from the same run: met when ring's median is at or below uv's
 (below, for pipelined), and said to be inside the noise when the two
-ranges of repetitions overlap.  Every figure names the command that made it.
+ranges of repetitions overlap.  Beside each verdict, the two loops paired
+by repetition: ring's run over uv's in the same repetition, which the tools
+run one after the other, so a machine that slows down between repetitions
+(a shared VM's neighbours) moves both and not the ratio; its median and
+range, and in how many repetitions ring met the goal.  Every figure names
+the command that made it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from benchmarks.harness import experiment, output
 from benchmarks.harness.strace import strace_problem
 from tinyloop.raw import uring
 
-__all__ = ["GOALS", "ROWS", "main", "render", "server", "verdicts"]
+__all__ = ["GOALS", "ROWS", "main", "paired", "render", "server", "verdicts"]
 
 # The rows: the loop raced, the loop it must match, the third-party loop on
 # libuv, and the floors (the system calls alone, with no interpreter).
@@ -113,6 +118,33 @@ def figures(echo: dict, http: dict, counted: dict | None, peers: list[str] = ())
     return table
 
 
+def paired(echo: dict, http: dict) -> dict:
+    """Each goal's ring/uv ratio, paired by repetition: ``{column: {"median", "low", "high", "met", "pairs"}}``.
+
+    Read from the tools' ``runs`` (one entry per server and repetition);
+    ``met`` counts the repetitions in which ring met the goal against uv's
+    run of the same repetition, ``pairs`` the repetitions in which both ran.
+    A column with no pair is left out.
+    """
+    found = {}
+    for column, (tool, key), comparison in GOALS:
+        source, figure = (echo, "cpu_us_per_msg") if tool == "echo" else (http, "cpu_us_per_req")
+        ring, uv = server(ROWS["ring"], column), server(ROWS["uv"], column)
+        by_rep: dict[int, dict[str, float]] = {}
+        for run in source.get("runs", []):
+            measured = str(run.get("size")) if tool == "echo" else run.get("load")
+            if measured == key and run.get("status") == "ok" and run.get(figure) and run["server"] in (ring, uv):
+                by_rep.setdefault(run["rep"], {})[run["server"]] = run[figure]
+        ratios = sorted(both[ring] / both[uv] for both in by_rep.values() if ring in both and uv in both)
+        if not ratios:
+            continue
+        middle = len(ratios) // 2
+        median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+        met = sum(ratio <= 1 if comparison == "le" else ratio < 1 for ratio in ratios)
+        found[column] = {"median": median, "low": ratios[0], "high": ratios[-1], "met": met, "pairs": len(ratios)}
+    return found
+
+
 def verdicts(table: dict) -> list[dict]:
     """Each goal, read from the run: ``{"goal", "ring", "uv", "met", "overlap"}``.
 
@@ -164,8 +196,12 @@ def render(data: dict) -> str:
         noise = {True: " The ranges overlap: inside the noise, the order may change in another run.",
                  False: " The ranges are apart.", None: " One repetition: no range to read the noise from."
                  }[verdict["overlap"]]
+        pair = data.get("paired", {}).get(verdict["goal"])
+        pairing = "" if pair is None else (
+            f" Paired by repetition, ring/uv {pair['median']:.2f} [{pair['low']:.2f}–{pair['high']:.2f}]; "
+            f"ring {relation} uv in {pair['met']} of {pair['pairs']} repetitions.")
         lines.append(f"- {verdict['goal']}: ring {verdict['ring']['median']:.2f} against uv "
-                     f"{verdict['uv']['median']:.2f}; the goal (ring {relation} uv) is {state}.{noise}")
+                     f"{verdict['uv']['median']:.2f}; the goal (ring {relation} uv) is {state}.{noise}{pairing}")
     lines += ["", f"{data['date'][:10]}, {data['machine'].get('cpu_model', '?')}, {data['machine'].get('python', '?')}. Command: `{data['command']}`; "
               "its steps: " + "; ".join(f"`{step}`" for step in data["steps"]) + "."]
     return "\n".join(lines) + "\n"
@@ -206,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     table = figures(echo, http, counted, extra)
     data = experiment.document("race", argv, clock, settings={"repeat": repeat, "quick": args.quick,
                                "peers": extra}, steps=[" ".join(["python", "-m", *step]) for step in steps],
-                               table=table, verdicts=verdicts(table),
+                               table=table, verdicts=verdicts(table), paired=paired(echo, http),
                                runs={"echo": echo["date"], "http": http["date"],
                                      "syscalls": counted["date"] if counted else None})
     return experiment.conclude(data, out, clock, render, conclusion, suffix=".md")

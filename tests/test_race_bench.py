@@ -96,3 +96,52 @@ def test_the_quick_run_fills_every_cell_of_the_raced_rows(tmp_path: Path) -> Non
         assert not missing, (row, missing)
     assert all(v["met"] is not None for v in data["verdicts"])
     assert "Command: `python -m benchmarks.race --quick" in out.with_suffix(".md").read_text()
+
+
+def _runs(tool: str, column: str, pairs: list[tuple[float | None, float | None]]) -> list[dict]:
+    """A tool's ``runs`` for one goal column: ring's and uv's figure in each repetition (None: no run)."""
+    key, figure = ("1024", "cpu_us_per_msg") if tool == "echo" else ("ab-keepalive", "cpu_us_per_req")
+    where = {"size": 1024} if tool == "echo" else {"load": key}
+    runs = []
+    for rep, figures in enumerate(pairs, start=1):
+        for row, value in zip(("ring", "uv"), figures):
+            if value is not None:
+                runs.append({"rep": rep, "server": race.server(race.ROWS[row], column), "status": "ok",
+                             figure: value, **where})
+    return runs
+
+
+def test_paired_ratios_follow_each_repetition_not_the_medians() -> None:
+    # Medians 12 against 11 say ring is dearer; paired, ring was cheaper in two
+    # repetitions of three (the machine slowed down in between).
+    http = {"runs": _runs("http", "ab keep-alive", [(10.0, 11.0), (20.0, 9.0), (12.0, 13.0), (5.0, None)])}
+    http["runs"].append({"rep": 5, "server": "ring", "load": "ab-keepalive", "status": "failed",
+                         "cpu_us_per_req": 1.0})
+    http["runs"].append({"rep": 5, "server": "uv", "load": "ab-keepalive", "status": "ok", "cpu_us_per_req": 9.0})
+    found = race.paired({"runs": []}, http)
+    assert set(found) == {"ab keep-alive"}
+    pair = found["ab keep-alive"]
+    assert (pair["pairs"], pair["met"]) == (3, 2)   # the one-sided and the failed repetitions are left out
+    assert pair["median"] == pytest.approx(12 / 13) and pair["high"] == pytest.approx(20 / 9)
+    assert pair["low"] == pytest.approx(10 / 11)
+
+
+def test_paired_pipelined_needs_ring_strictly_below_and_echo_reads_its_size() -> None:
+    http = {"runs": _runs("http", "wrk pipelined, depth 24", [(4.0, 4.0), (3.9, 4.0)])}
+    for run in http["runs"]:
+        run["load"] = "wrk-pipeline"
+    echo = {"runs": _runs("echo", "echo 1 KiB, streams", [(8.0, 9.0)])}
+    found = race.paired(echo, http)
+    assert found["wrk pipelined, depth 24"]["met"] == 1   # level is not below
+    assert found["echo 1 KiB, streams"]["met"] == 1 and "echo 1 KiB, Protocol" not in found
+
+
+def test_the_verdict_line_gives_the_paired_ratio() -> None:
+    echo, http, counted = _made_up(_columns((5.0, 4.0, 6.0)), _columns((5.5, 4.5, 6.5)))
+    table = race.figures(echo, http, counted)
+    data = {"table": table, "verdicts": race.verdicts(table), "date": "2026-11-30T00:00:00+00:00",
+            "machine": {}, "command": "python -m benchmarks.race", "steps": [],
+            "paired": {"ab keep-alive": {"median": 0.9, "low": 0.8, "high": 1.1, "met": 4, "pairs": 5}}}
+    text = race.render(data)
+    assert ("inside the noise, the order may change in another run. Paired by repetition, ring/uv 0.90 "
+            "[0.80–1.10]; ring at or below uv in 4 of 5 repetitions.") in text

@@ -17,7 +17,8 @@ rare paths, is the Python one, unchanged.
     StreamCore     before tinyloop.ring.loop.RingSocketTransport: the receive's
                    completion, the delivery, write, the send and its completion
     LoopCore       before Part III's loop in tinyloop.ring.loop.Loop: Part II's
-                   four steps in C, on the fields they read, and call_soon,
+                   four steps in C, on the fields they read, iteration after
+                   iteration until stop(); and call_soon (with spare handles),
                    create_future and get_debug, which a streams server calls
                    for every read
     TransportHandle  Part III's Handle, the class of a transport's receive
