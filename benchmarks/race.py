@@ -51,6 +51,10 @@ ECHO_SERVERS = ["ring-protocol", "uv-protocol", "uvloop-protocol", "ring-streams
 HTTP_STAGES = ["ring", "uv"]
 HTTP_PEERS = ["uvloop-protocol", "c-epoll", "c-uring"]
 HTTP_LOADS = ["ab-keepalive", "wrk", "wrk-pipeline"]
+# ab's requests per repetition: benchmarks.run's 20,000 last about a third of a second of
+# server CPU here, too short a window on a shared machine (repetitions of the same server
+# differed by half); 60,000 take a second or so, as wrk's five seconds take a few.
+AB_KEEPALIVE_REQUESTS = 60_000
 
 # (column, the tool that measures it and the key of its results, "le" or "lt": the goal's
 # comparison of ring's median with uv's)
@@ -229,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = [["benchmarks.echo", *quick, "--repeat", str(repeat), "--sizes", "1",
               "--servers", ",".join(ECHO_SERVERS + extra)],
              ["benchmarks.run", *quick, "--no-plot", "--repeat", str(repeat), "--stages", ",".join(HTTP_STAGES),
-              "--peers", ",".join(HTTP_PEERS + extra), "--loads", ",".join(HTTP_LOADS)]]
+              "--peers", ",".join(HTTP_PEERS + extra), "--loads", ",".join(HTTP_LOADS),
+              *([] if args.quick else ["--requests", f"ab-keepalive={AB_KEEPALIVE_REQUESTS}"])]]
     counting = strace_problem() is None
     if counting:
         steps.append(["benchmarks.syscalls", *quick, "--stages", ",".join(HTTP_STAGES),
