@@ -1,7 +1,7 @@
 # benchmarks/memory.py
 """What does a connection cost in memory?  Server RSS with 0, 1,000 and 10,000 idle connections.
 
-    python -m benchmarks.memory                  aio, uv, asyncio, uvloop and rloop at 0, 1000, 10000 (about 4 min)
+    python -m benchmarks.memory                  aio, uv, ring, asyncio, uvloop and rloop at 0, 1000, 10000 (about 5 min)
     python -m benchmarks.memory --quick          0 and 1000 connections, one repetition: plumbing only
     python -m benchmarks.memory --servers uv,uvloop-protocol --repeat 1
 
@@ -32,7 +32,7 @@ from tinyloop.testing import Crowd, ServerProcess, http_get
 
 __all__ = ["COUNTS", "SERVERS", "main", "measure", "render"]
 
-SERVERS = ["aio", "uv", "asyncio-protocol", "uvloop-protocol", "rloop-protocol"]
+SERVERS = ["aio", "uv", "ring", "asyncio-protocol", "uvloop-protocol", "rloop-protocol"]
 COUNTS = (0, 1000, 10_000)
 QUICK_COUNTS = (0, 1000)
 REPEAT = 3

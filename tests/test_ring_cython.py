@@ -389,6 +389,52 @@ def test_data_received_is_looked_up_once_a_protocol_and_let_go_with_the_protocol
         gc.enable()
 
 
+def test_receives_that_find_every_provided_buffer_taken_ask_again_and_lose_nothing(ring_core, monkeypatch):
+    # Two provided buffers and six connections whose data all arrives in
+    # one wait: four receives complete with -ENOBUFS (nothing received)
+    # and must be submitted again, on each core, until all six got theirs.
+    from tinyloop.ring.proactor import Proactor
+
+    monkeypatch.setattr(Proactor, "buffer_count", 2)
+    monkeypatch.setattr(Proactor, "buffer_size", 4096)
+
+    async def main():
+        pairs = [await base.connected_pair() for _ in range(6)]
+        await asyncio.sleep(0.01)   # every receive outstanding
+        for n, (_, _, peer) in enumerate(pairs):
+            peer.send(b"%d:" % n + b"x" * 5000)   # more than a buffer: two receives each, at least
+        await until(lambda: all(len(proto.data) == len(b"%d:" % n) + 5000
+                                for n, (_, proto, _) in enumerate(pairs)))
+        for n, (transport, proto, peer) in enumerate(pairs):
+            assert bytes(proto.data) == b"%d:" % n + b"x" * 5000
+            assert transport.get_extra_info("socket") is not None
+            transport.close()
+            peer.close()
+        assert asyncio.get_running_loop()._proactor.buffers.count == 2
+
+    base.run(main())
+
+
+def test_an_idle_connection_holds_no_receive_buffer_of_its_own(ring_core):
+    # The receive waits with no buffer; the loop's provided buffers are
+    # the only ones, however many connections are open.
+    async def main():
+        pairs = [await base.connected_pair() for _ in range(20)]
+        await asyncio.sleep(0.01)
+        proactor = asyncio.get_running_loop()._proactor
+        assert all(transport._recv_op for transport, _, _ in pairs)   # each has a receive outstanding
+        # (Part III's _recv_view is the loop's one read buffer, shared, unused here.)
+        held = {id(value.obj if isinstance(value, memoryview) else value) for transport, _, _ in pairs
+                for value in vars(transport).values() if isinstance(value, (bytearray, memoryview))}
+        assert len(held) <= 1, "connections hold buffers of their own"
+        assert proactor.buffers.count == proactor.buffer_count
+        for transport, _, peer in pairs:
+            transport.close()
+            peer.close()
+
+    base.run(main())
+
+
 def test_a_transports_receive_is_held_in_a_slot_and_a_stale_user_data_finds_nothing(cython_core):
     # On the cython core the proactor's table (fast.pyx's Operations) keeps a
     # transport's receives and sends in slots, not in its dict.  The rules are

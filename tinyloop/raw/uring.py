@@ -279,6 +279,16 @@ class Ring:
         """Receive at most ``length`` bytes into ``addr`` (recv(2)); res: bytes received, 0 at EOF."""
         self.prep(IORING_OP_RECV, fd, addr=addr, length=length, user_data=user_data)
 
+    def prep_recv_select(self, fd: int, group: int, user_data: int) -> None:
+        """Receive once, into a buffer the kernel picks from ``group`` when data arrives.
+
+        The receive holds no buffer while it waits.  Its CQE's flags carry
+        CQE_F_BUFFER and the buffer's id when data came (res bytes of it);
+        res is 0 at EOF, -ENOBUFS if the group had no buffer left (nothing
+        was received), or another -errno.
+        """
+        self.prep(IORING_OP_RECV, fd, user_data=user_data, flags=IOSQE_BUFFER_SELECT, buf_group=group)
+
     def prep_recv_multishot(self, fd: int, group: int, user_data: int) -> None:
         """Receive whenever data arrives, into a buffer the kernel picks from ``group``.
 

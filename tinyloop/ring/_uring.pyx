@@ -56,8 +56,10 @@ handling" (PyErr_CheckSignals).
 
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport EBUSY, EINVAL
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.errno cimport EBUSY, EINVAL, ENOBUFS
 from libc.string cimport memset
+from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, mmap, munmap
 
 from tinyloop.ring.liburing cimport *
 
@@ -185,6 +187,19 @@ cdef class Ring:
         io_uring_prep_recv(sqe, fd, <void *><size_t>addr, length, 0)
         io_uring_sqe_set_data64(sqe, user_data)
 
+    cpdef prep_recv_select(self, int fd, unsigned short group, unsigned long long user_data):
+        """Receive once, into a buffer the kernel picks from ``group`` when data arrives.
+
+        As tinyloop.raw.uring.Ring.prep_recv_select: the CQE's flags carry
+        IORING_CQE_F_BUFFER and the buffer's id when data came; res 0 at
+        EOF, -ENOBUFS if the group had no buffer left.
+        """
+        cdef io_uring_sqe *sqe = self._sqe()
+        io_uring_prep_recv(sqe, fd, NULL, 0, 0)   # (length 0: the buffer's)
+        sqe.flags |= IOSQE_BUFFER_SELECT
+        sqe.buf_group = group
+        io_uring_sqe_set_data64(sqe, user_data)
+
     cpdef prep_send(self, int fd, unsigned long long addr, unsigned length, unsigned long long user_data):
         """Send ``length`` bytes from ``addr`` (send(2), MSG_NOSIGNAL); res: bytes sent, maybe fewer."""
         cdef io_uring_sqe *sqe = self._sqe()
@@ -295,7 +310,7 @@ cdef class Ring:
             else:
                 callback = (<dict>operations).pop(user_data, None)
             if type(callback) is TransportCompletion:   # a transport's (fast.pyx): no Python call
-                (<TransportCompletion>callback).complete_c(res)
+                (<TransportCompletion>callback).complete_c(res, flags)
             elif callback is not None:
                 callback(res, flags)
         return count
@@ -305,6 +320,108 @@ cdef class Ring:
         if self.opened:
             self.opened = False
             io_uring_queue_exit(&self.ring)
+
+
+cdef class ProvidedBuffers:
+    """Provided buffers (5.19) on liburing: tinyloop.raw.uring.BufferRing's C twin, for the cython core.
+
+    ``ProvidedBuffers(ring, group, count, size)``: ``count`` buffers (a
+    power of two) of ``size`` bytes, which the kernel takes from for a
+    receive that names ``group`` (Ring.prep_recv_select), only when data
+    arrives.  The same methods as BufferRing (``data``, ``recycle``,
+    ``close``), and :meth:`take_c`, both at once, for the C receive.
+    Raises ValueError for a count that is not a power of two, OSError from
+    io_uring_register_buf_ring(3) (EINVAL on a kernel before 5.19).
+    """
+
+    cdef readonly int group, count, size
+    cdef Ring _ring
+    cdef io_uring_buf_ring *_entries
+    cdef char *_memory
+    cdef size_t _entries_size, _memory_size
+    cdef int _mask
+
+    def __cinit__(self, Ring ring, int group, int count=256, int size=16 * 1024):
+        cdef io_uring_buf_reg registration
+        cdef int bid, res
+        if count <= 0 or count & (count - 1) or count > 1 << 15 or size <= 0:
+            raise ValueError(f"count must be a power of two up to 32768, and size positive, not {count}, {size}")
+        self._ring, self.group, self.count, self.size = ring, group, count, size
+        # Both areas page-aligned (mmap), as the kernel requires of the ring,
+        # and a buffer's pages resident only once the kernel wrote into them.
+        self._entries_size = count * sizeof(io_uring_buf)
+        self._memory_size = <size_t>count * size
+        entries = mmap(NULL, self._entries_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if entries == MAP_FAILED:
+            raise MemoryError()
+        self._entries = <io_uring_buf_ring *>entries
+        memory = mmap(NULL, self._memory_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if memory == MAP_FAILED:
+            self._unmap()
+            raise MemoryError()
+        self._memory = <char *>memory
+        io_uring_buf_ring_init(self._entries)
+        self._mask = io_uring_buf_ring_mask(count)
+        for bid in range(count):
+            io_uring_buf_ring_add(self._entries, self._memory + <size_t>bid * size, size, bid, self._mask, bid)
+        io_uring_buf_ring_advance(self._entries, count)
+        memset(&registration, 0, sizeof(registration))
+        registration.ring_addr = <size_t>self._entries
+        registration.ring_entries = count
+        registration.bgid = group
+        res = io_uring_register_buf_ring(&ring.ring, &registration, 0)
+        if res < 0:
+            self._unmap()
+            raise OSError(-res, os.strerror(-res))
+
+    def __dealloc__(self):
+        # Never memory the kernel may still write into: an open ring keeps it (leaked, not freed).
+        if self._ring is None or not self._ring.opened:
+            self._unmap()
+
+    cdef void _unmap(self) noexcept:
+        if self._memory != NULL:
+            munmap(self._memory, self._memory_size)
+            self._memory = NULL
+        if self._entries != NULL:
+            munmap(self._entries, self._entries_size)
+            self._entries = NULL
+
+    cdef int _check(self, unsigned bid, int length) except -1:
+        if self._memory == NULL:
+            raise ValueError("the provided buffers are closed")
+        if bid >= <unsigned>self.count or length < 0 or length > self.size:
+            raise ValueError(f"no buffer {bid} with {length} bytes in {self.count} of {self.size}")
+        return 0
+
+    cdef object take_c(self, unsigned bid, int length):
+        """A copy of the ``length`` bytes in buffer ``bid``, which goes back to the kernel."""
+        self._check(bid, length)
+        data = PyBytes_FromStringAndSize(self._memory + <size_t>bid * self.size, length)
+        self._recycle_c(bid)
+        return data
+
+    cdef inline void _recycle_c(self, unsigned bid) noexcept:
+        # The buffer at the ring's tail again, published with a release store.
+        io_uring_buf_ring_add(self._entries, self._memory + <size_t>bid * self.size, self.size,
+                              <unsigned short>bid, self._mask, 0)
+        io_uring_buf_ring_advance(self._entries, 1)
+
+    def data(self, unsigned bid, int length):
+        """A copy of the ``length`` bytes the kernel wrote into buffer ``bid``."""
+        self._check(bid, length)
+        return PyBytes_FromStringAndSize(self._memory + <size_t>bid * self.size, length)
+
+    def recycle(self, unsigned bid):
+        """Give buffer ``bid`` back to the kernel (after its data was copied out)."""
+        self._check(bid, 0)
+        self._recycle_c(bid)
+
+    def close(self):
+        """Release the memory (after the ring that used it is closed); idempotent."""
+        if self._ring is not None and self._ring.opened:
+            raise RuntimeError("close the ring first: the kernel may still write into its buffers")
+        self._unmap()
 
 
 # The request's path in C (ProactorCore, StreamCore, iteration): see that file.

@@ -64,6 +64,7 @@ if _uring is not None:
 
         ring_type = _uring.Ring
         bytes_address = staticmethod(_uring.bytes_address)
+        buffer_type = _uring.ProvidedBuffers
 
         def __init__(self, entries: int = 256) -> None:
             super().__init__(entries)

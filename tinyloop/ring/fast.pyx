@@ -352,6 +352,7 @@ cdef class ProactorCore:
     """
 
     cdef public object _operations   # an Operations (core.py's CythonProactor makes it)
+    cdef public object _buffers      # a ProvidedBuffers, made with the ring (the ``ring`` property)
     cdef public object _ids
     cdef public object _ring
     cdef public object _instrument
@@ -398,6 +399,18 @@ cdef class ProactorCore:
                                     object callback) except 0:
         cdef unsigned long long user_data = self._submission_c(callback)
         self._ring_c().prep_recv(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "RECV", fd)
+        return user_data
+
+    def recv_provided(self, int fd, callback):
+        """Proactor.recv_provided, in C: a receive into a provided buffer the kernel picks."""
+        return self._recv_select_c(fd, callback)
+
+    cdef unsigned long long _recv_select_c(self, int fd, object callback) except 0:
+        cdef Ring ring = self._ring_c()   # (made here, with its buffers, on first use)
+        cdef unsigned long long user_data = self._submission_c(callback)
+        ring.prep_recv_select(fd, (<ProvidedBuffers>self._buffers).group, user_data)
         if self._instrument is not None:
             self._observe(user_data, "RECV", fd)
         return user_data
@@ -611,7 +624,7 @@ cdef class StreamCore(BaseTransport):
     # the object fields first, one run of pointers (see the Discussion)
     cdef public object _loop, _protocol, _sock, _buffer, _empty_waiter
     # RingSocketTransport's (tinyloop/ring/loop.py; _on_recv and _on_send: CythonSocketTransport's)
-    cdef public object _proactor, _ready, _pending, _sending
+    cdef public object _proactor, _ready, _pending, _sending, _recv_data
     cdef public object _on_recv, _on_send, _recv_handle, _send_handle
     # Its own: the protocol's data_received, bound, as last looked up (see
     # _data_received_c; CythonSocketTransport drops it with the protocol)
@@ -621,9 +634,9 @@ cdef class StreamCore(BaseTransport):
     cdef public Py_ssize_t _buffer_size, _high_water
     cdef public bint _closing, _paused, _eof, _protocol_paused
     # RingSocketTransport's numbers
-    cdef public unsigned long long _recv_address, _recv_op, _send_op
+    cdef public unsigned long long _recv_op, _send_op
     cdef public int _recv_res, _send_res
-    cdef public Py_ssize_t _send_offset, _recv_length
+    cdef public Py_ssize_t _send_offset
     cdef public bint _at_eof, _buffered
 
     def is_closing(self):
@@ -670,10 +683,10 @@ cdef class StreamCore(BaseTransport):
         _send_from_c(self, data, offset)
 
 
-# The fourteen object fields declared above, from _loop to _data_received.
-if _OBJECTS_LAST - _OBJECTS_AT != 13 * sizeof(PyObject *):
-    raise ImportError("StreamCore's object fields are not one run of fourteen pointers")
-tinyloop_own_object_slots(StreamCore, _OBJECTS_AT, 14)
+# The fifteen object fields declared above, from _loop to _data_received.
+if _OBJECTS_LAST - _OBJECTS_AT != 14 * sizeof(PyObject *):
+    raise ImportError("StreamCore's object fields are not one run of fifteen pointers")
+tinyloop_own_object_slots(StreamCore, _OBJECTS_AT, 15)
 
 
 cdef class TransportCompletion:
@@ -697,9 +710,9 @@ cdef class TransportCompletion:
         self.sending = sending
 
     def __call__(self, int res, unsigned flags):
-        self.complete_c(res)
+        self.complete_c(res, flags)
 
-    cdef int complete_c(self, int res) except -1:
+    cdef int complete_c(self, int res, unsigned flags) except -1:
         cdef StreamCore transport = self.transport
         if transport is None:
             return 0   # (none outstanding: a completion never comes twice)
@@ -707,15 +720,19 @@ cdef class TransportCompletion:
         if self.sending:
             _send_completed_c(transport, res)
         else:
-            _recv_completed_c(transport, res)
+            _recv_completed_c(transport, res, flags)
         return 0
 
 
-cdef int _recv_completed_c(StreamCore self, int res) except -1:
-    # In the proactor's wait (step 2): record, and queue the handle (None
-    # once connection_lost has run: nobody is left to tell).
+cdef int _recv_completed_c(StreamCore self, int res, unsigned flags) except -1:
+    # In the proactor's wait (step 2): the data copied out of the buffer
+    # the kernel took, which goes straight back to it, whoever is left to
+    # tell; then the handle queued (None once connection_lost has run).
     self._recv_op = 0
     self._recv_res = res
+    if flags & IORING_CQE_F_BUFFER:
+        self._recv_data = (<ProvidedBuffers>(<ProactorCore>self._proactor)._buffers).take_c(
+            flags >> IORING_CQE_BUFFER_SHIFT, res)
     handle = self._recv_handle
     if handle is not None:
         tinyloop_append(self._ready, handle)
@@ -784,21 +801,24 @@ cdef int _start_reading_c(StreamCore self) except -1:
         self._pending = None
         self._loop.call_soon(self._deliver, pending)
     elif not self._recv_op and self._sock is not None:
-        self._recv_op = (<ProactorCore>self._proactor)._recv_c(
-            self._sock_fd, self._recv_address, <unsigned>self._recv_length,
-            _completion(self, self._on_recv))
+        self._recv_op = (<ProactorCore>self._proactor)._recv_select_c(
+            self._sock_fd, _completion(self, self._on_recv))
     return 0
 
 
 cdef int _recv_done_c(StreamCore self) except -1:
     cdef int res = self._recv_res
+    data = self._recv_data
+    self._recv_data = None
     if self._closing or self._conn_lost:
+        return 0
+    if res == -ENOBUFS:
+        _start_reading_c(self)   # (see RingSocketTransport._recv_done)
         return 0
     if res < 0:
         self._fatal_error(_os_error(res), "Fatal read error on socket transport")
         return 0
-    # A copy: the buffer goes straight back to the kernel.
-    _deliver_c(self, PyBytes_FromStringAndSize(<char *><size_t>self._recv_address, res))
+    _deliver_c(self, data if res else b"")
     return 0
 
 

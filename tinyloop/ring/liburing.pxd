@@ -27,6 +27,9 @@ cdef extern from "liburing.h" nogil:
         IORING_SETUP_DEFER_TASKRUN      # 6.1: completion work only inside our io_uring_enter
         IORING_FEAT_NODROP              # 5.5: a full CQ holds completions back, never drops them
         IORING_CQE_F_MORE
+        IORING_CQE_F_BUFFER             # the upper bits of flags name the provided buffer used
+        IORING_CQE_BUFFER_SHIFT
+        IOSQE_BUFFER_SELECT             # the kernel picks the buffer from sqe.buf_group
         IORING_OP_NOP
         IORING_OP_POLL_ADD
         IORING_OP_TIMEOUT
@@ -92,6 +95,22 @@ cdef extern from "liburing.h" nogil:
     # The same, waiting for none, but asking for completions (IORING_ENTER_GETEVENTS:
     # with DEFER_TASKRUN the kernel posts them only when asked) (liburing 2.3)
     int io_uring_submit_and_get_events(io_uring *ring)
+
+    # -- Provided buffers (io_uring_register_buf_ring(3), io_uring_buf_ring_add(3)) --
+    struct io_uring_buf:             # one entry of the ring: sizeof is what the C compiler says
+        pass
+    struct io_uring_buf_ring:
+        pass
+    struct io_uring_buf_reg:
+        unsigned long long ring_addr
+        unsigned ring_entries
+        unsigned short bgid
+    int io_uring_register_buf_ring(io_uring *ring, io_uring_buf_reg *reg, unsigned flags)
+    void io_uring_buf_ring_init(io_uring_buf_ring *br)
+    int io_uring_buf_ring_mask(unsigned ring_entries)
+    void io_uring_buf_ring_add(io_uring_buf_ring *br, void *addr, unsigned len, unsigned short bid,
+                               int mask, int buf_offset)
+    void io_uring_buf_ring_advance(io_uring_buf_ring *br, int count)
 
     # -- Completion (io_uring_cq_advance(3)) --------------------------------------
     void io_uring_cq_advance(io_uring *ring, unsigned nr)

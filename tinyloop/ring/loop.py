@@ -141,25 +141,21 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
 
     State beyond Part III's:
 
-        _recv_buffer   the pinned buffer every receive goes into (max_size bytes)
         _recv_op       user_data of the outstanding receive, or 0
+        _recv_data     what the last receive brought, copied out of its provided buffer
         _pending       data (b"" at EOF) that completed while reading was paused
         _sending       the bytes a send is outstanding from (``_buffer[0]``), or None
         _send_offset   where in them the outstanding send started
     """
-
-    max_size = 64 * 1024  # bytes asked of one receive, and held for it while outstanding
 
     def __init__(self, loop: Loop, sock: socket.socket, protocol: asyncio.BaseProtocol,
                  waiter: asyncio.Future | None = None, extra: dict[str, Any] | None = None,
                  server: Any = None) -> None:
         self._proactor: Proactor = loop._proactor
         self._ready = loop._ready  # (where a completion queues its handle)
-        self._recv_buffer = bytearray(self.max_size)
-        self._recv_length = len(self._recv_buffer)  # what a receive asks for, whatever max_size becomes
-        self._recv_address, self._recv_pin = pin(self._recv_buffer)
         self._recv_op = 0
         self._recv_res = 0
+        self._recv_data: bytes | None = None
         self._recv_handle: Handle | None = self._receive_handle(loop)
         self._pending: bytes | None = None
         self._at_eof = False
@@ -169,9 +165,6 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
         self._send_res = 0
         self._send_handle: Handle | None = Handle(self._send_done, (), loop, None)
         super().__init__(loop, sock, protocol, waiter, extra, server)
-        # After Part III's __init__, which points _recv_view at the loop's
-        # buffer: a receive outstanding in the kernel needs a buffer of its own.
-        self._recv_view = memoryview(self._recv_buffer)
 
     def _receive_handle(self, loop: Loop) -> Handle:
         """The handle every completed receive puts on the ready queue (made once, reused)."""
@@ -193,34 +186,44 @@ class RingSocketTransport(selector_events._SelectorSocketTransport):
             data, self._pending = self._pending, None
             self._loop.call_soon(self._deliver, data)
         elif not self._recv_op and self._sock is not None:
-            self._recv_op = self._proactor.recv(self._sock_fd, self._recv_address, self._recv_length,
-                                                self._recv_completed)
+            self._recv_op = self._proactor.recv_provided(self._sock_fd, self._recv_completed)
 
     def _recv_completed(self, res: int, flags: int) -> None:
-        # In the proactor's wait (step 2): record, and queue the handle
-        # (None once connection_lost has run: nobody is left to tell).
+        # In the proactor's wait (step 2): the data copied out of the buffer
+        # the kernel took, which goes straight back to it, whoever is left
+        # to tell; then the handle queued (None once connection_lost has run).
         self._recv_op = 0
         self._recv_res = res
+        if flags & uring.CQE_F_BUFFER:
+            buffers, used = self._proactor.buffers, uring.buffer_id(flags)
+            self._recv_data = buffers.data(used, res)
+            buffers.recycle(used)
         if self._recv_handle is not None:
             self._ready.append(self._recv_handle)
 
     def _recv_done(self) -> None:
-        res = self._recv_res
+        res, data, self._recv_data = self._recv_res, self._recv_data, None
         if self._closing or self._conn_lost:
             return  # a close cancelled it, or whatever it brought comes too late
+        if res == -errno.ENOBUFS:
+            # Every provided buffer was taken when data came, by the
+            # receives completed in the same wait; they are back now, and
+            # nothing was received: ask again.
+            self._start_reading()
+            return
         if res < 0:
             self._fatal_error(os_error(res), "Fatal read error on socket transport")
             return
-        # A copy: the buffer goes straight back to the kernel.
-        self._deliver(self._recv_view[:res].tobytes())
+        self._deliver(data if res else b"")
 
     def pause_reading(self) -> None:
         """Stop calling the protocol with data until :meth:`resume_reading`; idempotent.
 
         The receive already handed to the kernel is not taken back: if it
-        completes with data, the data waits here (at most ``max_size``
-        bytes) and no further receive is submitted, so the kernel's buffer
-        fills and TCP's window stops the peer, as with readiness.
+        completes with data, the data waits here (at most one provided
+        buffer, the proactor's ``buffer_size`` bytes) and no further receive
+        is submitted, so the kernel's buffer fills and TCP's window stops
+        the peer, as with readiness.
         """
         if self.is_reading():
             self._paused = True

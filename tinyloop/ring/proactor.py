@@ -69,7 +69,8 @@ import time
 from collections.abc import Callable, Sized
 from typing import Any
 
-from tinyloop.raw.uring import CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, Ring, bytes_address, timespec
+from tinyloop.raw.uring import (CQE_F_MORE, IORING_OP_ACCEPT, IORING_OP_TIMEOUT, BufferRing, Ring,
+                                bytes_address, timespec)
 from tinyloop.trace.instrument import InstrumentSet
 
 __all__ = ["Completion", "Proactor", "IORING_OP_CONNECT", "IORING_OP_NOP", "IORING_OP_POLL_ADD",
@@ -92,6 +93,9 @@ _NOBODY = 0
 # later than this many seconds after the deadline asked for; an earlier
 # wake-up is harmless (the loop computes its timeout again).
 _TIMER_SLACK = 0.001
+
+# The group id the receives name for the proactor's provided buffers (the ring has one group).
+_BUFFER_GROUP = 1
 
 _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
 _POLL_ERROR = select.POLLERR | select.POLLHUP
@@ -118,12 +122,19 @@ class Proactor(selectors._BaseSelectorImpl):
     # in their place, and a select in C that runs Ring.complete.
     ring_type: Callable[[int], Any] = Ring
     bytes_address = staticmethod(bytes_address)
+    # The provided buffers transports receive into (tinyloop.raw.uring.BufferRing, made with
+    # the ring): how many, and their size in bytes.  Their memory is the loop's, not a
+    # connection's: an idle connection's receive holds none (the completion chapter).
+    buffer_type: Callable[..., Any] = BufferRing
+    buffer_count = 64
+    buffer_size = 64 * 1024
 
     def __init__(self, entries: int = 256) -> None:
         super().__init__()
         self.entries = entries
         self._ring: Ring | None = None
         self._thread: int | None = None
+        self._buffers: BufferRing | None = None  # made with the ring (the ``ring`` property)
         # The state, all of it:
         self._operations: dict[int, Completion] = {}  # user_data -> completion callback, until its CQE
         self._ids = itertools.count(1)                # user_data of the next submission
@@ -145,10 +156,21 @@ class Proactor(selectors._BaseSelectorImpl):
 
     @property
     def ring(self) -> Ring:
-        """The io_uring instance, made on first use; RuntimeError from another thread."""
+        """The io_uring instance, made on first use with its provided buffers; RuntimeError from another thread.
+
+        Raises OSError where io_uring is refused, or where the kernel has no
+        provided-buffer rings (before Linux 5.19).
+        """
         ring = self._ring
         if ring is None:
-            ring = self._ring = self.ring_type(self.entries)
+            ring = self.ring_type(self.entries)
+            try:
+                self._buffers = self.buffer_type(ring, _BUFFER_GROUP, self.buffer_count, self.buffer_size)
+            except OSError as exc:
+                ring.close()
+                raise OSError(exc.errno, "tinyloop.ring receives into provided buffers, which this "
+                              f"kernel refused ({exc.strerror}); they need Linux 5.19") from exc
+            self._ring = ring
             self._thread = threading.get_ident()
         elif self._thread != threading.get_ident():
             raise RuntimeError("a tinyloop.ring loop runs only in the thread that first ran it "
@@ -170,6 +192,29 @@ class Proactor(selectors._BaseSelectorImpl):
         """
         user_data = self._submission(callback)
         self.ring.prep_recv(fd, address, length, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "RECV", fd)
+        return user_data
+
+    @property
+    def buffers(self) -> BufferRing:
+        """The provided buffers :meth:`recv_provided` receives into (made with the ring)."""
+        self.ring  # (made together)
+        assert self._buffers is not None
+        return self._buffers
+
+    def recv_provided(self, fd: int, callback: Completion) -> int:
+        """Receive into one of :attr:`buffers`, which the kernel takes only when data arrives.
+
+        ``callback(res, flags)`` gets the byte count, with CQE_F_BUFFER and
+        the buffer's id in ``flags`` (tinyloop.raw.uring.buffer_id): it
+        copies the data out and recycles the buffer, at once; 0 at EOF;
+        -ENOBUFS if every buffer was taken (nothing was received: submit
+        again); or another -errno.
+        """
+        buffers = self.buffers
+        user_data = self._submission(callback)
+        self.ring.prep_recv_select(fd, buffers.group, user_data)
         if self._instrument is not None:
             self._observe(user_data, "RECV", fd)
         return user_data
@@ -396,6 +441,9 @@ class Proactor(selectors._BaseSelectorImpl):
         if self._ring is not None:
             self._ring.close()
             self._ring = None
+        if self._buffers is not None:  # (after the ring: the kernel no longer writes into them)
+            self._buffers.close()
+            self._buffers = None
         self._operations.clear()
         self._polls.clear()
         super().close()
