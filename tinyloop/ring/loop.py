@@ -12,9 +12,12 @@ subprocesses (on the proactor's POLL_ADD readiness).
 
     Part III (readiness)                     tinyloop.ring (completion)
     ---------------------------------------  ---------------------------------------------
-    transport reading: add_reader once,      a receive is always outstanding, into a
-      recv when readable                       buffer the transport owns; its completion
-                                               delivers the data and submits the next one
+    transport reading: add_reader once,      a receive is always outstanding, with no
+      recv when readable                       buffer: the kernel takes one of the loop's
+                                               provided buffers when data comes; its
+                                               completion copies the data out and gives
+                                               the buffer back, its handle delivers the
+                                               data and submits the next receive
     pause_reading: remove_reader             nothing to take back: the receive already
                                                handed over completes, and its data waits
                                                in the transport until resume_reading
@@ -24,16 +27,17 @@ subprocesses (on the proactor's POLL_ADD readiness).
                                                the kernel stopped)
     close: remove_reader, close(2)           cancel the receive (IORING_OP_ASYNC_CANCEL),
                                                close(2); the cancelled receive's completion
-                                               still comes, and finds the buffer alive
+                                               still comes, and gives back any buffer
     accept: add_reader on the listener       an accept operation, submitted again at each
                                                completion
 
 Rules this module keeps:
   * A buffer handed to the kernel stays alive, unmoved and unread until
-    its operation's completion: the receive buffer is the transport's and
-    is never handed out (the protocol gets a copy); a send's bytes are held
-    by the transport (``_sending``) and, through the completion callback
-    the proactor keeps, by the proactor.
+    its operation's completion: the provided buffers are the proactor's,
+    lent to the kernel, and each goes back to it as soon as its data was
+    copied out (the protocol gets the copy); a send's bytes are held by the
+    transport (``_sending``) and, through the completion callback the
+    proactor keeps, by the proactor.
   * One receive and one send outstanding per transport at most: io_uring
     starts operations in any order, so a second send could overtake the
     first.
