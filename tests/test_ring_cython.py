@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from tinyloop.raw.uring import unavailable
+from tinyloop.ring.loop import refusal
 
-REASON = unavailable()
+REASON = refusal()  # io_uring refused, or its provided-buffer rings (before Linux 5.19): one line
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"ring: {REASON}")
 
 if REASON is None:

@@ -22,9 +22,9 @@ import weakref
 
 import pytest
 
-from tinyloop.raw.uring import unavailable
+from tinyloop.ring.loop import refusal
 
-REASON = unavailable()
+REASON = refusal()  # io_uring refused, or its provided-buffer rings (before Linux 5.19): one line
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"ring: {REASON}")
 
 if REASON is None:
@@ -281,6 +281,24 @@ def test_where_io_uring_is_refused_the_loop_says_why_in_one_line():
     assert result.stdout == f"ImportError: {reason}\n"
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"RuntimeError: {reason}"
+
+
+def test_a_kernel_without_provided_buffer_rings_is_refused_in_one_line():
+    # io_uring itself works, the provided-buffer ring's registration does
+    # not (EINVAL before Linux 5.19): the loop says so, as for io_uring.
+    code = ("import errno, tinyloop.raw.uring as u\n"
+            "def refuse(*args, **kwargs):\n"
+            "    raise OSError(errno.EINVAL, 'Invalid argument')\n"
+            "u.BufferRing = refuse\n"
+            "import tinyloop.ring.loop\n"
+            "print(tinyloop.ring.loop.refusal())\n"
+            "tinyloop.ring.loop.Loop()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    reason = ("tinyloop.ring needs provided-buffer rings (Linux 5.19), and this kernel refused one: "
+              "Invalid argument")
+    assert result.stdout == f"{reason}\n"
+    assert result.stderr.strip().splitlines()[-1] == f"RuntimeError: {reason}"
+    assert ring_loop.refusal() is None   # here, they are there
 
 
 def test_addresses_round_trip_through_struct_sockaddr():

@@ -93,8 +93,26 @@ def refusal() -> str | None:
     """
     if not _refusal:
         reason = uring.unavailable()
-        _refusal.append(None if reason is None else f"tinyloop.ring needs io_uring, and {reason}")
+        if reason is not None:
+            _refusal.append(f"tinyloop.ring needs io_uring, and {reason}")
+        else:
+            _refusal.append(_provided_buffers_refused())
     return _refusal[0]
+
+
+def _provided_buffers_refused() -> str | None:
+    # A transport's receive takes a provided buffer (5.19): a kernel with io_uring but without
+    # provided-buffer rings refuses the registration with EINVAL.
+    ring = uring.Ring(entries=2)
+    try:
+        buffers = uring.BufferRing(ring, 1, count=1, size=4096)
+    except OSError as error:
+        return ("tinyloop.ring needs provided-buffer rings (Linux 5.19), and this kernel refused "
+                f"one: {error.strerror}")
+    finally:
+        ring.close()
+    buffers.close()  # (after the ring, as the proactor closes them)
+    return None
 
 # Room for any socket address (struct sockaddr_storage).
 _SOCKADDR_SIZE = 128
