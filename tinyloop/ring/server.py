@@ -9,10 +9,17 @@ from __future__ import annotations
 import socket
 
 from tinyloop.aio.server import run_stage
-from tinyloop.raw.uring import unavailable  # noqa: F401  (the stage table asks it: tinyloop/stages.py)
-from tinyloop.ring.loop import new_event_loop
+from tinyloop.ring.loop import new_event_loop, refusal
 
 __all__ = ["serve", "unavailable"]
+
+
+def unavailable() -> str | None:
+    """Why the stage cannot run here, in one line (the stage table asks: tinyloop/stages.py), or None.
+
+    tinyloop.ring's refusal: io_uring refused, or its provided-buffer rings (Linux 5.19).
+    """
+    return refusal()
 
 
 def serve(listener: socket.socket) -> None:
