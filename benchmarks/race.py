@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness import experiment, output
+from benchmarks.harness.summary import median
 from benchmarks.harness.strace import strace_problem
 from tinyloop.raw import uring
 
@@ -142,10 +143,9 @@ def paired(echo: dict, http: dict) -> dict:
         ratios = sorted(both[ring] / both[uv] for both in by_rep.values() if ring in both and uv in both)
         if not ratios:
             continue
-        middle = len(ratios) // 2
-        median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
         met = sum(ratio <= 1 if comparison == "le" else ratio < 1 for ratio in ratios)
-        found[column] = {"median": median, "low": ratios[0], "high": ratios[-1], "met": met, "pairs": len(ratios)}
+        found[column] = {"median": median(ratios), "low": ratios[0], "high": ratios[-1], "met": met,
+                         "pairs": len(ratios)}
     return found
 
 

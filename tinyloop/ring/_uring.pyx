@@ -54,9 +54,8 @@ io_uring_cq_advance(3)); io_uring_enter(2); Python's C API, "Signal
 handling" (PyErr_CheckSignals).
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport EBUSY, EINVAL, ENOBUFS
 from libc.string cimport memset
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, mmap, munmap
@@ -394,10 +393,14 @@ cdef class ProvidedBuffers:
             raise ValueError(f"no buffer {bid} with {length} bytes in {self.count} of {self.size}")
         return 0
 
+    cdef object _copy(self, unsigned bid, int length):
+        # The ``length`` bytes in buffer ``bid``, as a new bytes object.
+        self._check(bid, length)
+        return PyBytes_FromStringAndSize(self._memory + <size_t>bid * self.size, length)
+
     cdef object take_c(self, unsigned bid, int length):
         """A copy of the ``length`` bytes in buffer ``bid``, which goes back to the kernel."""
-        self._check(bid, length)
-        data = PyBytes_FromStringAndSize(self._memory + <size_t>bid * self.size, length)
+        data = self._copy(bid, length)
         self._recycle_c(bid)
         return data
 
@@ -409,8 +412,7 @@ cdef class ProvidedBuffers:
 
     def data(self, unsigned bid, int length):
         """A copy of the ``length`` bytes the kernel wrote into buffer ``bid``."""
-        self._check(bid, length)
-        return PyBytes_FromStringAndSize(self._memory + <size_t>bid * self.size, length)
+        return self._copy(bid, length)
 
     def recycle(self, unsigned bid):
         """Give buffer ``bid`` back to the kernel (after its data was copied out)."""

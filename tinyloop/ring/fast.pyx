@@ -41,7 +41,6 @@ Rules this file keeps:
     Python RingSocketTransport (the ``python`` core's) to change them.
 """
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.method cimport PyMethod_Check, PyMethod_GET_SELF
 from cpython.object cimport PyObject

@@ -158,18 +158,17 @@ class Proactor(selectors._BaseSelectorImpl):
     def ring(self) -> Ring:
         """The io_uring instance, made on first use with its provided buffers; RuntimeError from another thread.
 
-        Raises OSError where io_uring is refused, or where the kernel has no
-        provided-buffer rings (before Linux 5.19).
+        Raises OSError where io_uring or the provided-buffer ring is refused
+        (tinyloop.ring.loop.refusal says which, before a loop is made).
         """
         ring = self._ring
         if ring is None:
             ring = self.ring_type(self.entries)
             try:
                 self._buffers = self.buffer_type(ring, _BUFFER_GROUP, self.buffer_count, self.buffer_size)
-            except OSError as exc:
+            except BaseException:
                 ring.close()
-                raise OSError(exc.errno, "tinyloop.ring receives into provided buffers, which this "
-                              f"kernel refused ({exc.strerror}); they need Linux 5.19") from exc
+                raise
             self._ring = ring
             self._thread = threading.get_ident()
         elif self._thread != threading.get_ident():
