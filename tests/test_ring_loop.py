@@ -313,6 +313,49 @@ def test_addresses_round_trip_through_struct_sockaddr():
             ring_loop.address_to_sockaddr(socket.AF_INET, sock.getsockname())) == sock.getsockname()
 
 
+def test_remove_reader_shortcut_still_removes_what_was_registered():
+    # The loop answers False at once for a descriptor the proactor never
+    # registered (a transport's, at close); one that was added is removed.
+    async def main():
+        loop = asyncio.get_running_loop()
+        left, right = socket.socketpair()
+        with left, right:
+            assert loop._remove_reader(left.fileno()) is False
+            loop.add_reader(left.fileno(), lambda: None)
+            assert loop._remove_reader(left.fileno()) is True
+            assert loop._remove_reader(left.fileno()) is False
+            loop.add_reader(left, lambda: None)   # a file object goes the long way
+            assert loop._remove_reader(left) is True
+
+    run(main())
+
+
+def test_an_accepted_connection_has_the_listeners_kind_and_its_peer_address():
+    # The acceptor reads the listener's family, type and protocol once, as ints.
+    async def main():
+        loop = asyncio.get_running_loop()
+        made = loop.create_future()
+
+        class Made(asyncio.Protocol):
+            def connection_made(self, transport):
+                made.set_result(transport)
+
+        server = await loop.create_server(Made, "127.0.0.1", 0)
+        with socket.create_connection(server.sockets[0].getsockname()) as client:
+            transport = await made
+            sock = transport.get_extra_info("socket")
+            listener = server.sockets[0]
+            assert (sock.family, sock.type, sock.proto) == (listener.family, listener.type, listener.proto)
+            assert (sock.family, sock.type) == (socket.AF_INET, socket.SOCK_STREAM)
+            assert not sock.getblocking()
+            assert transport.get_extra_info("peername") == client.getsockname()
+            transport.close()
+        server.close()
+        await server.wait_closed()
+
+    run(main())
+
+
 class Echo(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport

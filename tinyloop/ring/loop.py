@@ -118,6 +118,9 @@ def _provided_buffers_refused() -> str | None:
 _SOCKADDR_SIZE = 128
 _SOCKLEN = struct.Struct("=I")
 _FAMILY = struct.Struct("=H")
+_INET_PORT_ADDRESS = struct.Struct("!2xH4s")         # sockaddr_in after its family
+_INET6_PORT_FLOW_ADDRESS = struct.Struct("!2xHI16s")  # sockaddr_in6 up to its scope id
+_SCOPE_ID = struct.Struct("=I")                     # sockaddr_in6's last field, in host order
 # Accepted descriptors come non-blocking and close-on-exec (accept4(2)).
 _ACCEPT_FLAGS = socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _STREAM_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX)
@@ -132,12 +135,12 @@ def sockaddr_to_address(raw: bytes | bytearray) -> Any:
     """
     family = _FAMILY.unpack_from(raw)[0]
     if family == socket.AF_INET:
-        port = int.from_bytes(raw[2:4], "big")
-        return socket.inet_ntop(socket.AF_INET, bytes(raw[4:8])), port
+        port, packed = _INET_PORT_ADDRESS.unpack_from(raw)
+        return socket.inet_ntop(socket.AF_INET, packed), port
     if family == socket.AF_INET6:
-        port, flowinfo = struct.unpack_from("!HI", raw, 2)
-        scope_id = struct.unpack_from("=I", raw, 24)[0]
-        return socket.inet_ntop(socket.AF_INET6, bytes(raw[8:24])), port, flowinfo, scope_id
+        port, flowinfo, packed = _INET6_PORT_FLOW_ADDRESS.unpack_from(raw)
+        scope_id = _SCOPE_ID.unpack_from(raw, 24)[0]
+        return socket.inet_ntop(socket.AF_INET6, packed), port, flowinfo, scope_id
     return None
 
 
@@ -448,6 +451,9 @@ class _Acceptor:
         self.loop = loop
         self.serving = serving
         self.sock: socket.socket = serving[1]
+        # The listener's family, type and protocol, which its connections share, as plain ints
+        # (read once: socket.py's properties make an enum of each at every read).
+        self.kind = selector_events._socket_kind(self.sock)
         self.address = bytearray(_SOCKADDR_SIZE)
         self.length = bytearray(_SOCKLEN.size)
         self.address_at, self._address_pin = pin(self.address)
@@ -493,7 +499,8 @@ class _Acceptor:
                                              "exception": os_error(res), "socket": self.sock})
             return
         sock = self.sock
-        conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, fileno=res)
+        family, kind, proto = self.kind
+        conn = socket.socket(family, kind | socket.SOCK_NONBLOCK, proto, fileno=res)
         address = sockaddr_to_address(self.address)
         self.arm()
         protocol_factory, _, sslcontext, server, _, handshake_timeout, shutdown_timeout = self.serving
@@ -565,6 +572,18 @@ class Loop(*_C_BASES, unix_events.SelectorEventLoop):  # type: ignore[misc]
                 return CythonSocketTransport(self, sock, protocol, waiter, extra, server)
             return RingSocketTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+
+    def _remove_reader(self, fd: Any) -> bool:
+        """Part II's remove_reader; False at once for a descriptor the proactor never registered.
+
+        Part III's transport calls it on every close and abort, and a ring
+        transport's descriptor is never registered (its reads are
+        operations): selectors' get_key would raise, and first format, a
+        KeyError for each.
+        """
+        if type(fd) is int and fd not in self._proactor._fd_to_key:
+            return False
+        return super()._remove_reader(fd)
 
     def _start_serving(self, *serving: Any) -> None:
         sock = serving[1]
