@@ -211,6 +211,14 @@ cdef class Ring:
         io_uring_prep_cancel64(sqe, target, 0)
         io_uring_sqe_set_data64(sqe, user_data)
 
+    cdef int _prep_accept(self, int fd, unsigned long long addr, unsigned long long length_addr,
+                          int flags, unsigned long long user_data) except -1:
+        # prep(IORING_OP_ACCEPT, ...) for Proactor.accept in C (fast.pyx), without prep's keywords.
+        cdef io_uring_sqe *sqe = self._sqe()
+        io_uring_prep_accept(sqe, fd, <void *><size_t>addr, <void *><size_t>length_addr, flags)
+        io_uring_sqe_set_data64(sqe, user_data)
+        return 0
+
     cdef int _prep_nop(self, unsigned long long user_data) except -1:
         # The zero-timeout wait's NOP (tinyloop/ring/fast.pyx), without prep's keywords.
         cdef io_uring_sqe *sqe = self._sqe()

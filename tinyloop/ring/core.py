@@ -11,11 +11,11 @@ The proactor (tinyloop/ring/proactor.py) drives a ring.  It has two:
 
 :class:`CythonProactor` is the Proactor with the second: its ring type,
 its way of finding a bytes object's address, and fast.pyx's ProactorCore
-in front of it (recv, send and select in C).  On this core the loop
-also runs fast.pyx's iteration and its transports StreamCore's methods
-(tinyloop/ring/loop.py).  Every other line of the proactor, the loop and
-the transports is the same on both, on the same fields, so the
-conformance suite holds both to one contract.
+in front of it (recv, send, accept, cancel and select in C).  On this
+core the loop also runs fast.pyx's iteration, and its transports run
+StreamCore's methods (tinyloop/ring/loop.py).  Every other line of the
+proactor, the loop and the transports is the same on both, on the same
+fields, so the conformance suite holds both to one contract.
 
 Rules this module keeps:
   * The Cython core is used when it is built and importable; the
@@ -56,10 +56,10 @@ if _uring is not None:
         """The Proactor on liburing, with its hot methods in C.
 
         ``ProactorCore`` (tinyloop/ring/fast.pyx) comes first: ``recv``,
-        ``send`` and ``select`` are C, and ``select`` runs the completion
-        loop of :meth:`tinyloop.ring._uring.Ring.complete`.  Everything else
-        (the polls, the timer, cancel, close, the observing) is the Python
-        Proactor's, on the same fields.
+        ``send``, ``accept``, ``cancel`` and ``select`` are C, and ``select``
+        runs the completion loop of :meth:`tinyloop.ring._uring.Ring.complete`.
+        Everything else (the polls, the timer, connect, close, the observing)
+        is the Python Proactor's, on the same fields.
         """
 
         ring_type = _uring.Ring

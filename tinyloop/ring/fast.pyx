@@ -12,8 +12,9 @@ replaces the Python one of the same name and every other method, the
 rare paths, is the Python one, unchanged.
 
     ProactorCore   before tinyloop.ring.proactor.Proactor (tinyloop/ring/core.py):
-                   recv, send and select in C; the polls, the timer and the
-                   observing stay Python, called only when there is work for them
+                   recv, send, accept, cancel and select in C; the polls, the
+                   timer and the observing stay Python, called only when there
+                   is work for them
     StreamCore     before tinyloop.ring.loop.RingSocketTransport: the receive's
                    completion, the delivery, write, the send and its completion
     LoopCore       before Part III's loop in tinyloop.ring.loop.Loop: Part II's
@@ -52,7 +53,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from tinyloop.aio.events import Handle as _AioHandle, TimerHandle as _AioTimerHandle
 from tinyloop.aio.base_events import BaseEventLoop as _AioLoop
 from tinyloop.callbacks.loop import Loop as _Reactor, MAXIMUM_SELECT_TIMEOUT as _MAXIMUM_WAIT
-from tinyloop.ring.proactor import _TIMER_SLACK
+from tinyloop.ring.proactor import _NOBODY, _TIMER_SLACK
 
 from asyncio import Future as _Future
 from collections import deque as _deque
@@ -343,7 +344,7 @@ cdef class Operations:
 
 
 cdef class ProactorCore:
-    """The C half of tinyloop/ring/core.py's CythonProactor: recv, send and select.
+    """The C half of tinyloop/ring/core.py's CythonProactor: recv, send, accept, cancel and select.
 
     Not used alone: the Python Proactor (tinyloop/ring/proactor.py) comes
     after it and sets these fields in its ``__init__``; their meaning is
@@ -426,6 +427,22 @@ cdef class ProactorCore:
         if self._instrument is not None:
             self._observe(user_data, "SEND", fd)
         return user_data
+
+    def accept(self, int fd, unsigned long long address, unsigned long long length_address, int flags,
+               callback):
+        """Proactor.accept, in C: accept4(2) on listener ``fd``, the peer's address into ``address``."""
+        cdef unsigned long long user_data = self._submission_c(callback)
+        self._ring_c()._prep_accept(fd, address, length_address, flags, user_data)
+        if self._instrument is not None:
+            self._observe(user_data, "ACCEPT", fd)
+        return user_data
+
+    def cancel(self, unsigned long long user_data):
+        """Proactor.cancel, in C: ask the kernel to cancel operation ``user_data`` (a request, not a fact)."""
+        if user_data in self._operations:
+            self._ring_c().prep_cancel(user_data, _NOBODY)
+            if self._instrument is not None:
+                self._observe(_NOBODY, "ASYNC_CANCEL", -1, user_data)
 
     def select(self, timeout=None):
         """Proactor.select, in C: submit, wait at most ``timeout`` seconds, run the completions."""
