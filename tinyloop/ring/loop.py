@@ -670,7 +670,8 @@ class Loop(*_C_BASES, unix_events.SelectorEventLoop):  # type: ignore[misc]
         fd = await self._operation(
             lambda done: self._proactor.accept(sock.fileno(), address_at, length_at, _ACCEPT_FLAGS,
                                                done), (address_pin, length_pin))
-        conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, fileno=fd)
+        family, kind, proto = selector_events._socket_kind(sock)  # (as ints, as _Acceptor reads them)
+        conn = socket.socket(family, kind | socket.SOCK_NONBLOCK, proto, fileno=fd)
         peer = sockaddr_to_address(address)
         return conn, peer if peer is not None else conn.getpeername()
 
