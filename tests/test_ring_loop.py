@@ -313,9 +313,9 @@ def test_addresses_round_trip_through_struct_sockaddr():
             ring_loop.address_to_sockaddr(socket.AF_INET, sock.getsockname())) == sock.getsockname()
 
 
-def test_remove_reader_shortcut_still_removes_what_was_registered():
+def test_remove_shortcut_still_removes_what_was_registered():
     # The loop answers False at once for a descriptor the proactor never
-    # registered (a transport's, at close); one that was added is removed.
+    # registered (a transport's, at close); a reader or writer added is removed.
     async def main():
         loop = asyncio.get_running_loop()
         left, right = socket.socketpair()
@@ -326,6 +326,9 @@ def test_remove_reader_shortcut_still_removes_what_was_registered():
             assert loop._remove_reader(left.fileno()) is False
             loop.add_reader(left, lambda: None)   # a file object goes the long way
             assert loop._remove_reader(left) is True
+            assert loop._remove_writer(left.fileno()) is False   # the writer's side, the same way
+            loop.add_writer(left.fileno(), lambda: None)
+            assert loop._remove_writer(left.fileno()) is True
 
     run(main())
 

@@ -573,17 +573,19 @@ class Loop(*_C_BASES, unix_events.SelectorEventLoop):  # type: ignore[misc]
             return RingSocketTransport(self, sock, protocol, waiter, extra, server)
         return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
 
-    def _remove_reader(self, fd: Any) -> bool:
-        """Part II's remove_reader; False at once for a descriptor the proactor never registered.
+    def _remove_interest(self, fd: Any, event: int) -> bool:
+        """Part II's _remove_interest (remove_reader, remove_writer); False at once for
+        a descriptor the proactor never registered.
 
-        Part III's transport calls it on every close and abort, and a ring
-        transport's descriptor is never registered (its reads are
-        operations): selectors' get_key would raise, and first format, a
-        KeyError for each.
+        Part III's transport removes its reader on every close and abort
+        (and its writer on an abort with data queued), and a ring
+        transport's descriptor is never registered (its reads and writes
+        are operations): selectors' get_key would raise, and first format,
+        a KeyError for each.
         """
         if type(fd) is int and fd not in self._proactor._fd_to_key:
             return False
-        return super()._remove_reader(fd)
+        return super()._remove_interest(fd, event)
 
     def _start_serving(self, *serving: Any) -> None:
         sock = serving[1]
